@@ -29,6 +29,8 @@ typedef struct tsdf_backend_ops {
     int (*stats)(void *impl, tsdf_volume_stats *out);
     int (*export_blocks)(void *impl, tsdf_block_set *out);
     int (*import_blocks)(void *impl, const tsdf_block_set *in);
+    /* Optional (NULL: TSDF_ENOT_BUILT): tsdf_volume_get_timeline. */
+    int (*timeline)(void *impl, tsdf_frame_timeline *out, size_t max, size_t *n);
 } tsdf_backend_ops;
 
 extern const tsdf_backend_ops tsdf_cpu_ops;

@@ -163,4 +163,424 @@ TSDF_HD void tsdf_voxel_update_color(tsdf_voxel *v, float w_old, const uint8_t *
     }
 }
 
+/* ======================================================================
+ * Everything below is shared, bit for bit, by the CPU reference backend and
+ * the CUDA kernels. Build the CUDA side with --fmad=false (gpu/CMakeLists.txt
+ * does) so that nvcc does not contract a * b + c into an FMA and both sides
+ * round alike; then the allocated block set and the voxel values agree.
+ *
+ * Conventions:
+ *   - Voxel (i, j, k) has its centre at ((i + 0.5) s, (j + 0.5) s, (k + 0.5) s)
+ *     and covers [i s, (i + 1) s) on x (likewise y, z). Block (bx, by, bz)
+ *     holds voxels 8 bx .. 8 bx + 7 (floor division, also for negatives).
+ *   - Pixels: integer pixel coordinates are pixel centres. The ray of pixel
+ *     (u, v) passes through camera point ((u - cx) / fx, (v - cy) / fy, 1);
+ *     a camera point projects to the pixel whose centre is nearest,
+ *     floor(fx x / z + cx + 0.5) (same for v).
+ *   - Rays are parameterised by camera depth z (not by length): the point at
+ *     camera depth z of pixel (u, v) is origin + z * dir with the
+ *     unnormalised dir of tsdf_pixel_ray_world.
+ *   - Integration touches exactly the blocks that the allocation pass yields
+ *     for this frame (tsdf_band_dda_* over every valid pixel), and updates
+ *     every voxel of those blocks with tsdf_integrate_voxel.
+ * ====================================================================== */
+
+#define TSDF_VOXEL_COORD_LIMIT 8388608.0f /* 2^23: voxel coords of valid blocks */
+
+/* ---- coordinates --------------------------------------------------------- */
+
+TSDF_HD void tsdf_voxel_index_unpack(int idx, int *x, int *y, int *z)
+{
+    *x = idx & (TSDF_BLOCK_DIM - 1);
+    *y = (idx >> 3) & (TSDF_BLOCK_DIM - 1);
+    *z = (idx >> 6) & (TSDF_BLOCK_DIM - 1);
+}
+
+/* Global voxel coordinate -> block coordinate and local index 0..7. */
+TSDF_HD void tsdf_voxel_to_block(const int32_t v[3], int32_t b[3], int local[3])
+{
+    for (int i = 0; i < 3; i++) {
+        b[i] = tsdf_floor_div8(v[i]);
+        local[i] = (int)(v[i] & (TSDF_BLOCK_DIM - 1));
+    }
+}
+
+/* The voxel that contains world point p: floor(p / s) per axis. Returns 0
+ * (v untouched) when p is not finite or outside the representable range. */
+TSDF_HD int tsdf_world_to_voxel(const float p[3], float inv_voxel_size, int32_t v[3])
+{
+    float f[3];
+    for (int i = 0; i < 3; i++) {
+        f[i] = floorf(p[i] * inv_voxel_size);
+        /* NaN fails the comparison too. */
+        if (!(f[i] >= -TSDF_VOXEL_COORD_LIMIT && f[i] < TSDF_VOXEL_COORD_LIMIT))
+            return 0;
+    }
+    for (int i = 0; i < 3; i++)
+        v[i] = (int32_t)f[i];
+    return 1;
+}
+
+/* The block that contains world point p (inv_block_size = 1 / (8 s)).
+ * Returns 0 when p is not finite or the block is outside the key range. */
+TSDF_HD int tsdf_world_to_block(const float p[3], float inv_block_size, int32_t b[3])
+{
+    float f[3];
+    for (int i = 0; i < 3; i++) {
+        f[i] = floorf(p[i] * inv_block_size);
+        if (!(f[i] >= (float)TSDF_BLOCK_COORD_MIN && f[i] <= (float)TSDF_BLOCK_COORD_MAX))
+            return 0;
+    }
+    for (int i = 0; i < 3; i++)
+        b[i] = (int32_t)f[i];
+    return 1;
+}
+
+/* World position of the centre of local voxel (x, y, z) of block b. */
+TSDF_HD void tsdf_block_voxel_center(const int32_t b[3], int x, int y, int z, float voxel_size,
+                                     float out[3])
+{
+    out[0] = tsdf_voxel_center(b[0] * TSDF_BLOCK_DIM + x, voxel_size);
+    out[1] = tsdf_voxel_center(b[1] * TSDF_BLOCK_DIM + y, voxel_size);
+    out[2] = tsdf_voxel_center(b[2] * TSDF_BLOCK_DIM + z, voxel_size);
+}
+
+/* ---- rays and projection ------------------------------------------------ */
+
+/* out = R v, the rotation part of the row-major rigid transform T. */
+TSDF_HD void tsdf_rotate(const float *T, const float *v, float *out)
+{
+    out[0] = T[0] * v[0] + T[1] * v[1] + T[2] * v[2];
+    out[1] = T[4] * v[0] + T[5] * v[1] + T[6] * v[2];
+    out[2] = T[8] * v[0] + T[9] * v[1] + T[10] * v[2];
+}
+
+/* The camera-frame ray of pixel (u, v) with z = 1. */
+TSDF_HD void tsdf_pixel_ray_cam(const tsdf_intrinsics *K, float u, float v, float out[3])
+{
+    out[0] = (u - K->cx) / K->fx;
+    out[1] = (v - K->cy) / K->fy;
+    out[2] = 1.0f;
+}
+
+/* The world-frame ray of pixel (u, v): the point at camera depth z is
+ * origin + z * dir (dir is not unit length; its camera-frame z is 1). */
+TSDF_HD void tsdf_pixel_ray_world(const float *T_world_cam, const tsdf_intrinsics *K, float u,
+                                  float v, float origin[3], float dir[3])
+{
+    float rc[3];
+    tsdf_pixel_ray_cam(K, u, v, rc);
+    tsdf_rotate(T_world_cam, rc, dir);
+    origin[0] = T_world_cam[3];
+    origin[1] = T_world_cam[7];
+    origin[2] = T_world_cam[11];
+}
+
+/* Projects camera point p_cam to its nearest pixel (see conventions above).
+ * Returns 1 and (*u, *v) when z > 0 and the pixel lies in the w x h image,
+ * else 0. */
+TSDF_HD int tsdf_project_nearest(const tsdf_intrinsics *K, uint32_t w, uint32_t h,
+                                 const float p_cam[3], uint32_t *u, uint32_t *v)
+{
+    if (!(p_cam[2] > 0.0f))
+        return 0;
+    float inv_z = 1.0f / p_cam[2];
+    float uf = K->fx * p_cam[0] * inv_z + K->cx + 0.5f;
+    float vf = K->fy * p_cam[1] * inv_z + K->cy + 0.5f;
+    if (!(uf >= 0.0f && uf < (float)w && vf >= 0.0f && vf < (float)h))
+        return 0;
+    uint32_t ui = (uint32_t)floorf(uf);
+    uint32_t vi = (uint32_t)floorf(vf);
+    /* (float)w may round up for huge w; keep the index strictly inside. */
+    if (ui >= w || vi >= h)
+        return 0;
+    *u = ui;
+    *v = vi;
+    return 1;
+}
+
+/* ---- block allocation along a ray ----------------------------------------
+ * An exact 3D DDA over blocks (Amanatides & Woo) of the segment a..b: it
+ * yields every block the segment passes through, in order, starting with the
+ * block of a and ending with the block of b. The number of steps is fixed at
+ * init (the Manhattan distance between the end blocks, + 1), and each step
+ * moves one axis that has not yet reached its end block, so the walk always
+ * ends exactly at b's block whatever the rounding. A CUDA thread keeps the
+ * state in registers:
+ *
+ *     tsdf_block_dda s;
+ *     int32_t blk[3];
+ *     if (tsdf_band_dda_init(&s, origin, dir, depth_m, trunc_m, inv_block_size))
+ *         while (tsdf_block_dda_next(&s, blk))
+ *             use(blk);
+ */
+typedef struct {
+    int32_t cur[3], end[3], step[3];
+    float t_max[3], t_delta[3];
+    int32_t remaining; /* blocks still to yield, cur included */
+} tsdf_block_dda;
+
+/* Returns 0 (nothing to walk) when a or b is not finite or outside the key
+ * range. inv_block_size = 1 / (8 voxel_size). */
+TSDF_HD int tsdf_block_dda_init(tsdf_block_dda *s, const float a[3], const float b[3],
+                                float inv_block_size)
+{
+    float A[3], B[3];
+    int32_t total = 1;
+    for (int i = 0; i < 3; i++) {
+        A[i] = a[i] * inv_block_size;
+        B[i] = b[i] * inv_block_size;
+    }
+    if (!tsdf_world_to_block(a, inv_block_size, s->cur) ||
+        !tsdf_world_to_block(b, inv_block_size, s->end))
+        return 0;
+    for (int i = 0; i < 3; i++) {
+        float d = B[i] - A[i];
+        if (s->end[i] > s->cur[i]) {
+            s->step[i] = 1;
+            s->t_delta[i] = 1.0f / d;
+            s->t_max[i] = ((float)(s->cur[i] + 1) - A[i]) / d;
+            total += s->end[i] - s->cur[i];
+        } else if (s->end[i] < s->cur[i]) {
+            s->step[i] = -1;
+            s->t_delta[i] = -1.0f / d;
+            s->t_max[i] = ((float)s->cur[i] - A[i]) / d;
+            total += s->cur[i] - s->end[i];
+        } else {
+            s->step[i] = 0;
+            s->t_delta[i] = INFINITY;
+            s->t_max[i] = INFINITY;
+        }
+    }
+    s->remaining = total;
+    return 1;
+}
+
+/* Writes the next block to b and returns 1, or returns 0 when done. */
+TSDF_HD int tsdf_block_dda_next(tsdf_block_dda *s, int32_t b[3])
+{
+    if (s->remaining <= 0)
+        return 0;
+    b[0] = s->cur[0];
+    b[1] = s->cur[1];
+    b[2] = s->cur[2];
+    s->remaining--;
+    if (s->remaining > 0) {
+        /* Among the axes not yet at their end block, step the one whose next
+         * boundary comes first (ties: lowest axis). */
+        int axis = -1;
+        for (int i = 0; i < 3; i++) {
+            if (s->cur[i] == s->end[i])
+                continue;
+            if (axis < 0 || s->t_max[i] < s->t_max[axis])
+                axis = i;
+        }
+        if (axis < 0) {
+            /* Cannot happen while remaining counts the Manhattan distance. */
+            s->remaining = 0;
+            return 1;
+        }
+        s->cur[axis] += s->step[axis];
+        s->t_max[axis] += s->t_delta[axis];
+    }
+    return 1;
+}
+
+/* The allocation band of one depth sample: the blocks of the ray segment at
+ * camera depths [max(depth - trunc, 0), depth + trunc], which hold every
+ * voxel on this ray that the sample updates with |sdf| < trunc.
+ * origin, dir: from tsdf_pixel_ray_world. Returns 0 when depth_m <= 0 or the
+ * segment leaves the key range (the sample then allocates nothing). */
+TSDF_HD int tsdf_band_dda_init(tsdf_block_dda *s, const float origin[3], const float dir[3],
+                               float depth_m, float trunc_m, float inv_block_size)
+{
+    if (!(depth_m > 0.0f))
+        return 0;
+    float z0 = depth_m - trunc_m;
+    float z1 = depth_m + trunc_m;
+    if (z0 < 0.0f)
+        z0 = 0.0f;
+    float a[3], b[3];
+    for (int i = 0; i < 3; i++) {
+        a[i] = origin[i] + z0 * dir[i];
+        b[i] = origin[i] + z1 * dir[i];
+    }
+    return tsdf_block_dda_init(s, a, b, inv_block_size);
+}
+
+/* 1 when pixel (u, v) of depth d_m sits on a depth edge: a 4-neighbour
+ * measures a depth more than jump_m away. Such a sample is skipped: a voxel
+ * that projects there lies within half a pixel of a silhouette, and the
+ * nearest pixel may belong to the other surface (e.g. a voxel just behind a
+ * box's edge would take the box's depth and carve a bulge of wrong sign into
+ * free space). Neighbours without a measurement do not count. */
+TSDF_HD int tsdf_depth_edge(const tsdf_frame *f, uint32_t u, uint32_t v, float d_m, float jump_m)
+{
+    const int du[4] = {-1, 1, 0, 0}, dv[4] = {0, 0, -1, 1};
+    for (int k = 0; k < 4; k++) {
+        int64_t nu = (int64_t)u + du[k], nv = (int64_t)v + dv[k];
+        if (nu < 0 || nv < 0 || nu >= (int64_t)f->width || nv >= (int64_t)f->height)
+            continue;
+        float dn =
+            tsdf_depth_sample_m(f->depth_format, f->depth, (uint32_t)nv * f->width + (uint32_t)nu,
+                                f->depth_scale, f->min_depth_m, f->max_depth_m);
+        if (dn > 0.0f && fabsf(dn - d_m) > jump_m)
+            return 1;
+    }
+    return 0;
+}
+
+/* ---- the per-voxel integration step ---------------------------------------
+ * Updates voxel *vox whose centre is p_world with frame f (f->depth and
+ * f->rgb must be readable where this runs: device pointers on the GPU).
+ * T_cam_world = tsdf_rigid_inverse(f->T_world_cam). Colour is blended with
+ * the weight before this update. Returns 1 when the voxel changed. */
+TSDF_HD int tsdf_integrate_voxel(tsdf_voxel *vox, const float p_world[3], const float *T_cam_world,
+                                 const tsdf_frame *f, float trunc_m, float max_weight)
+{
+    float pc[3];
+    uint32_t u, v;
+    tsdf_transform_point(T_cam_world, p_world, pc);
+    if (!tsdf_project_nearest(&f->K, f->width, f->height, pc, &u, &v))
+        return 0;
+    uint32_t idx = v * f->width + u;
+    float d = tsdf_depth_sample_m(f->depth_format, f->depth, idx, f->depth_scale, f->min_depth_m,
+                                  f->max_depth_m);
+    float sdf;
+    if (!tsdf_projective_sdf(d, pc[2], trunc_m, &sdf))
+        return 0;
+    if (tsdf_depth_edge(f, u, v, d, trunc_m))
+        return 0;
+    if (f->rgb != NULL)
+        tsdf_voxel_update_color(vox, vox->weight, f->rgb + 3u * idx);
+    tsdf_voxel_update(vox, sdf, max_weight);
+    return 1;
+}
+
+/* A voxel that was never observed carries no information. */
+TSDF_HD int tsdf_voxel_known(const tsdf_voxel *v)
+{
+    return v->weight > 0.0f;
+}
+
+/* ---- interpolation --------------------------------------------------------
+ * Corner c of a cell (c = dx + 2 dy + 4 dz, the marching-cubes corner order
+ * of tsdf_mc_tables.h) holds value c8[c]; (fx, fy, fz) in [0, 1] is the
+ * position inside the cell. */
+TSDF_HD float tsdf_trilinear(const float c8[8], float fx, float fy, float fz)
+{
+    float c00 = c8[0] + (c8[1] - c8[0]) * fx;
+    float c10 = c8[2] + (c8[3] - c8[2]) * fx;
+    float c01 = c8[4] + (c8[5] - c8[4]) * fx;
+    float c11 = c8[6] + (c8[7] - c8[6]) * fx;
+    float c0 = c00 + (c10 - c00) * fy;
+    float c1 = c01 + (c11 - c01) * fy;
+    return c0 + (c1 - c0) * fz;
+}
+
+/* The gradient of tsdf_trilinear with respect to (fx, fy, fz), i.e. per
+ * voxel; divide by the voxel size for per metre. */
+TSDF_HD void tsdf_trilinear_grad(const float c8[8], float fx, float fy, float fz, float g[3])
+{
+    float gx = 0.0f, gy = 0.0f, gz = 0.0f;
+    for (int c = 0; c < 8; c++) {
+        float wx = (c & 1) ? fx : 1.0f - fx;
+        float wy = (c & 2) ? fy : 1.0f - fy;
+        float wz = (c & 4) ? fz : 1.0f - fz;
+        float sx = (c & 1) ? 1.0f : -1.0f;
+        float sy = (c & 2) ? 1.0f : -1.0f;
+        float sz = (c & 4) ? 1.0f : -1.0f;
+        gx += sx * wy * wz * c8[c];
+        gy += sy * wx * wz * c8[c];
+        gz += sz * wx * wy * c8[c];
+    }
+    g[0] = gx;
+    g[1] = gy;
+    g[2] = gz;
+}
+
+/* Normalises v in place; returns 0 (v untouched) when its length is zero or
+ * not finite. */
+TSDF_HD int tsdf_normalize3(float v[3])
+{
+    float n2 = v[0] * v[0] + v[1] * v[1] + v[2] * v[2];
+    if (!(n2 > 0.0f) || !(n2 < INFINITY))
+        return 0;
+    float inv = 1.0f / sqrtf(n2);
+    v[0] *= inv;
+    v[1] *= inv;
+    v[2] *= inv;
+    return 1;
+}
+
+/* The depth where the line through (z0, s0) and (z1, s1) crosses zero; the
+ * raycast refines a + to - crossing with it (s0 > 0 >= s1). */
+TSDF_HD float tsdf_zero_crossing(float z0, float s0, float z1, float s1)
+{
+    float den = s0 - s1;
+    if (!(den > 0.0f))
+        return z1;
+    return z0 + (z1 - z0) * (s0 / den);
+}
+
+/* ---- marching cubes (tables: tsdf_mc_tables.h) ---------------------------- */
+
+/* Edge interpolation parameters are kept off the corners by this much, so
+ * that an sdf of exactly 0 at a corner does not put the vertices of the
+ * corner's three edges on one point (duplicate positions, zero-area
+ * triangles). 1e-3 voxel is far below any accuracy the TSDF has. */
+#define TSDF_MC_T_EPS 1e-3f
+
+/* Bit c set when corner c is inside (sdf < 0). */
+TSDF_HD int tsdf_mc_cube_index(const float sdf8[8])
+{
+    int cube = 0;
+    for (int c = 0; c < 8; c++)
+        if (sdf8[c] < 0.0f)
+            cube |= 1 << c;
+    return cube;
+}
+
+/* Axis (0 = x, 1 = y, 2 = z) of edge e. */
+TSDF_HD int tsdf_mc_edge_axis(int e)
+{
+    return e >> 2;
+}
+
+/* Offset (0 or 1 per axis) of the start corner of edge e from the cell's
+ * minimum corner; the end corner is one further along tsdf_mc_edge_axis(e). */
+TSDF_HD void tsdf_mc_edge_start(int e, int off[3])
+{
+    int a = e >> 2, j = e & 3;
+    off[a] = 0;
+    off[(a + 1) % 3] = j & 1;
+    off[(a + 2) % 3] = j >> 1;
+}
+
+/* Corner numbers (0..7) of the start and end of edge e. */
+TSDF_HD int tsdf_mc_edge_corner0(int e)
+{
+    int off[3];
+    tsdf_mc_edge_start(e, off);
+    return off[0] | (off[1] << 1) | (off[2] << 2);
+}
+
+TSDF_HD int tsdf_mc_edge_corner1(int e)
+{
+    return tsdf_mc_edge_corner0(e) | (1 << (e >> 2));
+}
+
+/* Where along a crossed edge (0 = start, 1 = end) the surface lies, from the
+ * sdf at its start (s0) and end (s1); clamped to [eps, 1 - eps]. */
+TSDF_HD float tsdf_mc_edge_t(float s0, float s1)
+{
+    float den = s0 - s1;
+    float t = den != 0.0f ? s0 / den : 0.5f;
+    if (!(t >= TSDF_MC_T_EPS))
+        t = TSDF_MC_T_EPS;
+    if (t > 1.0f - TSDF_MC_T_EPS)
+        t = 1.0f - TSDF_MC_T_EPS;
+    return t;
+}
+
 #endif /* TSDF_MATH_H */

@@ -255,6 +255,23 @@ int tsdf_volume_export_blocks(tsdf_volume *v, tsdf_block_set *out);
  * unchanged. */
 int tsdf_volume_import_blocks(tsdf_volume *v, const tsdf_block_set *in);
 
+/* ---- frame timeline (CUDA backend) -------------------------------------
+ * Device event times of one integrated frame, in ms since the volume's
+ * epoch (an event recorded when the volume was created). The upload runs on
+ * its own stream, so the upload of frame N+1 may overlap the update of
+ * frame N: upload_start_ms of N+1 < update_end_ms of N. */
+typedef struct {
+    uint64_t frame; /* 1-based index among the volume's integrated frames */
+    double upload_start_ms, upload_end_ms;
+    double alloc_start_ms, alloc_end_ms;
+    double update_start_ms, update_end_ms;
+} tsdf_frame_timeline;
+
+/* Copies the timelines of the last (at most 16) integrated frames, oldest
+ * first, into out[0 .. max-1]; *n receives the count. Waits for the frames'
+ * GPU work. TSDF_ENOT_BUILT on the CPU backend. */
+int tsdf_volume_get_timeline(tsdf_volume *v, tsdf_frame_timeline *out, size_t max, size_t *n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,492 @@
+/*
+ * bench_engine.c - times the volume engine on the 7-Scenes kitchen.
+ *
+ *   bench_engine [--backend cpu|cuda|auto] [--data DIR] [--frames N]
+ *                [--voxel M] [--trunc-vox V] [--max-depth M]
+ *                [--check-frames K] [--raycast-reps R] [--mesh-reps R]
+ *
+ * All frames are loaded into memory first, so disk and PNG decoding are
+ * not timed. With the CUDA backend the GPU result is first checked against
+ * the CPU reference on the first K frames (the same allocated blocks, the
+ * same weights, TSDF within 1e-4 m); the program stops with exit code 1 if
+ * they disagree, because timing a wrong result is meaningless.
+ *
+ * Then, on a fresh volume: each frame is integrated and synced, and the
+ * engine's own per-frame times (tsdf_volume_get_stats: last_upload_ms,
+ * last_alloc_ms, last_update_ms: CUDA events on the GPU, wall time on the
+ * CPU) are recorded with the wall time of integrate + sync; then a raycast
+ * at the camera's resolution from the middle frame's pose and a full mesh
+ * are repeated. Each series is printed as mean / median / p99 / max.
+ *
+ * This is a program, not a test: it exits 0 on success, 1 when the GPU
+ * check fails, 2 on a usage or setup error.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "tsdf_dataset.h"
+#include "tsdf_volume.h"
+
+#ifndef TSDF_SOURCE_DIR
+#define TSDF_SOURCE_DIR "."
+#endif
+
+#define BENCH_SDF_TOL_M 1e-4
+
+typedef struct {
+    tsdf_backend backend;
+    const char *data_dir;
+    uint32_t frames;
+    float voxel_m;
+    float trunc_vox;
+    float min_depth_m, max_depth_m;
+    uint32_t check_frames;
+    uint32_t raycast_reps;
+    uint32_t mesh_reps;
+} bench_opts;
+
+typedef struct {
+    tsdf_dataset_frame meta;
+    uint16_t *depth;
+} bench_frame;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Prints mean / median / p99 (nearest rank) / max of n samples in ms. */
+static void print_series(const char *name, const double *v, size_t n)
+{
+    if (n == 0) {
+        printf("  %-22s (no samples)\n", name);
+        return;
+    }
+    double *s = malloc(n * sizeof *s);
+    if (!s) {
+        printf("  %-22s (out of memory)\n", name);
+        return;
+    }
+    memcpy(s, v, n * sizeof *s);
+    qsort(s, n, sizeof *s, cmp_double);
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++)
+        sum += s[i];
+    size_t p99 = (size_t)ceil(0.99 * (double)n);
+    p99 = p99 == 0 ? 0 : p99 - 1;
+    double median = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    printf("  %-22s %9.3f %9.3f %9.3f %9.3f %7zu\n", name, sum / (double)n, median, s[p99],
+           s[n - 1], n);
+    free(s);
+}
+
+static void print_series_header(void)
+{
+    printf("  %-22s %9s %9s %9s %9s %7s\n", "(ms)", "mean", "median", "p99", "max", "n");
+}
+
+static void usage(FILE *to)
+{
+    fprintf(
+        to,
+        "usage: bench_engine [--backend cpu|cuda|auto] [--data DIR] [--frames N]\n"
+        "                    [--voxel M] [--trunc-vox V] [--max-depth M]\n"
+        "                    [--check-frames K] [--raycast-reps R] [--mesh-reps R]\n"
+        "defaults: --backend auto, --data $TSDF_DATA_DIR or ../shared/data/7scenes-redkitchen,\n"
+        "          all frames, --voxel 0.01, --trunc-vox 4, --max-depth 4,\n"
+        "          --check-frames 10 (CUDA only; 0 skips the check), --raycast-reps 20,\n"
+        "          --mesh-reps 3\n");
+}
+
+static int parse_u32(const char *s, uint32_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || v > 0xfffffffful || s[0] == '-')
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int parse_pos_float(const char *s, float *out)
+{
+    char *end = NULL;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v <= 0.0f)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return path && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* --data, else $TSDF_DATA_DIR, else ../shared/data/7scenes-redkitchen from
+ * the working directory, else the same next to the source tree. */
+static const char *resolve_data_dir(const char *given)
+{
+    if (given)
+        return given;
+    const char *env = getenv("TSDF_DATA_DIR");
+    if (env && *env)
+        return env;
+    if (is_dir("../shared/data/7scenes-redkitchen"))
+        return "../shared/data/7scenes-redkitchen";
+    return TSDF_SOURCE_DIR "/../shared/data/7scenes-redkitchen";
+}
+
+static int parse_args(int argc, char **argv, bench_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->backend = TSDF_BACKEND_AUTO;
+    o->frames = UINT32_MAX;
+    o->voxel_m = 0.01f;
+    o->trunc_vox = 4.0f;
+    o->min_depth_m = 0.1f;
+    o->max_depth_m = 4.0f;
+    o->check_frames = 10;
+    o->raycast_reps = 20;
+    o->mesh_reps = 3;
+    const char *data = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+        if (!val) {
+            fprintf(stderr, "bench_engine: %s needs a value\n", a);
+            return -1;
+        }
+        int bad = 0;
+        if (strcmp(a, "--backend") == 0)
+            bad = tsdf_backend_parse(val, &o->backend) != TSDF_OK;
+        else if (strcmp(a, "--data") == 0)
+            data = val;
+        else if (strcmp(a, "--frames") == 0)
+            bad = parse_u32(val, &o->frames) || o->frames == 0;
+        else if (strcmp(a, "--voxel") == 0)
+            bad = parse_pos_float(val, &o->voxel_m);
+        else if (strcmp(a, "--trunc-vox") == 0)
+            bad = parse_pos_float(val, &o->trunc_vox);
+        else if (strcmp(a, "--max-depth") == 0)
+            bad = parse_pos_float(val, &o->max_depth_m);
+        else if (strcmp(a, "--check-frames") == 0)
+            bad = parse_u32(val, &o->check_frames);
+        else if (strcmp(a, "--raycast-reps") == 0)
+            bad = parse_u32(val, &o->raycast_reps);
+        else if (strcmp(a, "--mesh-reps") == 0)
+            bad = parse_u32(val, &o->mesh_reps);
+        else {
+            fprintf(stderr, "bench_engine: unknown option %s\n", a);
+            return -1;
+        }
+        if (bad) {
+            fprintf(stderr, "bench_engine: bad value for %s: %s\n", a, val);
+            return -1;
+        }
+        i++;
+    }
+    o->data_dir = resolve_data_dir(data);
+    return 0;
+}
+
+static int make_volume(const bench_opts *o, tsdf_backend backend, tsdf_volume **out)
+{
+    tsdf_volume_params p;
+    tsdf_volume_params_default(&p);
+    p.voxel_size_m = o->voxel_m;
+    p.trunc_vox = o->trunc_vox;
+    p.backend = backend;
+    int rc = tsdf_volume_create(&p, out);
+    if (rc != TSDF_OK)
+        fprintf(stderr, "bench_engine: creating a %s volume: %s\n", tsdf_backend_name(backend),
+                tsdf_strerror(rc));
+    return rc;
+}
+
+static int integrate_frame(tsdf_volume *v, const bench_opts *o, const bench_frame *f)
+{
+    tsdf_frame fr;
+    tsdf_dataset_frame_to_tsdf(&f->meta, f->depth, o->min_depth_m, o->max_depth_m, &fr);
+    int rc = tsdf_volume_integrate(v, &fr);
+    if (rc == TSDF_OK)
+        rc = tsdf_volume_sync(v);
+    if (rc != TSDF_OK)
+        fprintf(stderr, "bench_engine: integrating frame %u: %s\n", f->meta.index,
+                tsdf_strerror(rc));
+    return rc;
+}
+
+/* Fuses the first k frames on the CPU reference and on the CUDA backend
+ * and compares the two volumes block by block. Returns 0 when they agree. */
+static int check_cuda_against_cpu(const bench_opts *o, const bench_frame *frames, uint32_t k)
+{
+    tsdf_volume *cpu = NULL, *gpu = NULL;
+    tsdf_block_set a, b;
+    tsdf_block_set_init(&a);
+    tsdf_block_set_init(&b);
+    int result = 2;
+    if (make_volume(o, TSDF_BACKEND_CPU, &cpu) != TSDF_OK ||
+        make_volume(o, TSDF_BACKEND_CUDA, &gpu) != TSDF_OK)
+        goto out;
+    for (uint32_t i = 0; i < k; i++)
+        if (integrate_frame(cpu, o, &frames[i]) != TSDF_OK ||
+            integrate_frame(gpu, o, &frames[i]) != TSDF_OK)
+            goto out;
+    int rc = tsdf_volume_export_blocks(cpu, &a);
+    if (rc == TSDF_OK)
+        rc = tsdf_volume_export_blocks(gpu, &b);
+    if (rc != TSDF_OK) {
+        fprintf(stderr, "bench_engine: exporting blocks: %s\n", tsdf_strerror(rc));
+        goto out;
+    }
+    result = 1;
+    printf("check: CUDA vs CPU after %u frames: %zu vs %zu blocks", k, b.count, a.count);
+    if (a.count != b.count) {
+        printf(" -> FAIL (block counts differ)\n");
+        goto out;
+    }
+    size_t coord_mismatch = 0, weight_mismatch = 0, sdf_mismatch = 0, observed = 0;
+    double max_diff = 0.0;
+    for (size_t i = 0; i < a.count; i++) {
+        if (memcmp(&a.coords[3 * i], &b.coords[3 * i], 3 * sizeof(int32_t)) != 0) {
+            coord_mismatch++;
+            continue;
+        }
+        for (size_t j = 0; j < TSDF_BLOCK_VOXELS; j++) {
+            const tsdf_voxel *va = &a.voxels[i * TSDF_BLOCK_VOXELS + j];
+            const tsdf_voxel *vb = &b.voxels[i * TSDF_BLOCK_VOXELS + j];
+            if (va->weight != vb->weight) {
+                weight_mismatch++;
+                continue;
+            }
+            if (va->weight == 0.0f)
+                continue;
+            observed++;
+            double d = fabs((double)va->sdf_m - (double)vb->sdf_m);
+            if (!(d <= BENCH_SDF_TOL_M))
+                sdf_mismatch++;
+            if (d > max_diff || isnan(d))
+                max_diff = d;
+        }
+    }
+    printf(", %zu observed voxels, max |sdf diff| %.3g m; mismatched blocks %zu, weights %zu, "
+           "sdf > %.0e m %zu",
+           observed, max_diff, coord_mismatch, weight_mismatch, BENCH_SDF_TOL_M, sdf_mismatch);
+    if (coord_mismatch || weight_mismatch || sdf_mismatch) {
+        printf(" -> FAIL\n");
+        goto out;
+    }
+    printf(" -> PASS\n");
+    result = 0;
+out:
+    tsdf_block_set_fini(&a);
+    tsdf_block_set_fini(&b);
+    tsdf_volume_destroy(cpu);
+    tsdf_volume_destroy(gpu);
+    return result;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts o;
+    if (parse_args(argc, argv, &o) != 0) {
+        usage(stderr);
+        return 2;
+    }
+    if (o.backend == TSDF_BACKEND_AUTO)
+        o.backend = tsdf_cuda_available() ? TSDF_BACKEND_CUDA : TSDF_BACKEND_CPU;
+    if (o.backend == TSDF_BACKEND_CUDA && !tsdf_cuda_available()) {
+        fprintf(stderr, "bench_engine: --backend cuda, but no usable CUDA device (or this "
+                        "binary has no CUDA backend)\n");
+        return 2;
+    }
+
+    tsdf_dataset *ds = NULL;
+    int rc = tsdf_dataset_open(o.data_dir, &ds);
+    if (rc != TSDF_OK) {
+        fprintf(stderr, "bench_engine: opening %s: %s\n", o.data_dir, tsdf_strerror(rc));
+        return 2;
+    }
+    tsdf_dataset_info info;
+    tsdf_dataset_get_info(ds, &info);
+    uint32_t n = o.frames < info.frame_count ? o.frames : info.frame_count;
+    size_t npix = (size_t)info.width * info.height;
+
+    /* ---- load everything first ---- */
+    double t0 = now_ms();
+    bench_frame *frames = calloc(n, sizeof *frames);
+    uint16_t *pool = malloc((size_t)n * npix * sizeof *pool);
+    if (!frames || !pool) {
+        fprintf(stderr, "bench_engine: no memory for %u frames\n", n);
+        return 2;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        frames[i].depth = pool + (size_t)i * npix;
+        rc = tsdf_dataset_load(ds, i, frames[i].depth, npix, &frames[i].meta);
+        if (rc != TSDF_OK) {
+            fprintf(stderr, "bench_engine: loading frame %u: %s\n", i, tsdf_strerror(rc));
+            return 2;
+        }
+    }
+    tsdf_dataset_close(ds);
+    printf("bench_engine: backend %s, data %s\n", tsdf_backend_name(o.backend), o.data_dir);
+    printf("  %u frames %ux%u loaded in %.0f ms (%.0f MiB); voxel %.3f m, truncation %.1f "
+           "voxels (%.3f m), depth %.2f..%.2f m\n",
+           n, info.width, info.height, now_ms() - t0, (double)n * npix * sizeof *pool / 1048576.0,
+           o.voxel_m, o.trunc_vox, o.voxel_m * o.trunc_vox, o.min_depth_m, o.max_depth_m);
+
+    /* ---- correctness first ---- */
+    if (o.backend == TSDF_BACKEND_CUDA && o.check_frames > 0) {
+        uint32_t k = o.check_frames < n ? o.check_frames : n;
+        int c = check_cuda_against_cpu(&o, frames, k);
+        if (c != 0) {
+            fprintf(stderr, "bench_engine: the CUDA result does not match the CPU reference; "
+                            "not timing it\n");
+            return c;
+        }
+    }
+
+    /* ---- warm-up: first-use costs (context, JIT, allocator) off the books ---- */
+    tsdf_volume *v = NULL;
+    if (make_volume(&o, o.backend, &v) != TSDF_OK)
+        return 2;
+    for (uint32_t i = 0; i < n && i < 5; i++)
+        if (integrate_frame(v, &o, &frames[i]) != TSDF_OK)
+            return 2;
+    tsdf_volume_destroy(v);
+    v = NULL;
+
+    /* ---- integration ---- */
+    if (make_volume(&o, o.backend, &v) != TSDF_OK)
+        return 2;
+    double *upload = calloc(n, sizeof(double)), *alloc = calloc(n, sizeof(double));
+    double *update = calloc(n, sizeof(double)), *wall = calloc(n, sizeof(double));
+    if (!upload || !alloc || !update || !wall)
+        return 2;
+    tsdf_volume_stats st;
+    double run0 = now_ms();
+    for (uint32_t i = 0; i < n; i++) {
+        double w0 = now_ms();
+        if (integrate_frame(v, &o, &frames[i]) != TSDF_OK)
+            return 2;
+        wall[i] = now_ms() - w0;
+        if (tsdf_volume_get_stats(v, &st) != TSDF_OK)
+            return 2;
+        upload[i] = st.last_upload_ms;
+        alloc[i] = st.last_alloc_ms;
+        update[i] = st.last_update_ms;
+    }
+    double run_ms = now_ms() - run0;
+    tsdf_volume_get_stats(v, &st);
+    printf("integration: %u frames in %.1f ms = %.1f frames/s\n", n, run_ms,
+           1e3 * (double)n / run_ms);
+    print_series_header();
+    print_series("upload", upload, n);
+    print_series("allocate", alloc, n);
+    print_series("update", update, n);
+    print_series("integrate+sync (wall)", wall, n);
+    printf("volume: %llu blocks, %llu slots (load %.2f), %llu growths, %.1f MiB, max probe %u\n",
+           (unsigned long long)st.blocks_allocated, (unsigned long long)st.capacity_slots,
+           st.load_factor, (unsigned long long)st.growth_events,
+           (double)st.memory_bytes / 1048576.0, st.max_probe);
+
+    /* ---- raycast ---- */
+    uint32_t mid = n / 2;
+    tsdf_raycast_params rp;
+    memset(&rp, 0, sizeof rp);
+    rp.width = info.width;
+    rp.height = info.height;
+    rp.K = frames[mid].meta.K;
+    memcpy(rp.T_world_cam, frames[mid].meta.T_world_cam, sizeof rp.T_world_cam);
+    rp.min_depth_m = o.min_depth_m;
+    rp.max_depth_m = o.max_depth_m;
+    float *depth = malloc(npix * sizeof(float)), *normals = malloc(3 * npix * sizeof(float));
+    double *ray_wall = calloc(o.raycast_reps + 1, sizeof(double));
+    double *ray_dev = calloc(o.raycast_reps + 1, sizeof(double));
+    if (!depth || !normals || !ray_wall || !ray_dev)
+        return 2;
+    tsdf_raycast_output out = {depth, normals, NULL};
+    size_t hits = 0;
+    for (uint32_t r = 0; r < o.raycast_reps; r++) {
+        double w0 = now_ms();
+        rc = tsdf_volume_raycast(v, &rp, &out);
+        if (rc == TSDF_OK)
+            rc = tsdf_volume_sync(v);
+        if (rc != TSDF_OK) {
+            fprintf(stderr, "bench_engine: raycast: %s\n", tsdf_strerror(rc));
+            return 2;
+        }
+        ray_wall[r] = now_ms() - w0;
+        tsdf_volume_get_stats(v, &st);
+        ray_dev[r] = st.last_raycast_ms;
+    }
+    for (size_t i = 0; i < npix; i++)
+        hits += isfinite(depth[i]);
+    printf("raycast %ux%u with normals from frame %u's pose: %zu hit pixels\n", rp.width, rp.height,
+           mid, hits);
+    print_series_header();
+    print_series("raycast (engine)", ray_dev, o.raycast_reps);
+    print_series("raycast (wall)", ray_wall, o.raycast_reps);
+
+    /* ---- mesh ---- */
+    double *mesh_wall = calloc(o.mesh_reps + 1, sizeof(double));
+    double *mesh_dev = calloc(o.mesh_reps + 1, sizeof(double));
+    if (!mesh_wall || !mesh_dev)
+        return 2;
+    tsdf_mesh mesh;
+    tsdf_mesh_init(&mesh);
+    for (uint32_t r = 0; r < o.mesh_reps; r++) {
+        double w0 = now_ms();
+        rc = tsdf_volume_mesh(v, NULL, &mesh);
+        if (rc != TSDF_OK) {
+            fprintf(stderr, "bench_engine: mesh: %s\n", tsdf_strerror(rc));
+            return 2;
+        }
+        mesh_wall[r] = now_ms() - w0;
+        tsdf_volume_get_stats(v, &st);
+        mesh_dev[r] = st.last_mesh_ms;
+    }
+    printf("mesh (all blocks): %zu vertices, %zu triangles\n", mesh.vertex_count,
+           mesh.triangle_count);
+    print_series_header();
+    print_series("mesh (engine)", mesh_dev, o.mesh_reps);
+    print_series("mesh (wall)", mesh_wall, o.mesh_reps);
+
+    tsdf_mesh_fini(&mesh);
+    tsdf_volume_destroy(v);
+    free(depth);
+    free(normals);
+    free(ray_wall);
+    free(ray_dev);
+    free(mesh_wall);
+    free(mesh_dev);
+    free(upload);
+    free(alloc);
+    free(update);
+    free(wall);
+    free(pool);
+    free(frames);
+    return 0;
+}

@@ -1,0 +1,642 @@
+/*
+ * tsdf_client.c - libtsdf (see tsdf_client.h).
+ *
+ * The client is immutable after open: the sockets are thread-safe in nng,
+ * and every request opens its own REQ context, so no lock is needed. The
+ * request id comes from an atomic counter.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "tsdf_client.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/pipeline0/push.h>
+#include <nng/protocol/reqrep0/req.h>
+
+struct tsdf_client {
+    nng_socket req;
+    nng_socket push;
+    int has_push;
+    int default_timeout_ms;
+    atomic_uint_fast64_t next_id;
+};
+
+static _Thread_local char last_message[TSDF_PROTO_MAX_MESSAGE_LEN + 1];
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static int
+client_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_message, sizeof(last_message), fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *tsdf_client_last_message(void)
+{
+    return last_message;
+}
+
+int tsdf_client_nng_error(int nng_err)
+{
+    switch (nng_err) {
+    case 0:
+        return TSDF_OK;
+    case NNG_ETIMEDOUT:
+        return TSDF_ETIMEOUT;
+    case NNG_ECONNREFUSED:
+    case NNG_ENOENT: /* ipc:// path does not exist: nobody listens */
+    case NNG_EUNREACHABLE:
+    case NNG_ECONNRESET:
+    case NNG_ECONNABORTED:
+    case NNG_EPEERAUTH:
+        return TSDF_ECONNREFUSED;
+    case NNG_ECLOSED:
+    case NNG_ECANCELED:
+        return TSDF_ECLOSED;
+    case NNG_EAGAIN:
+        return TSDF_EQUEUE_FULL;
+    case NNG_ENOMEM:
+        return TSDF_ENOMEM;
+    case NNG_EINVAL:
+    case NNG_EADDRINVAL:
+    case NNG_ENOTSUP:
+        return TSDF_EINVAL;
+    case NNG_EMSGSIZE:
+        return TSDF_ETOO_LARGE;
+    default:
+        return TSDF_ENNG;
+    }
+}
+
+static int nng_fail(int nng_err, const char *what)
+{
+    return client_fail(tsdf_client_nng_error(nng_err), "%s: %s", what, nng_strerror(nng_err));
+}
+
+void tsdf_client_options_default(tsdf_client_options *o)
+{
+    o->lazy_connect = 0;
+    o->push_send_buffer = 16;
+    o->default_timeout_ms = 5000;
+}
+
+static int dial(nng_socket s, const char *url, int lazy)
+{
+    /* Short reconnect intervals: a restarted daemon is found again within a
+     * second instead of nng's default back-off. */
+    nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 100);
+    nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, 1000);
+    int rv = nng_dial(s, url, NULL, lazy ? NNG_FLAG_NONBLOCK : 0);
+    if (rv != 0)
+        return nng_fail(rv, url);
+    return TSDF_OK;
+}
+
+int tsdf_client_open(const char *req_url, const char *push_url, const tsdf_client_options *opts,
+                     tsdf_client **out)
+{
+    if (out == NULL)
+        return TSDF_EINVAL;
+    *out = NULL;
+    last_message[0] = '\0';
+    tsdf_client_options o;
+    tsdf_client_options_default(&o);
+    if (opts != NULL)
+        o = *opts;
+    if (o.push_send_buffer < 1 || o.push_send_buffer > 8192 || o.default_timeout_ms <= 0)
+        return client_fail(TSDF_EINVAL, "invalid client options");
+    if (req_url == NULL)
+        req_url = TSDF_PROTO_DEFAULT_REQ_URL;
+
+    tsdf_client *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return TSDF_ENOMEM;
+    c->default_timeout_ms = o.default_timeout_ms;
+    atomic_init(&c->next_id, 1);
+
+    int rc;
+    int rv = nng_req0_open(&c->req);
+    if (rv != 0) {
+        rc = nng_fail(rv, "req socket");
+        goto fail_req;
+    }
+    /* A resent integrate would integrate its frame twice: never resend;
+     * the per-call timeout bounds the wait instead. */
+    nng_socket_set_ms(c->req, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+    /* Replies (meshes, raycasts) may be large, but never beyond the limit. */
+    nng_socket_set_size(c->req, NNG_OPT_RECVMAXSZ, TSDF_PROTO_MAX_MESSAGE_BYTES + 1024u);
+    rc = dial(c->req, req_url, o.lazy_connect);
+    if (rc != TSDF_OK)
+        goto fail_req_dial;
+
+    if (push_url != NULL) {
+        rv = nng_push0_open(&c->push);
+        if (rv != 0) {
+            rc = nng_fail(rv, "push socket");
+            goto fail_req_dial;
+        }
+        c->has_push = 1;
+        rv = nng_socket_set_int(c->push, NNG_OPT_SENDBUF, o.push_send_buffer);
+        if (rv != 0) {
+            rc = nng_fail(rv, "push send buffer");
+            goto fail_push;
+        }
+        rc = dial(c->push, push_url, o.lazy_connect);
+        if (rc != TSDF_OK)
+            goto fail_push;
+    }
+    *out = c;
+    return TSDF_OK;
+
+fail_push:
+    nng_close(c->push);
+fail_req_dial:
+    nng_close(c->req);
+fail_req:
+    free(c);
+    return rc;
+}
+
+void tsdf_client_close(tsdf_client *c)
+{
+    if (c == NULL)
+        return;
+    if (c->has_push)
+        nng_close(c->push);
+    nng_close(c->req);
+    free(c);
+}
+
+/* ---- plumbing ----------------------------------------------------------- */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int effective_timeout(const tsdf_client *c, int timeout_ms)
+{
+    return timeout_ms > 0 ? timeout_ms : c->default_timeout_ms;
+}
+
+static int copy_name(char *dst, const char *src, const char *what)
+{
+    if (src == NULL)
+        src = TSDF_PROTO_DEFAULT_MAP;
+    size_t n = strlen(src);
+    int rc = tsdf_proto_check_name(src, n);
+    if (rc != TSDF_OK)
+        return client_fail(rc, "%s \"%.64s\" is not 1..%u characters of [A-Za-z0-9_.-]", what, src,
+                           TSDF_PROTO_MAX_NAME_LEN);
+    memcpy(dst, src, n + 1);
+    return TSDF_OK;
+}
+
+/* Encodes q into a fresh nng message. */
+static int encode_msg(const tsdf_request *q, nng_msg **out)
+{
+    tsdf_buf b;
+    tsdf_buf_init(&b);
+    int rc = tsdf_proto_encode_request(q, &b);
+    if (rc != TSDF_OK) {
+        tsdf_buf_fini(&b);
+        return client_fail(rc, "cannot encode the %s request: %s", tsdf_msg_type_name(q->type),
+                           tsdf_strerror(rc));
+    }
+    nng_msg *m;
+    int rv = nng_msg_alloc(&m, b.len);
+    if (rv != 0) {
+        tsdf_buf_fini(&b);
+        return nng_fail(rv, "message");
+    }
+    memcpy(nng_msg_body(m), b.data, b.len);
+    tsdf_buf_fini(&b);
+    *out = m;
+    return TSDF_OK;
+}
+
+/* Sends q (its id is assigned here) and waits for the reply. On TSDF_OK,
+ * *rep is decoded from *reply_msg, which the caller frees after it is done
+ * with rep's payload pointers. A daemon error reply returns its status and
+ * frees the message. */
+static int call(tsdf_client *c, tsdf_request *q, int timeout_ms, tsdf_reply *rep,
+                nng_msg **reply_msg)
+{
+    last_message[0] = '\0';
+    *reply_msg = NULL;
+    q->id = atomic_fetch_add(&c->next_id, 1);
+    nng_msg *m;
+    int rc = encode_msg(q, &m);
+    if (rc != TSDF_OK)
+        return rc;
+
+    int64_t deadline = now_ms() + effective_timeout(c, timeout_ms);
+    nng_ctx ctx;
+    nng_aio *aio = NULL;
+    int rv = nng_ctx_open(&ctx, c->req);
+    if (rv != 0) {
+        nng_msg_free(m);
+        return nng_fail(rv, "request context");
+    }
+    rv = nng_aio_alloc(&aio, NULL, NULL);
+    if (rv != 0) {
+        nng_msg_free(m);
+        nng_ctx_close(ctx);
+        return nng_fail(rv, "aio");
+    }
+
+    nng_aio_set_msg(aio, m);
+    nng_aio_set_timeout(aio, (nng_duration)(deadline - now_ms() > 0 ? deadline - now_ms() : 1));
+    nng_ctx_send(ctx, aio);
+    nng_aio_wait(aio);
+    rv = nng_aio_result(aio);
+    if (rv != 0) {
+        /* A failed send leaves the message with us. */
+        nng_msg_free(nng_aio_get_msg(aio));
+        rc = nng_fail(rv, "send");
+        goto done;
+    }
+    int64_t left = deadline - now_ms();
+    nng_aio_set_timeout(aio, (nng_duration)(left > 0 ? left : 1));
+    nng_ctx_recv(ctx, aio);
+    nng_aio_wait(aio);
+    rv = nng_aio_result(aio);
+    if (rv != 0) {
+        rc = nng_fail(rv, "receive");
+        goto done;
+    }
+    nng_msg *r = nng_aio_get_msg(aio);
+    tsdf_proto_error perr;
+    rc = tsdf_proto_decode_reply(nng_msg_body(r), nng_msg_len(r), rep, &perr);
+    if (rc != TSDF_OK) {
+        nng_msg_free(r);
+        client_fail(rc, "malformed reply: %s", perr.message);
+        goto done;
+    }
+    if (rep->id != q->id || (rep->type != q->type && rep->type != TSDF_MSG_ERROR)) {
+        nng_msg_free(r);
+        rc = client_fail(TSDF_EFORMAT, "reply %s #%llu does not answer request %s #%llu",
+                         tsdf_msg_type_name(rep->type), (unsigned long long)rep->id,
+                         tsdf_msg_type_name(q->type), (unsigned long long)q->id);
+        goto done;
+    }
+    if (rep->status != TSDF_OK) {
+        nng_msg_free(r);
+        rc = client_fail(rep->status, "%s", rep->message);
+        goto done;
+    }
+    *reply_msg = r;
+    rc = TSDF_OK;
+done:
+    nng_aio_free(aio);
+    nng_ctx_close(ctx);
+    return rc;
+}
+
+/* A reply struct is large (the maps and stats arrays): keep it off small
+ * thread stacks. */
+static int call_alloc(tsdf_client *c, tsdf_request *q, int timeout_ms, tsdf_reply **rep,
+                      nng_msg **reply_msg)
+{
+    *rep = malloc(sizeof(**rep));
+    if (*rep == NULL)
+        return TSDF_ENOMEM;
+    int rc = call(c, q, timeout_ms, *rep, reply_msg);
+    if (rc != TSDF_OK) {
+        free(*rep);
+        *rep = NULL;
+    }
+    return rc;
+}
+
+static void call_free(tsdf_reply *rep, nng_msg *m)
+{
+    free(rep);
+    if (m != NULL)
+        nng_msg_free(m);
+}
+
+static int frame_request(const tsdf_client_frame *f, tsdf_msg_type type, tsdf_request *q)
+{
+    if (f == NULL || f->frame == NULL)
+        return client_fail(TSDF_EINVAL, "no frame");
+    tsdf_request_init(q, type);
+    int rc = copy_name(q->map, f->map, "map");
+    if (rc != TSDF_OK)
+        return rc;
+    tsdf_req_frame *r = &q->u.frame;
+    if (f->sensor != NULL) {
+        size_t n = strlen(f->sensor);
+        if (n == 0 || n > TSDF_PROTO_MAX_NAME_LEN)
+            return client_fail(n ? TSDF_ETOO_LARGE : TSDF_EINVAL, "bad sensor name");
+        r->sensor.is_id = 0;
+        memcpy(r->sensor.name, f->sensor, n + 1);
+    } else {
+        r->sensor.is_id = 1;
+        r->sensor.id = f->sensor_id;
+    }
+    r->seq = f->seq;
+    r->stamp_ns = f->stamp_ns;
+    r->frame = *f->frame;
+    return TSDF_OK;
+}
+
+/* ---- calls -------------------------------------------------------------- */
+
+int tsdf_client_send_frame(tsdf_client *c, const tsdf_client_frame *f, int timeout_ms)
+{
+    if (c == NULL)
+        return TSDF_EINVAL;
+    last_message[0] = '\0';
+    if (!c->has_push)
+        return client_fail(TSDF_EINVAL, "the client was opened without a push URL");
+    tsdf_request *q = malloc(sizeof(*q));
+    if (q == NULL)
+        return TSDF_ENOMEM;
+    int rc = frame_request(f, TSDF_MSG_FRAME, q);
+    nng_msg *m = NULL;
+    if (rc == TSDF_OK)
+        rc = encode_msg(q, &m);
+    free(q);
+    if (rc != TSDF_OK)
+        return rc;
+
+    int rv;
+    if (timeout_ms == 0) {
+        rv = nng_sendmsg(c->push, m, NNG_FLAG_NONBLOCK);
+        if (rv != 0)
+            nng_msg_free(m);
+    } else {
+        nng_aio *aio;
+        rv = nng_aio_alloc(&aio, NULL, NULL);
+        if (rv != 0) {
+            nng_msg_free(m);
+            return nng_fail(rv, "aio");
+        }
+        nng_aio_set_msg(aio, m);
+        nng_aio_set_timeout(aio, effective_timeout(c, timeout_ms));
+        nng_send_aio(c->push, aio);
+        nng_aio_wait(aio);
+        rv = nng_aio_result(aio);
+        if (rv != 0)
+            nng_msg_free(nng_aio_get_msg(aio));
+        nng_aio_free(aio);
+    }
+    if (rv != 0)
+        return nng_fail(rv, "send frame");
+    return TSDF_OK;
+}
+
+int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, int timeout_ms,
+                          tsdf_rep_integrate *out)
+{
+    if (c == NULL)
+        return TSDF_EINVAL;
+    last_message[0] = '\0';
+    tsdf_request *q = malloc(sizeof(*q));
+    if (q == NULL)
+        return TSDF_ENOMEM;
+    int rc = frame_request(f, TSDF_MSG_INTEGRATE, q);
+    tsdf_reply *rep = NULL;
+    nng_msg *m = NULL;
+    if (rc == TSDF_OK)
+        rc = call_alloc(c, q, timeout_ms, &rep, &m);
+    if (rc == TSDF_OK && out != NULL)
+        *out = rep->u.integrate;
+    free(q);
+    call_free(rep, m);
+    return rc;
+}
+
+int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_raycast_params *p, int want_rgb,
+                        tsdf_raycast_output *out, int *has_rgb, int timeout_ms)
+{
+    if (c == NULL || p == NULL || out == NULL || out->depth_m == NULL)
+        return TSDF_EINVAL;
+    tsdf_request q;
+    tsdf_request_init(&q, TSDF_MSG_RAYCAST);
+    int rc = copy_name(q.map, map, "map");
+    if (rc != TSDF_OK)
+        return rc;
+    tsdf_req_raycast *r = &q.u.raycast;
+    r->width = p->width;
+    r->height = p->height;
+    r->K = p->K;
+    memcpy(r->T_world_cam, p->T_world_cam, sizeof(r->T_world_cam));
+    r->min_depth_m = p->min_depth_m;
+    r->max_depth_m = p->max_depth_m;
+    r->want_rgb = want_rgb ? 1 : 0;
+
+    tsdf_reply *rep;
+    nng_msg *m;
+    rc = call_alloc(c, &q, timeout_ms, &rep, &m);
+    if (rc != TSDF_OK)
+        return rc;
+    const tsdf_rep_raycast *rr = &rep->u.raycast;
+    if (rr->width != p->width || rr->height != p->height) {
+        rc = client_fail(TSDF_EBAD_SIZE, "raycast reply is %ux%u, asked for %ux%u", rr->width,
+                         rr->height, p->width, p->height);
+    } else {
+        size_t px = (size_t)p->width * p->height;
+        memcpy(out->depth_m, rr->depth_m, px * 4u);
+        if (out->normals != NULL)
+            memcpy(out->normals, rr->normals, px * 12u);
+        if (out->rgb != NULL) {
+            if (rr->rgb != NULL)
+                memcpy(out->rgb, rr->rgb, px * 3u);
+            else
+                memset(out->rgb, 0, px * 3u);
+        }
+        if (has_rgb != NULL)
+            *has_rgb = rr->rgb != NULL;
+    }
+    call_free(rep, m);
+    return rc;
+}
+
+void tsdf_client_mesh_release(tsdf_mesh *m)
+{
+    if (m == NULL)
+        return;
+    free(m->positions);
+    free(m->normals);
+    free(m->colors);
+    free(m->indices);
+    memset(m, 0, sizeof(*m));
+}
+
+int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *params,
+                     tsdf_mesh *out, uint64_t *version, int timeout_ms)
+{
+    if (c == NULL || out == NULL)
+        return TSDF_EINVAL;
+    tsdf_request q;
+    tsdf_request_init(&q, TSDF_MSG_MESH);
+    int rc = copy_name(q.map, map, "map");
+    if (rc != TSDF_OK)
+        return rc;
+    if (params != NULL) {
+        q.u.mesh.use_box = params->use_box ? 1 : 0;
+        q.u.mesh.box = params->box;
+        q.u.mesh.since_version = params->since_version;
+    }
+    tsdf_reply *rep;
+    nng_msg *m;
+    rc = call_alloc(c, &q, timeout_ms, &rep, &m);
+    if (rc != TSDF_OK)
+        return rc;
+    const tsdf_rep_mesh *rm = &rep->u.mesh;
+    size_t vb = (size_t)rm->vertex_count * 12u, ib = (size_t)rm->triangle_count * 12u;
+    tsdf_mesh mesh;
+    memset(&mesh, 0, sizeof(mesh));
+    /* malloc(0) may return NULL: allocate at least one byte so that NULL
+     * always means failure. */
+    mesh.positions = malloc(vb ? vb : 1);
+    mesh.normals = malloc(vb ? vb : 1);
+    mesh.indices = malloc(ib ? ib : 1);
+    if (rm->colors != NULL)
+        mesh.colors = malloc(rm->vertex_count ? (size_t)rm->vertex_count * 3u : 1);
+    if (mesh.positions == NULL || mesh.normals == NULL || mesh.indices == NULL ||
+        (rm->colors != NULL && mesh.colors == NULL)) {
+        tsdf_client_mesh_release(&mesh);
+        call_free(rep, m);
+        return TSDF_ENOMEM;
+    }
+    memcpy(mesh.positions, rm->positions, vb);
+    memcpy(mesh.normals, rm->normals, vb);
+    memcpy(mesh.indices, rm->indices, ib);
+    if (rm->colors != NULL)
+        memcpy(mesh.colors, rm->colors, (size_t)rm->vertex_count * 3u);
+    mesh.vertex_count = (size_t)rm->vertex_count;
+    mesh.triangle_count = (size_t)rm->triangle_count;
+    if (version != NULL)
+        *version = rm->version;
+    tsdf_client_mesh_release(out);
+    *out = mesh;
+    call_free(rep, m);
+    return TSDF_OK;
+}
+
+int tsdf_client_stats(tsdf_client *c, const char *map, tsdf_rep_stats *out, int timeout_ms)
+{
+    if (c == NULL || out == NULL)
+        return TSDF_EINVAL;
+    tsdf_request q;
+    tsdf_request_init(&q, TSDF_MSG_STATS);
+    int rc = copy_name(q.map, map, "map");
+    if (rc != TSDF_OK)
+        return rc;
+    tsdf_reply *rep;
+    nng_msg *m;
+    rc = call_alloc(c, &q, timeout_ms, &rep, &m);
+    if (rc != TSDF_OK)
+        return rc;
+    *out = rep->u.stats;
+    call_free(rep, m);
+    return TSDF_OK;
+}
+
+static int path_call(tsdf_client *c, tsdf_msg_type type, const char *map, const char *path,
+                     tsdf_rep_path *out, int timeout_ms)
+{
+    if (c == NULL)
+        return TSDF_EINVAL;
+    tsdf_request *q = malloc(sizeof(*q));
+    if (q == NULL)
+        return TSDF_ENOMEM;
+    tsdf_request_init(q, type);
+    int rc = copy_name(q->map, map, "map");
+    if (rc == TSDF_OK && path != NULL) {
+        size_t n = strlen(path);
+        if (n == 0 || n > TSDF_PROTO_MAX_PATH_LEN)
+            rc = client_fail(n ? TSDF_ETOO_LARGE : TSDF_EINVAL, "path must be 1..%u bytes",
+                             TSDF_PROTO_MAX_PATH_LEN);
+        else
+            memcpy(q->u.path.path, path, n + 1);
+    }
+    tsdf_reply *rep = NULL;
+    nng_msg *m = NULL;
+    if (rc == TSDF_OK)
+        rc = call_alloc(c, q, timeout_ms, &rep, &m);
+    if (rc == TSDF_OK && out != NULL)
+        *out = rep->u.path;
+    free(q);
+    call_free(rep, m);
+    return rc;
+}
+
+int tsdf_client_save(tsdf_client *c, const char *map, const char *path, tsdf_rep_path *out,
+                     int timeout_ms)
+{
+    return path_call(c, TSDF_MSG_SAVE, map, path, out, timeout_ms);
+}
+
+int tsdf_client_load(tsdf_client *c, const char *map, const char *path, tsdf_rep_path *out,
+                     int timeout_ms)
+{
+    return path_call(c, TSDF_MSG_LOAD, map, path, out, timeout_ms);
+}
+
+/* reset, maps and ping: no arguments but the map. */
+static int simple_call(tsdf_client *c, tsdf_msg_type type, const char *map, int timeout_ms,
+                       tsdf_reply **rep, nng_msg **m)
+{
+    if (c == NULL)
+        return TSDF_EINVAL;
+    tsdf_request q;
+    tsdf_request_init(&q, type);
+    int rc = copy_name(q.map, map, "map");
+    if (rc != TSDF_OK)
+        return rc;
+    return call_alloc(c, &q, timeout_ms, rep, m);
+}
+
+int tsdf_client_reset(tsdf_client *c, const char *map, int timeout_ms)
+{
+    tsdf_reply *rep;
+    nng_msg *m;
+    int rc = simple_call(c, TSDF_MSG_RESET, map, timeout_ms, &rep, &m);
+    if (rc == TSDF_OK)
+        call_free(rep, m);
+    return rc;
+}
+
+int tsdf_client_maps(tsdf_client *c, tsdf_rep_maps *out, int timeout_ms)
+{
+    if (out == NULL)
+        return TSDF_EINVAL;
+    tsdf_reply *rep;
+    nng_msg *m;
+    int rc = simple_call(c, TSDF_MSG_MAPS, NULL, timeout_ms, &rep, &m);
+    if (rc == TSDF_OK) {
+        *out = rep->u.maps;
+        call_free(rep, m);
+    }
+    return rc;
+}
+
+int tsdf_client_ping(tsdf_client *c, tsdf_rep_ping *out, int timeout_ms)
+{
+    tsdf_reply *rep;
+    nng_msg *m;
+    int rc = simple_call(c, TSDF_MSG_PING, NULL, timeout_ms, &rep, &m);
+    if (rc == TSDF_OK) {
+        if (out != NULL)
+            *out = rep->u.ping;
+        call_free(rep, m);
+    }
+    return rc;
+}

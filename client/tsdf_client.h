@@ -1,0 +1,160 @@
+/*
+ * tsdf_client.h - libtsdf, the thin C client of tsdfd.
+ *
+ * A client holds two nng sockets: a REQ socket for requests that are
+ * answered (integrate, raycast, mesh, stats, save, load, reset, maps, ping)
+ * and an optional PUSH socket for fire-and-forget frames (send_frame). The
+ * wire format is proto/PROTOCOL.md; this library encodes and validates with
+ * proto/tsdf_proto.h before anything is sent, so a malformed frame is
+ * refused locally with the code the daemon would have sent.
+ *
+ * Errors: every function returns TSDF_OK or a negative tsdf_errno
+ * (tsdf_error.h; tsdf_strerror() gives a message). Error replies of the
+ * daemon are returned as their status code (e.g. TSDF_EBAD_POSE), and the
+ * daemon's message is available from tsdf_client_last_message() on the
+ * calling thread. nng failures are mapped: timeouts to TSDF_ETIMEOUT,
+ * refused or missing endpoints to TSDF_ECONNREFUSED, closed sockets to
+ * TSDF_ECLOSED, a full PUSH buffer to TSDF_EQUEUE_FULL, anything else to
+ * TSDF_ENNG. A reply that does not decode, or answers another request, is
+ * TSDF_EFORMAT (or the decoder's code).
+ *
+ * Timeouts: every call takes timeout_ms, the most it waits in total, in
+ * milliseconds. timeout_ms < 0 (TSDF_CLIENT_TIMEOUT_DEFAULT) uses the
+ * client's default (options.default_timeout_ms). For send_frame, 0 means
+ * "do not wait": the frame is queued or TSDF_EQUEUE_FULL is returned at
+ * once. For the other calls 0 also means the default (a request cannot be
+ * answered without waiting). After a timeout the request may still be
+ * executed by the daemon (an integrate may still integrate its frame).
+ *
+ * Threads: after tsdf_client_open returns, any number of threads may call
+ * any function on one client concurrently, except tsdf_client_close, which
+ * must be called once, after every other call on the client has returned.
+ * Each request uses its own nng context on the shared REQ socket, so
+ * concurrent requests run in parallel and each gets its own reply.
+ *
+ * Ownership: the client never keeps pointers to caller memory after a call
+ * returns; outputs are written into caller-provided structs and buffers, or
+ * malloc'ed arrays (mesh) that the caller frees.
+ */
+#ifndef TSDF_CLIENT_H
+#define TSDF_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tsdf_error.h"
+#include "tsdf_proto.h"
+#include "tsdf_volume.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TSDF_CLIENT_TIMEOUT_DEFAULT (-1)
+
+/* An opaque client. */
+typedef struct tsdf_client tsdf_client;
+
+typedef struct {
+    /* 0 (default): tsdf_client_open dials synchronously and fails with
+     * TSDF_ECONNREFUSED when the daemon is not there. 1: dial in the
+     * background and keep retrying; calls time out until the daemon comes. */
+    int lazy_connect;
+    /* Frames the PUSH socket buffers before send_frame reports
+     * TSDF_EQUEUE_FULL (1..8192); default 16. */
+    int push_send_buffer;
+    /* Timeout of calls that pass TSDF_CLIENT_TIMEOUT_DEFAULT, ms; default 5000. */
+    int default_timeout_ms;
+} tsdf_client_options;
+
+/* Fills *o with the defaults above. */
+void tsdf_client_options_default(tsdf_client_options *o);
+
+/* Opens a client. req_url is the daemon's REQ/REP address (NULL:
+ * TSDF_PROTO_DEFAULT_REQ_URL); push_url its PUSH/PULL address (NULL: no
+ * PUSH socket; send_frame then returns TSDF_EINVAL). opts NULL: defaults.
+ * Returns TSDF_EINVAL (bad option or URL), TSDF_ECONNREFUSED, TSDF_ENOMEM,
+ * TSDF_ENNG. On success *out owns the client; release it with
+ * tsdf_client_close. */
+int tsdf_client_open(const char *req_url, const char *push_url, const tsdf_client_options *opts,
+                     tsdf_client **out);
+
+/* Closes the sockets and frees the client. Frames still in the PUSH buffer
+ * may be lost. NULL is a no-op. */
+void tsdf_client_close(tsdf_client *c);
+
+/* The daemon's message of the last failed call on the calling thread (or a
+ * local explanation for local failures); "" when none. Valid until the next
+ * call on this thread. */
+const char *tsdf_client_last_message(void);
+
+/* Maps an nng error number to a tsdf code (0 -> TSDF_OK). */
+int tsdf_client_nng_error(int nng_err);
+
+/* One frame to send: a tsdf_frame plus its addressing. */
+typedef struct {
+    const char *map;    /* NULL: "default" */
+    const char *sensor; /* NULL: the sensor is sensor_id */
+    uint64_t sensor_id;
+    uint64_t seq;
+    uint64_t stamp_ns;
+    const tsdf_frame *frame; /* required; buffers are read during the call only */
+} tsdf_client_frame;
+
+/* Queues a frame on the PUSH socket (message type "frame"): returns as soon
+ * as nng took the message. TSDF_EQUEUE_FULL when the send buffer is full
+ * and timeout_ms is 0; TSDF_ETIMEOUT when it stayed full for timeout_ms.
+ * Validation errors (TSDF_EBAD_POSE, TSDF_EBAD_SIZE, ...) are returned
+ * before anything is sent. The daemon's result is not reported (see stats). */
+int tsdf_client_send_frame(tsdf_client *c, const tsdf_client_frame *f, int timeout_ms);
+
+/* Sends a frame as an "integrate" request and waits until the daemon has
+ * integrated or rejected it. Returns the frame's status. out (optional)
+ * receives seq, the map version after the frame and the integration time. */
+int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, int timeout_ms,
+                          tsdf_rep_integrate *out);
+
+/* Renders map (NULL: "default") from p. out->depth_m (width*height floats)
+ * is required; out->normals (width*height*3) and out->rgb (width*height*3)
+ * are optional. With want_rgb, *has_rgb (optional) says whether the map had
+ * colour; when it had none, out->rgb is zeroed. */
+int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_raycast_params *p, int want_rgb,
+                        tsdf_raycast_output *out, int *has_rgb, int timeout_ms);
+
+/* Extracts the mesh of map (NULL: "default"); params NULL: the whole map.
+ * On success the old arrays of *out (initialised by the caller, e.g. with
+ * tsdf_mesh_init or zeroed) are freed and replaced by malloc'ed arrays
+ * that the caller frees with tsdf_client_mesh_release (or tsdf_mesh_fini).
+ * *version (optional) receives the map version of the mesh. On error *out
+ * is unchanged. */
+int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *params,
+                     tsdf_mesh *out, uint64_t *version, int timeout_ms);
+
+/* Frees the arrays of a mesh filled by tsdf_client_mesh and zeroes it. */
+void tsdf_client_mesh_release(tsdf_mesh *m);
+
+/* Engine statistics of map (NULL: "default") and the daemon's counters. */
+int tsdf_client_stats(tsdf_client *c, const char *map, tsdf_rep_stats *out, int timeout_ms);
+
+/* Saves / loads map to / from path (NULL: the daemon's snapshot file).
+ * out (optional) receives the path used and the map version. */
+int tsdf_client_save(tsdf_client *c, const char *map, const char *path, tsdf_rep_path *out,
+                     int timeout_ms);
+int tsdf_client_load(tsdf_client *c, const char *map, const char *path, tsdf_rep_path *out,
+                     int timeout_ms);
+
+/* Drops every block of map (NULL: "default"). */
+int tsdf_client_reset(tsdf_client *c, const char *map, int timeout_ms);
+
+/* The names of the daemon's maps. */
+int tsdf_client_maps(tsdf_client *c, tsdf_rep_maps *out, int timeout_ms);
+
+/* Round trip to the daemon; out (optional) receives its version string and
+ * uptime. */
+int tsdf_client_ping(tsdf_client *c, tsdf_rep_ping *out, int timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TSDF_CLIENT_H */

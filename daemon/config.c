@@ -1,0 +1,657 @@
+/*
+ * config.c - defaults, INI file and command line (see config.h).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "config.h"
+
+#include "log.h"
+#include "tsdf_error.h"
+#include "tsdf_proto.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+typedef enum {
+    KEY_U32,       /* decimal integer within [min, max] */
+    KEY_FLOAT,     /* finite float within (min, max] or [min, max] (see min_open) */
+    KEY_BOOL,      /* true/false/yes/no/on/off/1/0 */
+    KEY_STRING,    /* non-empty text, len < CFG_PATH_LEN */
+    KEY_URLS,      /* comma-separated nng URLs */
+    KEY_MAPS,      /* comma-separated map names */
+    KEY_POLICY,    /* block | drop_oldest */
+    KEY_BACKEND,   /* auto | cpu | cuda */
+    KEY_LOG_LEVEL, /* error | warn | info | debug */
+    KEY_MEMCAP_MB, /* u32 MiB into volume.memory_cap_bytes */
+} key_type;
+
+typedef struct {
+    const char *section;
+    const char *key;
+    key_type type;
+    size_t offset; /* into tsdfd_config */
+    double min, max;
+    int min_open; /* KEY_FLOAT: 1 when min itself is not allowed */
+    size_t size;  /* KEY_STRING: buffer size */
+} key_def;
+
+#define OFF(f) offsetof(tsdfd_config, f)
+#define SZ(f) sizeof(((tsdfd_config *)0)->f)
+
+static const key_def cfg_keys[] = {
+    {"server", "listen", KEY_URLS, OFF(listen), 0, 0, 0, 0},
+    {"server", "frames_listen", KEY_URLS, OFF(frames_listen), 0, 0, 0, 0},
+    {"server", "request_contexts", KEY_U32, OFF(request_contexts), 1, 64, 0, 0},
+    {"server", "decode_threads", KEY_U32, OFF(decode_threads), 1, 32, 0, 0},
+    {"server", "max_message_mb", KEY_U32, OFF(max_message_mb), 1, 64, 0, 0},
+    {"server", "request_timeout_ms", KEY_U32, OFF(request_timeout_ms), 100, 600000, 0, 0},
+    {"server", "state_dir", KEY_STRING, OFF(state_dir), 0, 0, 0, SZ(state_dir)},
+
+    {"queue", "length", KEY_U32, OFF(queue_length), 1, 65536, 0, 0},
+    {"queue", "policy", KEY_POLICY, OFF(queue_policy), 0, 0, 0, 0},
+    {"queue", "push_timeout_ms", KEY_U32, OFF(push_timeout_ms), 0, 600000, 0, 0},
+    {"queue", "drain_timeout_ms", KEY_U32, OFF(drain_timeout_ms), 0, 600000, 0, 0},
+    {"queue", "max_sensors", KEY_U32, OFF(max_sensors), 1, 65536, 0, 0},
+
+    {"volume", "backend", KEY_BACKEND, OFF(volume.backend), 0, 0, 0, 0},
+    {"volume", "voxel_size_m", KEY_FLOAT, OFF(volume.voxel_size_m), 0, 1.0, 1, 0},
+    {"volume", "trunc_vox", KEY_FLOAT, OFF(volume.trunc_vox), 1.0, 64.0, 0, 0},
+    {"volume", "max_weight", KEY_FLOAT, OFF(volume.max_weight), 1.0, 65535.0, 0, 0},
+    {"volume", "initial_capacity_blocks", KEY_U32, OFF(volume.initial_capacity_blocks), 16,
+     1u << 30, 0, 0},
+    {"volume", "max_load_factor", KEY_FLOAT, OFF(volume.max_load_factor), 0, 0.95, 1, 0},
+    {"volume", "memory_cap_mb", KEY_MEMCAP_MB, OFF(volume.memory_cap_bytes), 0, 16u << 20, 0, 0},
+    {"volume", "cuda_device", KEY_U32, OFF(volume.cuda_device), 0, 63, 0, 0},
+    {"volume", "max_maps", KEY_U32, OFF(max_maps), 1, 256, 0, 0},
+    {"volume", "auto_create_maps", KEY_BOOL, OFF(auto_create_maps), 0, 0, 0, 0},
+    {"volume", "maps", KEY_MAPS, OFF(maps), 0, 0, 0, 0},
+
+    {"snapshot", "autosave_period_s", KEY_U32, OFF(autosave_period_s), 0, 7 * 86400, 0, 0},
+    {"snapshot", "save_on_stop", KEY_BOOL, OFF(save_on_stop), 0, 0, 0, 0},
+    {"snapshot", "load_on_start", KEY_BOOL, OFF(load_on_start), 0, 0, 0, 0},
+    {"snapshot", "keep", KEY_U32, OFF(snapshot_keep), 1, 1000, 0, 0},
+
+    {"metrics", "enabled", KEY_BOOL, OFF(metrics_enabled), 0, 0, 0, 0},
+    {"metrics", "host", KEY_STRING, OFF(metrics_host), 0, 0, 0, SZ(metrics_host)},
+    {"metrics", "port", KEY_U32, OFF(metrics_port), 1, 65535, 0, 0},
+
+    {"log", "level", KEY_LOG_LEVEL, OFF(log_level), 0, 0, 0, 0},
+    {"log", "stats_period_s", KEY_U32, OFF(stats_period_s), 0, 86400, 0, 0},
+    {"log", "latency_window", KEY_U32, OFF(latency_window), 1, 65536, 0, 0},
+};
+
+#define CFG_KEY_COUNT (sizeof cfg_keys / sizeof cfg_keys[0])
+
+static void cfg_err(char *err, size_t err_len, const char *fmt, ...)
+{
+    if (err == NULL || err_len == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+}
+
+void cfg_defaults(tsdfd_config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->listen[0], CFG_URL_LEN, "%s", TSDF_PROTO_DEFAULT_REQ_URL);
+    snprintf(c->listen[1], CFG_URL_LEN, "%s", TSDF_PROTO_DEFAULT_REQ_TCP_URL);
+    c->listen_count = 2;
+    snprintf(c->frames_listen[0], CFG_URL_LEN, "%s", TSDF_PROTO_DEFAULT_PUSH_URL);
+    snprintf(c->frames_listen[1], CFG_URL_LEN, "%s", TSDF_PROTO_DEFAULT_PUSH_TCP_URL);
+    c->frames_listen_count = 2;
+    c->request_contexts = 8;
+    c->decode_threads = 2;
+    c->max_message_mb = 64;
+    c->request_timeout_ms = 30000;
+    snprintf(c->state_dir, sizeof c->state_dir, "/var/lib/tsdfd");
+
+    c->queue_length = 64;
+    c->queue_policy = CFG_POLICY_BLOCK;
+    c->push_timeout_ms = 5000;
+    c->drain_timeout_ms = 10000;
+    c->max_sensors = 1024;
+
+    tsdf_volume_params_default(&c->volume);
+    c->max_maps = 16;
+    c->auto_create_maps = 1;
+    snprintf(c->maps[0], CFG_NAME_LEN, "%s", TSDF_PROTO_DEFAULT_MAP);
+    c->maps_count = 1;
+
+    c->autosave_period_s = 0;
+    c->save_on_stop = 0;
+    c->load_on_start = 0;
+    c->snapshot_keep = 3;
+
+    c->metrics_enabled = 0;
+    snprintf(c->metrics_host, sizeof c->metrics_host, "127.0.0.1");
+    c->metrics_port = 9464;
+
+    c->log_level = TSDF_LOG_INFO;
+    c->stats_period_s = 60;
+    c->latency_window = 1024;
+}
+
+const char *cfg_policy_name(cfg_queue_policy p)
+{
+    return p == CFG_POLICY_DROP_OLDEST ? "drop_oldest" : "block";
+}
+
+/* Copies s without leading and trailing blanks into out (out_len bytes). */
+static int trim_copy(const char *s, size_t len, char *out, size_t out_len)
+{
+    while (len > 0 && isspace((unsigned char)*s)) {
+        s++;
+        len--;
+    }
+    while (len > 0 && isspace((unsigned char)s[len - 1]))
+        len--;
+    if (len + 1 > out_len)
+        return TSDF_ETOO_LARGE;
+    memcpy(out, s, len);
+    out[len] = '\0';
+    return TSDF_OK;
+}
+
+static int parse_u32(const char *v, double min, double max, uint32_t *out)
+{
+    char *end;
+    if (v[0] == '\0' || v[0] == '-' || v[0] == '+')
+        return TSDF_EINVAL;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return TSDF_EINVAL;
+    if ((double)x < min || (double)x > max)
+        return TSDF_EINVAL;
+    *out = (uint32_t)x;
+    return TSDF_OK;
+}
+
+static int parse_bool(const char *v, int *out)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"};
+    static const char *const no[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(v, yes[i]) == 0) {
+            *out = 1;
+            return TSDF_OK;
+        }
+        if (strcasecmp(v, no[i]) == 0) {
+            *out = 0;
+            return TSDF_OK;
+        }
+    }
+    return TSDF_EINVAL;
+}
+
+/* A URL nng can listen on: ipc://, tcp://, inproc:// (tests), tls+tcp:// is
+ * not offered because the daemon configures no certificates. */
+static int check_url(const char *u)
+{
+    static const char *const schemes[] = {"ipc://", "tcp://", "tcp4://", "tcp6://", "inproc://"};
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
+        size_t n = strlen(schemes[i]);
+        if (strncmp(u, schemes[i], n) == 0 && u[n] != '\0')
+            return TSDF_OK;
+    }
+    return TSDF_EINVAL;
+}
+
+/* Splits a comma-separated list into up to max entries of entry_len bytes.
+ * kind 0: URLs, 1: map names. */
+static int parse_list(const char *v, char *entries, size_t max, size_t entry_len, size_t *count,
+                      int kind, char *why, size_t why_len)
+{
+    size_t n = 0;
+    const char *p = v;
+    char tmp[CFG_URL_LEN];
+
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (trim_copy(p, len, tmp, sizeof tmp) != TSDF_OK || strlen(tmp) + 1 > entry_len) {
+            snprintf(why, why_len, "entry %zu is too long (max %zu bytes)", n + 1, entry_len - 1);
+            return TSDF_EINVAL;
+        }
+        if (tmp[0] == '\0') {
+            snprintf(why, why_len, "entry %zu is empty", n + 1);
+            return TSDF_EINVAL;
+        }
+        if (kind == 0 && check_url(tmp) != TSDF_OK) {
+            snprintf(why, why_len, "'%.128s' is not an ipc://, tcp:// or inproc:// URL", tmp);
+            return TSDF_EINVAL;
+        }
+        if (kind == 1 && tsdf_proto_check_name(tmp, strlen(tmp)) != TSDF_OK) {
+            snprintf(why, why_len,
+                     "'%s' is not a map name (1..64 of [A-Za-z0-9_.-], not starting with '.')",
+                     tmp);
+            return TSDF_EINVAL;
+        }
+        if (n == max) {
+            snprintf(why, why_len, "more than %zu entries", max);
+            return TSDF_EINVAL;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(entries + i * entry_len, tmp) == 0) {
+                snprintf(why, why_len, "'%s' is listed twice", tmp);
+                return TSDF_EINVAL;
+            }
+        }
+        memcpy(entries + n * entry_len, tmp, strlen(tmp) + 1);
+        n++;
+        if (comma == NULL)
+            break;
+        p = comma + 1;
+    }
+    *count = n;
+    return TSDF_OK;
+}
+
+static const key_def *find_key(const char *section, const char *key, int *section_known)
+{
+    *section_known = 0;
+    for (size_t i = 0; i < CFG_KEY_COUNT; i++) {
+        if (strcmp(cfg_keys[i].section, section) != 0)
+            continue;
+        *section_known = 1;
+        if (strcmp(cfg_keys[i].key, key) == 0)
+            return &cfg_keys[i];
+    }
+    return NULL;
+}
+
+int cfg_set(tsdfd_config *c, const char *section, const char *key, const char *value, char *err,
+            size_t err_len)
+{
+    char why[256] = "";
+    char v[CFG_PATH_LEN * 2];
+    int section_known;
+    int rc = TSDF_OK;
+
+    if (c == NULL || section == NULL || key == NULL || value == NULL)
+        return TSDF_EINVAL;
+    const key_def *k = find_key(section, key, &section_known);
+    if (k == NULL) {
+        if (section_known)
+            cfg_err(err, err_len, "[%s] %s: unknown key", section, key);
+        else
+            cfg_err(err, err_len, "[%s] %s: unknown section", section, key);
+        return TSDF_ENOT_FOUND;
+    }
+    if (trim_copy(value, strlen(value), v, sizeof v) != TSDF_OK) {
+        cfg_err(err, err_len, "[%s] %s: value too long", section, key);
+        return TSDF_EINVAL;
+    }
+    char *field = (char *)c + k->offset;
+
+    switch (k->type) {
+    case KEY_U32: {
+        uint32_t x;
+        if (parse_u32(v, k->min, k->max, &x) != TSDF_OK) {
+            snprintf(why, sizeof why, "'%.64s' is not an integer in [%.0f, %.0f]", v, k->min,
+                     k->max);
+            rc = TSDF_EINVAL;
+            break;
+        }
+        if (k->offset == OFF(volume.cuda_device))
+            *(int *)field = (int)x;
+        else
+            *(uint32_t *)field = x;
+        break;
+    }
+    case KEY_MEMCAP_MB: {
+        uint32_t x;
+        if (parse_u32(v, k->min, k->max, &x) != TSDF_OK) {
+            snprintf(why, sizeof why, "'%.64s' is not an integer in [%.0f, %.0f]", v, k->min,
+                     k->max);
+            rc = TSDF_EINVAL;
+            break;
+        }
+        *(uint64_t *)field = (uint64_t)x << 20;
+        break;
+    }
+    case KEY_FLOAT: {
+        char *end;
+        errno = 0;
+        double x = strtod(v, &end);
+        int ok = v[0] != '\0' && *end == '\0' && errno == 0 && isfinite(x) &&
+                 (k->min_open ? x > k->min : x >= k->min) && x <= k->max;
+        if (!ok) {
+            snprintf(why, sizeof why, "'%.64s' is not a number in %s%g, %g]", v,
+                     k->min_open ? "(" : "[", k->min, k->max);
+            rc = TSDF_EINVAL;
+            break;
+        }
+        *(float *)field = (float)x;
+        break;
+    }
+    case KEY_BOOL:
+        if (parse_bool(v, (int *)field) != TSDF_OK) {
+            snprintf(why, sizeof why, "'%.64s' is not a boolean (true/false, yes/no, on/off, 1/0)",
+                     v);
+            rc = TSDF_EINVAL;
+        }
+        break;
+    case KEY_STRING:
+        if (v[0] == '\0' || strlen(v) + 1 > k->size) {
+            snprintf(why, sizeof why, "must be 1..%zu bytes", k->size - 1);
+            rc = TSDF_EINVAL;
+            break;
+        }
+        memcpy(field, v, strlen(v) + 1);
+        break;
+    case KEY_URLS: {
+        char tmp[CFG_MAX_URLS][CFG_URL_LEN];
+        size_t n;
+        memset(tmp, 0, sizeof tmp);
+        rc = parse_list(v, &tmp[0][0], CFG_MAX_URLS, CFG_URL_LEN, &n, 0, why, sizeof why);
+        if (rc != TSDF_OK)
+            break;
+        memcpy(field, tmp, sizeof tmp);
+        if (k->offset == OFF(listen))
+            c->listen_count = n;
+        else
+            c->frames_listen_count = n;
+        break;
+    }
+    case KEY_MAPS: {
+        char tmp[CFG_MAX_DECLARED_MAPS][CFG_NAME_LEN];
+        size_t n;
+        memset(tmp, 0, sizeof tmp);
+        rc = parse_list(v, &tmp[0][0], CFG_MAX_DECLARED_MAPS, CFG_NAME_LEN, &n, 1, why, sizeof why);
+        if (rc != TSDF_OK)
+            break;
+        memcpy(c->maps, tmp, sizeof tmp);
+        c->maps_count = n;
+        break;
+    }
+    case KEY_POLICY:
+        if (strcmp(v, "block") == 0)
+            c->queue_policy = CFG_POLICY_BLOCK;
+        else if (strcmp(v, "drop_oldest") == 0)
+            c->queue_policy = CFG_POLICY_DROP_OLDEST;
+        else {
+            snprintf(why, sizeof why, "'%.64s' is not block or drop_oldest", v);
+            rc = TSDF_EINVAL;
+        }
+        break;
+    case KEY_BACKEND:
+        if (tsdf_backend_parse(v, &c->volume.backend) != TSDF_OK) {
+            snprintf(why, sizeof why, "'%.64s' is not auto, cpu or cuda", v);
+            rc = TSDF_EINVAL;
+        }
+        break;
+    case KEY_LOG_LEVEL:
+        if (tsdf_log_parse_level(v, &c->log_level) != TSDF_OK) {
+            snprintf(why, sizeof why, "'%.64s' is not error, warn, info or debug", v);
+            rc = TSDF_EINVAL;
+        }
+        break;
+    }
+    if (rc != TSDF_OK)
+        cfg_err(err, err_len, "[%s] %s: %s", section, key, why);
+    return rc;
+}
+
+typedef struct {
+    tsdfd_config *c;
+    int rc;
+    char err[CFG_ERR_LEN];
+    int lineno; /* counts handler calls only when inih gives no line numbers */
+} load_ctx;
+
+static int load_handler(void *user, const char *section, const char *name, const char *value)
+{
+    load_ctx *lc = user;
+    char err[CFG_ERR_LEN];
+
+    /* inih reports "a section header alone" with a NULL name in some builds. */
+    if (name == NULL)
+        return 1;
+    int rc = cfg_set(lc->c, section ? section : "", name, value ? value : "", err, sizeof err);
+    if (rc != TSDF_OK) {
+        if (lc->rc == TSDF_OK) {
+            lc->rc = rc;
+            snprintf(lc->err, sizeof lc->err, "%s", err);
+        }
+        return 0;
+    }
+    return 1;
+}
+
+int cfg_load_file(tsdfd_config *c, const char *path, char *err, size_t err_len)
+{
+    load_ctx lc;
+    memset(&lc, 0, sizeof lc);
+    lc.c = c;
+
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        cfg_err(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+        return TSDF_EIO;
+    }
+    int line = ini_parse_file(f, load_handler, &lc);
+    fclose(f);
+    if (line == -2) {
+        cfg_err(err, err_len, "%s: out of memory while parsing", path);
+        return TSDF_ENOMEM;
+    }
+    if (line < 0) {
+        cfg_err(err, err_len, "%s: cannot read", path);
+        return TSDF_EIO;
+    }
+    if (line > 0) {
+        if (lc.rc != TSDF_OK) {
+            cfg_err(err, err_len, "%s:%d: %s", path, line, lc.err);
+            return lc.rc;
+        }
+        cfg_err(err, err_len, "%s:%d: not a valid INI line (expected [section] or key = value)",
+                path, line);
+        return TSDF_EFORMAT;
+    }
+    return TSDF_OK;
+}
+
+int cfg_validate(const tsdfd_config *c, char *err, size_t err_len)
+{
+    if (c->listen_count == 0) {
+        cfg_err(err, err_len, "[server] listen: no URL");
+        return TSDF_EINVAL;
+    }
+    if (c->frames_listen_count == 0) {
+        cfg_err(err, err_len, "[server] frames_listen: no URL");
+        return TSDF_EINVAL;
+    }
+    for (size_t i = 0; i < c->listen_count; i++)
+        for (size_t j = 0; j < c->frames_listen_count; j++)
+            if (strcmp(c->listen[i], c->frames_listen[j]) == 0) {
+                cfg_err(err, err_len, "[server] frames_listen: '%s' is also a listen URL",
+                        c->listen[i]);
+                return TSDF_EINVAL;
+            }
+    if (tsdf_volume_params_check(&c->volume) != TSDF_OK) {
+        cfg_err(err, err_len, "[volume] voxel_size_m: volume parameters are invalid together");
+        return TSDF_EINVAL;
+    }
+    if (c->maps_count > c->max_maps) {
+        cfg_err(err, err_len, "[volume] maps: %zu declared maps exceed max_maps = %u",
+                c->maps_count, c->max_maps);
+        return TSDF_EINVAL;
+    }
+    if (c->maps_count == 0 && !c->auto_create_maps) {
+        cfg_err(err, err_len, "[volume] maps: no map declared and auto_create_maps is off");
+        return TSDF_EINVAL;
+    }
+    return TSDF_OK;
+}
+
+const char *cfg_usage(void)
+{
+    return "usage: tsdfd [options]\n"
+           "  --config FILE            configuration file (default " CFG_DEFAULT_PATH
+           ", used when present)\n"
+           "  --check-config FILE      validate FILE and exit (0: valid)\n"
+           "  --listen URL[,URL...]    REQ/REP listen URLs (ipc://, tcp://)\n"
+           "  --frames-listen URL[,..] PUSH/PULL listen URLs for frame streams\n"
+           "  --backend auto|cpu|cuda  volume backend\n"
+           "  --log-level LEVEL        error, warn, info or debug\n"
+           "  --state-dir DIR          snapshot directory\n"
+           "  --metrics HOST:PORT|off  Prometheus endpoint\n"
+           "  --queue-length N         frames per map queue\n"
+           "  --queue-policy P         block or drop_oldest\n"
+           "  --set SECTION.KEY=VALUE  any configuration key\n"
+           "  --foreground             run in the foreground (the default; never forks)\n"
+           "  --help, --version\n";
+}
+
+/* Flags that map onto one file key. */
+typedef struct {
+    const char *flag;
+    const char *section;
+    const char *key;
+} flag_map;
+
+static const flag_map cfg_flags[] = {
+    {"--listen", "server", "listen"},       {"--frames-listen", "server", "frames_listen"},
+    {"--backend", "volume", "backend"},     {"--log-level", "log", "level"},
+    {"--state-dir", "server", "state_dir"}, {"--queue-length", "queue", "length"},
+    {"--queue-policy", "queue", "policy"},
+};
+
+/* --metrics HOST:PORT or off. */
+static int apply_metrics_flag(tsdfd_config *c, const char *v, char *err, size_t err_len)
+{
+    if (strcmp(v, "off") == 0) {
+        c->metrics_enabled = 0;
+        return TSDF_OK;
+    }
+    const char *colon = strrchr(v, ':');
+    char host[CFG_URL_LEN];
+    if (colon == NULL || colon == v || (size_t)(colon - v) >= sizeof host) {
+        cfg_err(err, err_len, "--metrics: '%s' is not HOST:PORT or off", v);
+        return TSDF_EINVAL;
+    }
+    memcpy(host, v, (size_t)(colon - v));
+    host[colon - v] = '\0';
+    int rc = cfg_set(c, "metrics", "port", colon + 1, err, err_len);
+    if (rc != TSDF_OK)
+        return rc;
+    rc = cfg_set(c, "metrics", "host", host, err, err_len);
+    if (rc != TSDF_OK)
+        return rc;
+    c->metrics_enabled = 1;
+    return TSDF_OK;
+}
+
+/* --set section.key=value */
+static int apply_set_flag(tsdfd_config *c, const char *v, char *err, size_t err_len)
+{
+    char sec[64], key[64];
+    const char *dot = strchr(v, '.');
+    const char *eq = strchr(v, '=');
+    if (dot == NULL || eq == NULL || dot > eq || (size_t)(dot - v) >= sizeof sec ||
+        (size_t)(eq - dot - 1) >= sizeof key) {
+        cfg_err(err, err_len, "--set: '%s' is not SECTION.KEY=VALUE", v);
+        return TSDF_EINVAL;
+    }
+    memcpy(sec, v, (size_t)(dot - v));
+    sec[dot - v] = '\0';
+    memcpy(key, dot + 1, (size_t)(eq - dot - 1));
+    key[eq - dot - 1] = '\0';
+    return cfg_set(c, sec, key, eq + 1, err, err_len);
+}
+
+int cfg_from_args(int argc, char **argv, tsdfd_config *c, cfg_action *action, char *config_path,
+                  size_t config_path_len, char *err, size_t err_len)
+{
+    const char *file = NULL;
+    int explicit_file = 0;
+    int rc;
+
+    cfg_defaults(c);
+    *action = CFG_ACTION_RUN;
+    if (config_path != NULL && config_path_len > 0)
+        config_path[0] = '\0';
+
+    /* First pass: the file, so that the flags (second pass) override it. */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            *action = CFG_ACTION_HELP;
+            return TSDF_OK;
+        }
+        if (strcmp(a, "--version") == 0) {
+            *action = CFG_ACTION_VERSION;
+            return TSDF_OK;
+        }
+        if (strcmp(a, "--config") == 0 || strcmp(a, "--check-config") == 0) {
+            if (i + 1 >= argc) {
+                cfg_err(err, err_len, "%s: needs a FILE", a);
+                return TSDF_EINVAL;
+            }
+            file = argv[++i];
+            explicit_file = 1;
+            if (strcmp(a, "--check-config") == 0)
+                *action = CFG_ACTION_CHECK;
+        }
+    }
+    if (file == NULL && access(CFG_DEFAULT_PATH, F_OK) == 0)
+        file = CFG_DEFAULT_PATH;
+    if (file != NULL) {
+        rc = cfg_load_file(c, file, err, err_len);
+        if (rc != TSDF_OK)
+            return rc;
+        if (config_path != NULL && config_path_len > 0)
+            snprintf(config_path, config_path_len, "%s", file);
+    }
+    (void)explicit_file;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--config") == 0 || strcmp(a, "--check-config") == 0) {
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--foreground") == 0 || strcmp(a, "-f") == 0)
+            continue;
+        if (i + 1 >= argc) {
+            cfg_err(err, err_len, "%s: unknown option or missing value", a);
+            return TSDF_EINVAL;
+        }
+        const char *v = argv[++i];
+        if (strcmp(a, "--metrics") == 0) {
+            rc = apply_metrics_flag(c, v, err, err_len);
+        } else if (strcmp(a, "--set") == 0) {
+            rc = apply_set_flag(c, v, err, err_len);
+        } else {
+            rc = TSDF_ENOT_FOUND;
+            for (size_t f = 0; f < sizeof cfg_flags / sizeof cfg_flags[0]; f++) {
+                if (strcmp(a, cfg_flags[f].flag) == 0) {
+                    char e2[CFG_ERR_LEN];
+                    rc = cfg_set(c, cfg_flags[f].section, cfg_flags[f].key, v, e2, sizeof e2);
+                    if (rc != TSDF_OK)
+                        cfg_err(err, err_len, "%s: %s", a, e2);
+                    break;
+                }
+            }
+            if (rc == TSDF_ENOT_FOUND) {
+                cfg_err(err, err_len, "%s: unknown option", a);
+                return TSDF_EINVAL;
+            }
+        }
+        if (rc != TSDF_OK)
+            return rc;
+    }
+    return cfg_validate(c, err, err_len);
+}

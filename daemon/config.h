@@ -1,0 +1,138 @@
+/*
+ * config.h - the daemon's configuration: defaults, the INI file (inih) and
+ * the command line, in that order of precedence (later wins).
+ *
+ * Every key is documented with its default in config/tsdfd.conf; the table
+ * in config.c is the single source of the keys, their types and their
+ * bounds. Unknown sections and keys are errors, so a typo never silently
+ * leaves a default in force.
+ *
+ * Ownership: tsdfd_config is a caller-owned, fixed-size struct with no
+ * pointers; copy it freely. Threads: not thread-safe; the daemon fills it on
+ * the main thread before it starts any other thread and then only reads it.
+ * Errors: TSDF_OK or a negative tsdf_errno; on error the caller's err buffer
+ * holds "[section] key: reason" (with the file and line when from a file).
+ */
+#ifndef TSDFD_CONFIG_H
+#define TSDFD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tsdf_volume.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CFG_MAX_URLS 8
+#define CFG_URL_LEN 256
+#define CFG_PATH_LEN 1024
+#define CFG_MAX_DECLARED_MAPS 16
+#define CFG_NAME_LEN 65 /* 64 bytes of name + NUL, as the wire's names */
+#define CFG_ERR_LEN 512
+
+#define CFG_DEFAULT_PATH "/etc/tsdfd/tsdfd.conf"
+
+typedef enum {
+    CFG_POLICY_BLOCK = 0,       /* senders wait: the daemon stops pulling while full */
+    CFG_POLICY_DROP_OLDEST = 1, /* drop the oldest frame of the same sensor, else the oldest */
+} cfg_queue_policy;
+
+typedef struct {
+    /* [server] */
+    char listen[CFG_MAX_URLS][CFG_URL_LEN]; /* REQ/REP listen URLs */
+    size_t listen_count;
+    char frames_listen[CFG_MAX_URLS][CFG_URL_LEN]; /* PUSH/PULL listen URLs */
+    size_t frames_listen_count;
+    uint32_t request_contexts;   /* nng contexts (request threads) on the REP socket */
+    uint32_t decode_threads;     /* threads pulling and decoding frames */
+    uint32_t max_message_mb;     /* nng recv max size, MiB */
+    uint32_t request_timeout_ms; /* a request waits at most this long for its map */
+    char state_dir[CFG_PATH_LEN];
+
+    /* [queue] */
+    uint32_t queue_length; /* frames per map queue */
+    cfg_queue_policy queue_policy;
+    uint32_t push_timeout_ms;  /* block policy: an integrate request waits this long */
+    uint32_t drain_timeout_ms; /* at shutdown: how long to integrate what is queued */
+    uint32_t max_sensors;      /* sensors with their own counters */
+
+    /* [volume] */
+    tsdf_volume_params volume; /* backend, voxel size, ... (memory cap from memory_cap_mb) */
+    uint32_t max_maps;
+    int auto_create_maps;                           /* create a map on first use */
+    char maps[CFG_MAX_DECLARED_MAPS][CFG_NAME_LEN]; /* declared maps, created at start */
+    size_t maps_count;
+
+    /* [snapshot] */
+    uint32_t autosave_period_s; /* 0 = off */
+    int save_on_stop;
+    int load_on_start;
+    uint32_t snapshot_keep;
+
+    /* [metrics] */
+    int metrics_enabled;
+    char metrics_host[CFG_URL_LEN];
+    uint32_t metrics_port;
+
+    /* [log] */
+    int log_level;           /* TSDF_LOG_* */
+    uint32_t stats_period_s; /* periodic stats log line; 0 = off */
+    uint32_t latency_window; /* samples in each latency window */
+} tsdfd_config;
+
+/* Fills *c with every default (the values documented in config/tsdfd.conf). */
+void cfg_defaults(tsdfd_config *c);
+
+/* Sets one key from its text value, as the file would. Returns TSDF_OK,
+ * TSDF_ENOT_FOUND (unknown section or key) or TSDF_EINVAL (bad value); err
+ * (optional) receives "[section] key: reason". */
+int cfg_set(tsdfd_config *c, const char *section, const char *key, const char *value, char *err,
+            size_t err_len);
+
+/* Applies the INI file at path on top of *c. Returns TSDF_OK, TSDF_EIO (the
+ * file cannot be opened), TSDF_ENOT_FOUND / TSDF_EINVAL (the first bad key;
+ * err says "path:line: [section] key: reason"), TSDF_EFORMAT (a line that is
+ * not INI). *c may be partly updated on error. */
+int cfg_load_file(tsdfd_config *c, const char *path, char *err, size_t err_len);
+
+/* Cross-key checks after everything is applied (at least one listen URL,
+ * volume parameters, declared maps within max_maps, ...). TSDF_EINVAL with err. */
+int cfg_validate(const tsdfd_config *c, char *err, size_t err_len);
+
+/* What the command line asks for. */
+typedef enum {
+    CFG_ACTION_RUN = 0,
+    CFG_ACTION_CHECK, /* --check-config FILE: validate and exit */
+    CFG_ACTION_HELP,
+    CFG_ACTION_VERSION,
+} cfg_action;
+
+/*
+ * Builds the configuration from the command line: defaults, then the file
+ * (--config FILE, else CFG_DEFAULT_PATH when it exists: the daemon also runs
+ * with no file at all), then the flags, then cfg_validate. Flags:
+ *   --config FILE, --check-config FILE, --listen URL[,URL...],
+ *   --frames-listen URL[,URL...], --backend auto|cpu|cuda,
+ *   --log-level LEVEL, --state-dir DIR, --metrics HOST:PORT|off,
+ *   --queue-length N, --queue-policy block|drop_oldest,
+ *   --set SECTION.KEY=VALUE (any file key), --foreground (accepted; the
+ *   daemon never forks), --help, --version.
+ * *config_path receives the file used ("" when none). Returns TSDF_OK or an
+ * error with err filled.
+ */
+int cfg_from_args(int argc, char **argv, tsdfd_config *c, cfg_action *action, char *config_path,
+                  size_t config_path_len, char *err, size_t err_len);
+
+/* The usage text for --help. */
+const char *cfg_usage(void);
+
+/* "block" / "drop_oldest". */
+const char *cfg_policy_name(cfg_queue_policy p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TSDFD_CONFIG_H */

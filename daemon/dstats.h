@@ -1,0 +1,126 @@
+/*
+ * dstats.h - the daemon's own counters: frames received and what became of
+ * each (integrated, dropped or rejected, by reason), in total and per
+ * sensor, and requests by type.
+ *
+ * The invariant the counters keep (and the end-to-end test checks) is that
+ * every received frame gets exactly one outcome once it has left the
+ * daemon's hands:
+ *     received == integrated + sum(dropped[reason]) + sum(rejected[reason])
+ * (frames still queued or being integrated are "in flight" until then).
+ *
+ * Sensors: the first max_sensors distinct sensors get their own counters;
+ * later ones share the "(other)" bucket (counted in sensors_overflow), and
+ * frames whose sensor could not be decoded count under "(unknown)". Both
+ * names contain characters a wire sensor name cannot have, so they never
+ * collide with a real sensor.
+ *
+ * Threads: every function is thread-safe (one mutex; the counters move a
+ * few hundred times a second at most, far from contention).
+ */
+#ifndef TSDFD_DSTATS_H
+#define TSDFD_DSTATS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "latency.h"
+#include "tsdf_proto.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    DS_INTEGRATED = 0,
+    /* dropped: a valid frame the daemon had no room or time for */
+    DS_DROP_QUEUE_FULL,
+    DS_DROP_SHUTDOWN,
+    /* rejected: a frame that could not be integrated */
+    DS_REJ_DECODE_ERROR,  /* not a decodable frame message */
+    DS_REJ_INVALID_FRAME, /* decoded but refused by tsdf_frame_check / the engine's checks */
+    DS_REJ_CAPACITY,      /* the volume's memory cap (TSDF_ECAPACITY) */
+    DS_REJ_NO_MAP,        /* unknown map and auto-create off, or max_maps reached */
+    DS_REJ_ENGINE,        /* any other engine failure (TSDF_ECUDA, ...) */
+    DS_OUTCOME_COUNT
+} ds_outcome;
+
+#define DS_FIRST_DROP DS_DROP_QUEUE_FULL
+#define DS_FIRST_REJECT DS_REJ_DECODE_ERROR
+
+/* "integrated", "queue_full", "shutdown", "decode_error", "invalid_frame",
+ * "capacity", "no_map", "engine_error". */
+const char *dstats_outcome_name(ds_outcome o);
+
+/* The outcome for an engine or codec error code. */
+ds_outcome dstats_outcome_for_error(int err);
+
+#define DS_SENSOR_UNKNOWN 0u /* index of "(unknown)" */
+#define DS_SENSOR_OTHER 1u   /* index of "(other)" */
+#define DS_SENSOR_NAME_LEN (TSDF_PROTO_MAX_NAME_LEN + 2)
+
+typedef struct {
+    char name[DS_SENSOR_NAME_LEN];
+    uint64_t received;
+    uint64_t outcome[DS_OUTCOME_COUNT];
+} ds_sensor;
+
+/* Request counters by message type (index = tsdf_msg_type). */
+#define DS_MSG_TYPES 12
+
+typedef struct {
+    pthread_mutex_t lock;
+    uint64_t received;
+    uint64_t outcome[DS_OUTCOME_COUNT];
+    uint64_t requests[DS_MSG_TYPES];
+    uint64_t request_errors[DS_MSG_TYPES];
+    uint64_t sensors_overflow; /* frames of sensors beyond max_sensors */
+    ds_sensor *sensors;        /* 2 + max_sensors slots */
+    size_t sensor_count, sensor_capacity;
+    /* Latencies (ms), each thread-safe on its own: */
+    lat_window lat_integrate;             /* tsdf_volume_integrate (+ sync for acks) */
+    lat_window lat_queue_wait;            /* frame queued -> worker starts it */
+    lat_window lat_request[DS_MSG_TYPES]; /* request received -> reply ready, by type */
+} dstats;
+
+/* A copy of the totals (sensors are read with dstats_sensor_at). */
+typedef struct {
+    uint64_t received;
+    uint64_t integrated;
+    uint64_t dropped;  /* sum over drop reasons */
+    uint64_t rejected; /* sum over reject reasons */
+    uint64_t outcome[DS_OUTCOME_COUNT];
+    uint64_t requests[DS_MSG_TYPES];
+    uint64_t request_errors[DS_MSG_TYPES];
+    uint64_t sensors_overflow;
+    size_t sensor_count;
+} ds_totals;
+
+/* max_sensors >= 1; latency_window: samples per latency window. */
+int dstats_init(dstats *s, size_t max_sensors, size_t latency_window);
+void dstats_fini(dstats *s);
+
+/* The counter index of a wire sensor (name or numeric id "#<id>"); creates
+ * it on first sight, or returns DS_SENSOR_OTHER once max_sensors are taken. */
+uint32_t dstats_sensor_index(dstats *s, const tsdf_proto_sensor *sensor);
+
+/* Writes the display name of a wire sensor ("robot1" or "#7"). */
+void dstats_sensor_name(const tsdf_proto_sensor *sensor, char *out, size_t len);
+
+void dstats_frame_received(dstats *s, uint32_t sensor);
+void dstats_frame_outcome(dstats *s, uint32_t sensor, ds_outcome o);
+
+/* Counts one request of type t (out of range: counted as TSDF_MSG_NONE), and
+ * whether its reply was an error. */
+void dstats_request(dstats *s, int type, int failed);
+
+void dstats_get_totals(dstats *s, ds_totals *out);
+/* Copies sensor slot i (< totals.sensor_count); 0 when out of range. */
+int dstats_sensor_at(dstats *s, size_t i, ds_sensor *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TSDFD_DSTATS_H */

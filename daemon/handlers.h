@@ -1,0 +1,76 @@
+/*
+ * handlers.h - what the daemon does with each message: decode, validate,
+ * hand map work to the map's worker, wait, encode the reply.
+ *
+ * Every request gets a reply, also a malformed one (an error reply with the
+ * codec's code and message: FORMAT, VERSION, PROTO_TYPE, PROTO_KEY,
+ * BAD_SIZE, BAD_POSE, TOO_LARGE, ...), and nothing a client sends can stop
+ * the daemon: errors are counted (dstats) and logged rate-limited.
+ *
+ * Threads: handle_request and handle_frame run on the server's threads
+ * (request contexts and frame decoders), many at once; the context is
+ * shared and read-only except for its thread-safe members.
+ */
+#ifndef TSDFD_HANDLERS_H
+#define TSDFD_HANDLERS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <nng/nng.h>
+
+#include "config.h"
+#include "dstats.h"
+#include "maps.h"
+#include "tsdf_proto.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const tsdfd_config *cfg;
+    map_registry *maps;
+    dstats *stats;
+    int64_t start_ns;    /* CLOCK_MONOTONIC at start, for ping's uptime */
+    atomic_int stopping; /* set at shutdown: frames wait no longer for room */
+    size_t max_message_bytes;
+    /* Wakes the main loop so it refreshes STATUS= at once (a uv_async_send
+     * behind it; callable from any thread); NULL in tests. */
+    void (*wake)(void *arg);
+    void *wake_arg;
+} daemon_ctx;
+
+/* Handles one request message. Takes ownership of msg (frees it, or hands
+ * it to a job whose payload points into it). Always leaves a reply in out
+ * (cleared first), unless even an error reply cannot be encoded (then
+ * out->len is 0 and the caller sends nothing). */
+void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out);
+
+/* Handles one fire-and-forget frame message from the PULL socket. Takes
+ * ownership of msg. Counts the frame received and, unless it is queued, its
+ * outcome. With the block policy it waits (in slices, until room or
+ * shutdown) so the decoder stops pulling while the map's queue is full. */
+void handle_frame(daemon_ctx *d, nng_msg *msg);
+
+/* Saves every map into a new snapshot in dir (the state dir when NULL),
+ * keeping snapshot_keep files; path_out receives the file. Map versions are
+ * those at export. Any thread but a map worker. */
+int handlers_save_all(daemon_ctx *d, const char *dir, char *path_out, size_t path_len);
+
+/* Loads maps from a snapshot file (path NULL: the newest valid one in the
+ * state dir). only_map NULL: every map in the file; else just that one
+ * (TSDF_ENOT_FOUND when the file lacks it). version_out: the loaded map's
+ * version (only_map) or 0. */
+int handlers_load(daemon_ctx *d, const char *path, const char *only_map, char *path_out,
+                  size_t path_len, uint64_t *version_out);
+
+/* One line of counters for the periodic stats log and STATUS=. */
+void handlers_status_line(daemon_ctx *d, char *out, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TSDFD_HANDLERS_H */

@@ -1,0 +1,450 @@
+/*
+ * main.c - tsdfd: configuration, the libuv main loop, start-up and orderly
+ * shutdown.
+ *
+ * Threads: the main thread runs the libuv loop (signals, the cron timer,
+ * the watchdog, the /metrics server, autosave hand-off); the server's
+ * threads receive and answer messages; one worker per map integrates. The
+ * loop never blocks on a map: autosave runs on libuv's thread pool
+ * (uv_queue_work) and other threads reach the loop through a uv_async.
+ *
+ * Shutdown (SIGTERM, SIGINT): STOPPING=1, stop accepting (close the
+ * sockets; requests in progress finish), drain every map's queue for at
+ * most drain_timeout_ms (what is left is dropped and counted), save if
+ * save_on_stop, then exit 0. A second signal during the drain cuts it
+ * short.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "config.h"
+#include "dstats.h"
+#include "handlers.h"
+#include "log.h"
+#include "maps.h"
+#include "metrics_http.h"
+#include "notify.h"
+#include "prom.h"
+#include "server.h"
+#include "snapshot.h"
+#include "tsdf_error.h"
+#include "worker.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <uv.h>
+
+#define CRON_PERIOD_MS 100
+#define STATUS_PERIOD_MS 5000
+
+typedef struct {
+    tsdfd_config cfg;
+    dstats stats;
+    map_registry maps;
+    daemon_ctx d;
+    server *srv;
+    uv_loop_t loop;
+    uv_signal_t sigterm, sigint, sighup;
+    uv_timer_t cron, watchdog, autosave;
+    uv_async_t wake; /* other threads -> loop: refresh STATUS now */
+    uv_work_t autosave_work;
+    int autosave_running;
+    int autosave_rc;
+    char autosave_path[PATH_MAX];
+    metrics_http *metrics;
+    uint64_t cron_loops;
+    int stopping;
+    int exit_code;
+} tsdfd_main;
+
+/* Redis's habit: a cron that runs often, and blocks that run every ms. */
+#define run_with_period(m, ms)                                                                     \
+    ((ms) <= CRON_PERIOD_MS || (m)->cron_loops % ((ms) / CRON_PERIOD_MS) == 0)
+
+static void update_status(tsdfd_main *m)
+{
+    char line[256];
+    handlers_status_line(&m->d, line, sizeof line);
+    notify_status("%s", line);
+}
+
+static void on_cron(uv_timer_t *t)
+{
+    tsdfd_main *m = t->data;
+    m->cron_loops++;
+    if (run_with_period(m, STATUS_PERIOD_MS))
+        update_status(m);
+    if (m->cfg.stats_period_s > 0 && run_with_period(m, m->cfg.stats_period_s * 1000u)) {
+        char line[256];
+        handlers_status_line(&m->d, line, sizeof line);
+        TSDF_LOG(TSDF_LOG_INFO, "stats: %s", line);
+    }
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+    (void)t;
+    notify_watchdog_kick();
+}
+
+static void on_wake(uv_async_t *a)
+{
+    update_status(a->data);
+}
+
+/* ---- autosave: exported and written on the thread pool ------------------ */
+
+static void autosave_work(uv_work_t *w)
+{
+    tsdfd_main *m = w->data;
+    m->autosave_rc = handlers_save_all(&m->d, NULL, m->autosave_path, sizeof m->autosave_path);
+}
+
+static void autosave_done(uv_work_t *w, int status)
+{
+    tsdfd_main *m = w->data;
+    m->autosave_running = 0;
+    if (status != 0)
+        return; /* cancelled */
+    if (m->autosave_rc == TSDF_OK)
+        TSDF_LOG(TSDF_LOG_INFO, "autosave: wrote %s", m->autosave_path);
+    else
+        TSDF_LOG(TSDF_LOG_ERROR, "autosave failed: %s", tsdf_strerror(m->autosave_rc));
+}
+
+static void on_autosave(uv_timer_t *t)
+{
+    tsdfd_main *m = t->data;
+    /* One autosave at a time: a slow disk must not pile them up. */
+    if (m->autosave_running || m->stopping)
+        return;
+    m->autosave_running = 1;
+    m->autosave_work.data = m;
+    if (uv_queue_work(&m->loop, &m->autosave_work, autosave_work, autosave_done) != 0)
+        m->autosave_running = 0;
+}
+
+/* ---- metrics ------------------------------------------------------------ */
+
+/* Renders on the loop thread from thread-safe counters only: it never waits
+ * for a map's worker. */
+static int render_metrics(void *arg, prom_buf *b)
+{
+    tsdfd_main *m = arg;
+    ds_totals t;
+    char labels[160];
+    dmap *all[TSDF_PROTO_MAX_MAPS];
+
+    dstats_get_totals(&m->stats, &t);
+    prom_counter(b, "tsdfd_frames_received_total", "Frames received (stream and integrate).", NULL,
+                 (double)t.received);
+    for (int o = 0; o < DS_OUTCOME_COUNT; o++) {
+        const char *kind = o == DS_INTEGRATED ? NULL : o < DS_FIRST_REJECT ? "dropped" : "rejected";
+        if (kind == NULL) {
+            prom_counter(b, "tsdfd_frames_integrated_total", "Frames integrated.", NULL,
+                         (double)t.outcome[o]);
+            continue;
+        }
+        snprintf(labels, sizeof labels, "reason=\"%s\"", dstats_outcome_name((ds_outcome)o));
+        prom_counter(
+            b, o < DS_FIRST_REJECT ? "tsdfd_frames_dropped_total" : "tsdfd_frames_rejected_total",
+            o < DS_FIRST_REJECT ? "Frames dropped, by reason." : "Frames rejected, by reason.",
+            labels, (double)t.outcome[o]);
+    }
+    for (size_t i = 0; i < t.sensor_count; i++) {
+        ds_sensor s;
+        char esc[128];
+        if (!dstats_sensor_at(&m->stats, i, &s) || s.received == 0)
+            continue;
+        prom_label_escape(esc, sizeof esc, s.name);
+        snprintf(labels, sizeof labels, "sensor=\"%s\"", esc);
+        prom_counter(b, "tsdfd_sensor_frames_received_total", "Frames received per sensor.", labels,
+                     (double)s.received);
+    }
+    for (size_t i = 0; i < t.sensor_count; i++) {
+        ds_sensor s;
+        char esc[128];
+        if (!dstats_sensor_at(&m->stats, i, &s) || s.received == 0)
+            continue;
+        prom_label_escape(esc, sizeof esc, s.name);
+        snprintf(labels, sizeof labels, "sensor=\"%s\"", esc);
+        prom_counter(b, "tsdfd_sensor_frames_integrated_total", "Frames integrated per sensor.",
+                     labels, (double)s.outcome[DS_INTEGRATED]);
+    }
+    size_t n = maps_list(&m->maps, all, TSDF_PROTO_MAX_MAPS);
+    prom_gauge(b, "tsdfd_maps", "Maps in the registry.", NULL, (double)n);
+    for (size_t i = 0; i < n; i++) {
+        queue_stats q;
+        queue_get_stats(&all[i]->queue, &q);
+        snprintf(labels, sizeof labels, "map=\"%s\"", all[i]->name);
+        prom_gauge(b, "tsdfd_queue_depth", "Frames queued per map.", labels, (double)q.depth);
+    }
+    for (size_t i = 0; i < n; i++) {
+        snprintf(labels, sizeof labels, "map=\"%s\"", all[i]->name);
+        prom_gauge(b, "tsdfd_map_version", "Version of each map's volume.", labels,
+                   (double)atomic_load(&all[i]->version));
+    }
+    lat_summary ls;
+    lat_window_summary(&m->stats.lat_integrate, &ls);
+    prom_summary(b, "tsdfd_integrate_seconds", "Integration time per frame.", NULL, &ls);
+    lat_window_summary(&m->stats.lat_queue_wait, &ls);
+    prom_summary(b, "tsdfd_queue_wait_seconds", "Time frames wait in the queue.", NULL, &ls);
+    for (int ty = TSDF_MSG_INTEGRATE; ty <= TSDF_MSG_PING; ty++) {
+        lat_window_summary(&m->stats.lat_request[ty], &ls);
+        snprintf(labels, sizeof labels, "type=\"%s\"", tsdf_msg_type_name((tsdf_msg_type)ty));
+        prom_summary(b, "tsdfd_request_seconds", "Request service time by type.", labels, &ls);
+    }
+    return prom_buf_error(b);
+}
+
+/* ---- shutdown ----------------------------------------------------------- */
+
+static void begin_shutdown(tsdfd_main *m, const char *why)
+{
+    if (m->stopping) {
+        TSDF_LOG(TSDF_LOG_WARN, "%s again: cutting the drain short", why);
+        m->cfg.drain_timeout_ms = 0;
+        return;
+    }
+    m->stopping = 1;
+    TSDF_LOG(TSDF_LOG_INFO, "%s: stopping (drain up to %u ms%s)", why, m->cfg.drain_timeout_ms,
+             m->cfg.save_on_stop ? ", then save" : "");
+    notify_stopping();
+    notify_status("stopping: draining the frame queues");
+    uv_stop(&m->loop);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    tsdfd_main *m = s->data;
+    if (signum == SIGHUP) {
+        TSDF_LOG(TSDF_LOG_INFO, "SIGHUP: configuration reload is not supported; restart to apply");
+        return;
+    }
+    begin_shutdown(m, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* The final save runs after the workers are joined, so this thread owns
+ * every volume and exports them directly. */
+static int save_on_stop(tsdfd_main *m)
+{
+    dmap *all[TSDF_PROTO_MAX_MAPS];
+    size_t n = maps_list(&m->maps, all, TSDF_PROTO_MAX_MAPS);
+    snap_map *sm = calloc(n ? n : 1, sizeof *sm);
+    char path[PATH_MAX];
+    int rc = TSDF_OK;
+
+    if (sm == NULL)
+        return TSDF_ENOMEM;
+    for (size_t i = 0; i < n && rc == TSDF_OK; i++) {
+        tsdf_volume_stats st;
+        snprintf(sm[i].name, sizeof sm[i].name, "%s", all[i]->name);
+        sm[i].params = *tsdf_volume_get_params(all[i]->vol);
+        tsdf_block_set_init(&sm[i].blocks);
+        rc = tsdf_volume_export_blocks(all[i]->vol, &sm[i].blocks);
+        if (rc == TSDF_OK && tsdf_volume_get_stats(all[i]->vol, &st) == TSDF_OK)
+            sm[i].version = st.version;
+    }
+    if (rc == TSDF_OK)
+        rc = snap_save(m->cfg.state_dir, sm, n, m->cfg.snapshot_keep, path, sizeof path);
+    for (size_t i = 0; i < n; i++)
+        tsdf_block_set_fini(&sm[i].blocks);
+    free(sm);
+    if (rc == TSDF_OK)
+        TSDF_LOG(TSDF_LOG_INFO, "saved %zu maps to %s", n, path);
+    else
+        TSDF_LOG(TSDF_LOG_ERROR, "save at stop failed: %s", tsdf_strerror(rc));
+    return rc;
+}
+
+static void close_cb(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void close_walk(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, close_cb);
+}
+
+/* ---- start -------------------------------------------------------------- */
+
+static void wake_loop(void *arg)
+{
+    uv_async_send(arg);
+}
+
+static int start_loop_handles(tsdfd_main *m)
+{
+    uv_loop_t *loop = &m->loop;
+    int rv;
+
+    uv_signal_init(loop, &m->sigterm);
+    uv_signal_init(loop, &m->sigint);
+    uv_signal_init(loop, &m->sighup);
+    m->sigterm.data = m->sigint.data = m->sighup.data = m;
+    if ((rv = uv_signal_start(&m->sigterm, on_signal, SIGTERM)) != 0 ||
+        (rv = uv_signal_start(&m->sigint, on_signal, SIGINT)) != 0 ||
+        (rv = uv_signal_start(&m->sighup, on_signal, SIGHUP)) != 0) {
+        TSDF_LOG(TSDF_LOG_ERROR, "cannot install signal handlers: %s", uv_strerror(rv));
+        return TSDF_EINTERNAL;
+    }
+    uv_timer_init(loop, &m->cron);
+    m->cron.data = m;
+    uv_timer_start(&m->cron, on_cron, CRON_PERIOD_MS, CRON_PERIOD_MS);
+
+    uint64_t wd_usec = notify_watchdog_usec();
+    uv_timer_init(loop, &m->watchdog);
+    m->watchdog.data = m;
+    if (wd_usec > 0) {
+        uint64_t period_ms = wd_usec / 2000u;
+        if (period_ms == 0)
+            period_ms = 1;
+        uv_timer_start(&m->watchdog, on_watchdog, 0, period_ms);
+        TSDF_LOG(TSDF_LOG_INFO, "watchdog: kicking every %" PRIu64 " ms", period_ms);
+    }
+    uv_timer_init(loop, &m->autosave);
+    m->autosave.data = m;
+    if (m->cfg.autosave_period_s > 0) {
+        uint64_t ms = (uint64_t)m->cfg.autosave_period_s * 1000u;
+        uv_timer_start(&m->autosave, on_autosave, ms, ms);
+    }
+    uv_async_init(loop, &m->wake, on_wake);
+    m->wake.data = m;
+    if (m->cfg.metrics_enabled) {
+        int rc = metrics_http_start(loop, m->cfg.metrics_host, (int)m->cfg.metrics_port,
+                                    render_metrics, m, &m->metrics);
+        if (rc != TSDF_OK) {
+            TSDF_LOG(TSDF_LOG_ERROR, "metrics: cannot serve on %s:%u: %s", m->cfg.metrics_host,
+                     m->cfg.metrics_port, tsdf_strerror(rc));
+            return rc;
+        }
+    }
+    return TSDF_OK;
+}
+
+int main(int argc, char **argv)
+{
+    static tsdfd_main m; /* large (config, maps): static, not on the stack */
+    char err[CFG_ERR_LEN] = "";
+    char config_path[CFG_PATH_LEN];
+    cfg_action action;
+    int rc;
+
+    rc = cfg_from_args(argc, argv, &m.cfg, &action, config_path, sizeof config_path, err,
+                       sizeof err);
+    if (action == CFG_ACTION_HELP) {
+        fputs(cfg_usage(), stdout);
+        return 0;
+    }
+    if (action == CFG_ACTION_VERSION) {
+        puts("tsdfd 0.1.0");
+        return 0;
+    }
+    if (rc != TSDF_OK) {
+        fprintf(stderr, "tsdfd: configuration error: %s\n", err);
+        return 2;
+    }
+    if (action == CFG_ACTION_CHECK) {
+        printf("%s: configuration ok\n", config_path);
+        return 0;
+    }
+    tsdf_log_set_level(m.cfg.log_level);
+    /* A peer that vanishes mid-send must not kill the daemon. */
+    signal(SIGPIPE, SIG_IGN);
+    TSDF_LOG(TSDF_LOG_INFO, "tsdfd 0.1.0 starting (config: %s)",
+             config_path[0] ? config_path : "none, defaults");
+
+    m.exit_code = 1;
+    if (uv_loop_init(&m.loop) != 0) {
+        TSDF_LOG(TSDF_LOG_ERROR, "cannot initialise the event loop");
+        return 1;
+    }
+    rc = dstats_init(&m.stats, m.cfg.max_sensors, m.cfg.latency_window);
+    if (rc != TSDF_OK) {
+        TSDF_LOG(TSDF_LOG_ERROR, "cannot initialise the counters: %s", tsdf_strerror(rc));
+        goto fail_stats;
+    }
+    rc = maps_init(&m.maps, &m.cfg, &m.stats);
+    if (rc != TSDF_OK) {
+        TSDF_LOG(TSDF_LOG_ERROR, "cannot create the maps: %s", tsdf_strerror(rc));
+        goto fail_maps;
+    }
+    m.d.cfg = &m.cfg;
+    m.d.maps = &m.maps;
+    m.d.stats = &m.stats;
+    m.d.start_ns = worker_now_ns();
+    m.d.max_message_bytes = (size_t)m.cfg.max_message_mb * 1024u * 1024u;
+    if (m.d.max_message_bytes > TSDF_PROTO_MAX_MESSAGE_BYTES)
+        m.d.max_message_bytes = TSDF_PROTO_MAX_MESSAGE_BYTES;
+    m.d.wake = wake_loop;
+    m.d.wake_arg = &m.wake;
+
+    if (m.cfg.load_on_start) {
+        char path[PATH_MAX];
+        rc = handlers_load(&m.d, NULL, NULL, path, sizeof path, NULL);
+        if (rc == TSDF_OK)
+            TSDF_LOG(TSDF_LOG_INFO, "loaded the newest valid snapshot: %s", path);
+        else if (rc == TSDF_ENOT_FOUND)
+            TSDF_LOG(TSDF_LOG_INFO, "no snapshot in %s: starting empty", m.cfg.state_dir);
+        else
+            TSDF_LOG(TSDF_LOG_WARN, "snapshot load failed (%s): starting empty", tsdf_strerror(rc));
+    }
+    rc = start_loop_handles(&m);
+    if (rc != TSDF_OK)
+        goto fail_handles;
+    rc = server_start(&m.d, &m.srv, err, sizeof err);
+    if (rc != TSDF_OK) {
+        TSDF_LOG(TSDF_LOG_ERROR, "%s", err);
+        goto fail_server;
+    }
+    TSDF_LOG(TSDF_LOG_INFO, "ready: %u request contexts, %u decoders, queue %u (%s) per map",
+             m.cfg.request_contexts, m.cfg.decode_threads, m.cfg.queue_length,
+             cfg_policy_name(m.cfg.queue_policy));
+    notify_ready();
+    update_status(&m);
+
+    uv_run(&m.loop, UV_RUN_DEFAULT);
+
+    /* Stop accepting: no new frame or request gets in from here on. */
+    atomic_store(&m.d.stopping, 1);
+    server_stop(m.srv);
+    m.srv = NULL;
+    /* Drain: the workers integrate what is queued, for a bounded time. The
+     * loop (and its watchdog kicks) is stopped meanwhile, so ask systemd
+     * for the time the drain and the final save may take. */
+    notify_extend_timeout(((uint64_t)m.cfg.drain_timeout_ms + 30000u) * 1000u);
+    maps_stop(&m.maps, m.cfg.drain_timeout_ms);
+    m.exit_code = 0;
+    if (m.cfg.save_on_stop && save_on_stop(&m) != TSDF_OK)
+        m.exit_code = 1;
+    {
+        char line[256];
+        handlers_status_line(&m.d, line, sizeof line);
+        TSDF_LOG(TSDF_LOG_INFO, "stopped: %s", line);
+    }
+
+fail_server:
+fail_handles:
+    if (m.metrics != NULL)
+        metrics_http_stop(m.metrics);
+    uv_walk(&m.loop, close_walk, NULL);
+    /* Let the closes (and a running autosave) finish. */
+    uv_run(&m.loop, UV_RUN_DEFAULT);
+    if (m.srv != NULL)
+        server_stop(m.srv);
+fail_maps:
+    maps_stop(&m.maps, 0);
+    maps_fini(&m.maps);
+    dstats_fini(&m.stats);
+fail_stats:
+    uv_loop_close(&m.loop);
+    return m.exit_code;
+}

@@ -1,0 +1,205 @@
+/*
+ * maps.c - the named maps registry (see maps.h).
+ */
+#include "maps.h"
+
+#include "log.h"
+#include "tsdf_error.h"
+#include "tsdf_proto.h"
+#include "worker.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Query lane size: every request context may have one query in flight on a
+ * map, plus room for the daemon's own (autosave, shutdown save). */
+static size_t query_capacity(const tsdfd_config *cfg)
+{
+    return (size_t)cfg->request_contexts + 8;
+}
+
+static int map_create_locked(map_registry *r, const char *name, const tsdf_volume_params *params,
+                             dmap **out)
+{
+    const tsdfd_config *cfg = r->cfg;
+    tsdf_volume_params p = *params;
+    int rc;
+
+    if (r->count >= cfg->max_maps)
+        return TSDF_ELIMIT;
+    dmap *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return TSDF_ENOMEM;
+    memcpy(m->name, name, strlen(name) + 1);
+    m->reg = r;
+    p.backend = r->backend;
+    p.cuda_device = cfg->volume.cuda_device;
+    rc = tsdf_volume_create(&p, &m->vol);
+    if (rc != TSDF_OK)
+        goto fail_volume;
+    rc = queue_init(&m->queue, cfg->queue_length, query_capacity(cfg),
+                    cfg->queue_policy == CFG_POLICY_DROP_OLDEST ? QUEUE_DROP_OLDEST : QUEUE_BLOCK);
+    if (rc != TSDF_OK)
+        goto fail_queue;
+    rc = worker_start(m);
+    if (rc != TSDF_OK)
+        goto fail_worker;
+    r->maps[r->count++] = m;
+    TSDF_LOG(TSDF_LOG_INFO, "map %s: created (%s backend, voxel %.4g m, queue %u, %s)", name,
+             tsdf_backend_name(tsdf_volume_backend(m->vol)), (double)p.voxel_size_m,
+             cfg->queue_length, cfg_policy_name(cfg->queue_policy));
+    *out = m;
+    return TSDF_OK;
+
+fail_worker:
+    queue_fini(&m->queue);
+fail_queue:
+    tsdf_volume_destroy(m->vol);
+fail_volume:
+    free(m);
+    TSDF_LOG(TSDF_LOG_ERROR, "map %s: cannot create: %s", name, tsdf_strerror(rc));
+    return rc;
+}
+
+static dmap *find_locked(map_registry *r, const char *name)
+{
+    for (size_t i = 0; i < r->count; i++)
+        if (strcmp(r->maps[i]->name, name) == 0)
+            return r->maps[i];
+    return NULL;
+}
+
+static int check_map_name(const char *name)
+{
+    size_t len = strlen(name);
+    if (len > MAPS_NAME_MAX)
+        return TSDF_ETOO_LARGE;
+    return tsdf_proto_check_name(name, len);
+}
+
+int maps_init(map_registry *r, const tsdfd_config *cfg, dstats *stats)
+{
+    int rc;
+
+    memset(r, 0, sizeof *r);
+    r->cfg = cfg;
+    r->stats = stats;
+    r->maps = calloc(cfg->max_maps, sizeof *r->maps);
+    if (r->maps == NULL)
+        return TSDF_ENOMEM;
+    if (pthread_mutex_init(&r->lock, NULL) != 0) {
+        free(r->maps);
+        r->maps = NULL;
+        return TSDF_ENOMEM;
+    }
+    r->backend = cfg->volume.backend;
+    if (r->backend == TSDF_BACKEND_AUTO) {
+        r->backend = tsdf_cuda_available() ? TSDF_BACKEND_CUDA : TSDF_BACKEND_CPU;
+        TSDF_LOG(TSDF_LOG_INFO, "backend auto: chose %s (%s)", tsdf_backend_name(r->backend),
+                 r->backend == TSDF_BACKEND_CUDA ? "a usable CUDA device is present"
+                                                 : "no usable CUDA device");
+    } else {
+        TSDF_LOG(TSDF_LOG_INFO, "backend %s (from the configuration)",
+                 tsdf_backend_name(r->backend));
+    }
+    for (size_t i = 0; i < cfg->maps_count; i++) {
+        dmap *m;
+        rc = maps_get_with(r, cfg->maps[i], &cfg->volume, &m);
+        if (rc != TSDF_OK)
+            return rc;
+    }
+    return TSDF_OK;
+}
+
+int maps_get_with(map_registry *r, const char *name, const tsdf_volume_params *params, dmap **out)
+{
+    int rc = check_map_name(name);
+    if (rc != TSDF_OK)
+        return rc;
+    pthread_mutex_lock(&r->lock);
+    dmap *m = find_locked(r, name);
+    if (m != NULL) {
+        *out = m;
+        rc = TSDF_OK;
+    } else {
+        /* Volume creation runs under the registry lock: it is rare (once per
+         * map) and keeps two first users of one name from racing. */
+        rc = map_create_locked(r, name, params, out);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+int maps_get(map_registry *r, const char *name, int create, dmap **out)
+{
+    int rc = check_map_name(name);
+    if (rc != TSDF_OK)
+        return rc;
+    pthread_mutex_lock(&r->lock);
+    dmap *m = find_locked(r, name);
+    if (m != NULL) {
+        *out = m;
+    } else if (!create || !r->cfg->auto_create_maps) {
+        rc = TSDF_ENOT_FOUND;
+    } else {
+        rc = map_create_locked(r, name, &r->cfg->volume, out);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+size_t maps_list(map_registry *r, dmap **out, size_t max)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t n = r->count < max ? r->count : max;
+    memcpy(out, r->maps, n * sizeof *out);
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
+/* Shutdown drain: the frames left once the drain timed out are dropped and
+ * counted, and their waiters (if any) told so. */
+static void drop_left(void *item, void *arg)
+{
+    dmap *m = arg;
+    worker_job *j = item;
+    dstats_frame_outcome(m->reg->stats, j->sensor, DS_DROP_SHUTDOWN);
+    job_complete(j, TSDF_ESHUTDOWN);
+}
+
+void maps_stop(map_registry *r, uint32_t drain_timeout_ms)
+{
+    if (r->maps == NULL)
+        return;
+    pthread_mutex_lock(&r->lock);
+    size_t n = r->count;
+    pthread_mutex_unlock(&r->lock);
+    /* Close every queue first so that all maps drain in parallel. */
+    for (size_t i = 0; i < n; i++)
+        queue_close(&r->maps[i]->queue);
+    for (size_t i = 0; i < n; i++) {
+        dmap *m = r->maps[i];
+        worker_join(m, drain_timeout_ms);
+        queue_drain_frames(&m->queue, drop_left, m);
+        /* Queries cannot arrive after close; any left would be a bug of ours. */
+        void *item;
+        int is_query;
+        while (queue_pop(&m->queue, &item, &is_query, 0) == TSDF_OK)
+            job_complete(item, TSDF_ESHUTDOWN);
+    }
+}
+
+void maps_fini(map_registry *r)
+{
+    if (r->maps == NULL)
+        return;
+    for (size_t i = 0; i < r->count; i++) {
+        dmap *m = r->maps[i];
+        tsdf_volume_destroy(m->vol);
+        queue_fini(&m->queue);
+        free(m);
+    }
+    pthread_mutex_destroy(&r->lock);
+    free(r->maps);
+    memset(r, 0, sizeof *r);
+}

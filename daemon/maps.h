@@ -1,0 +1,87 @@
+/*
+ * maps.h - the registry of named maps. One map = one volume + one bounded
+ * job queue + one integration worker thread (worker.h), so that maps of
+ * different sites never mix and integrate concurrently.
+ *
+ * Maps are created at start (declared in the config) or on first use
+ * (auto_create_maps), at most max_maps of them, and live until the daemon
+ * stops: a dmap pointer obtained from the registry stays valid until
+ * maps_fini, so callers need no reference counting.
+ *
+ * Threads: maps_get / maps_list / maps_count may be called from any
+ * thread (one registry mutex). Only a map's worker touches its volume
+ * between worker_start and worker_join.
+ */
+#ifndef TSDFD_MAPS_H
+#define TSDFD_MAPS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "dstats.h"
+#include "queue.h"
+#include "tsdf_volume.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Map names are wire names (tsdf_proto_check_name) of at most 63 bytes, the
+ * longest a snapshot file can hold. */
+#define MAPS_NAME_MAX 63
+
+struct map_registry;
+
+typedef struct dmap {
+    char name[MAPS_NAME_MAX + 1];
+    struct map_registry *reg;
+    tsdf_volume *vol; /* owned; only the worker touches it while it runs */
+    frame_queue queue;
+    pthread_t thread;
+    int thread_started;
+    atomic_int abort_drain;            /* set: drop the frames left instead of integrating */
+    atomic_uint_least64_t version;     /* the volume's version after the worker's last job */
+    atomic_uint_least64_t frames_done; /* frames integrated by this map */
+} dmap;
+
+typedef struct map_registry {
+    pthread_mutex_t lock;
+    const tsdfd_config *cfg;
+    dstats *stats;
+    dmap **maps; /* max_maps slots */
+    size_t count;
+    tsdf_backend backend; /* the backend new volumes use (auto resolved at init) */
+} map_registry;
+
+/* Prepares the registry: resolves backend auto (logging the choice) and
+ * creates the declared maps. TSDF_ENO_GPU / TSDF_ENOT_BUILT when cuda is
+ * asked for and absent, engine errors of the first volume, TSDF_ENOMEM. */
+int maps_init(map_registry *r, const tsdfd_config *cfg, dstats *stats);
+
+/* Closes every queue, joins the workers (drain_timeout_ms to integrate what
+ * is queued, per map) and leaves the volumes in place (for a final save). */
+void maps_stop(map_registry *r, uint32_t drain_timeout_ms);
+
+/* Destroys every map (after maps_stop). */
+void maps_fini(map_registry *r);
+
+/* Finds map `name`; with create (and auto_create_maps) makes it when absent.
+ * TSDF_EINVAL (bad name), TSDF_ENOT_FOUND (absent, no create),
+ * TSDF_ELIMIT (max_maps reached), engine errors of tsdf_volume_create. */
+int maps_get(map_registry *r, const char *name, int create, dmap **out);
+
+/* Creates a map with explicit volume parameters (load of a snapshot); like
+ * maps_get with create, but params instead of the configured ones. */
+int maps_get_with(map_registry *r, const char *name, const tsdf_volume_params *params, dmap **out);
+
+/* Copies up to max map pointers (in creation order); returns the count. */
+size_t maps_list(map_registry *r, dmap **out, size_t max);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TSDFD_MAPS_H */

@@ -1,0 +1,95 @@
+/*
+ * metrics_http.h - a minimal HTTP/1.1 server for Prometheus scrapes.
+ *
+ * Serves GET /metrics (a query string is ignored) with the text the render
+ * callback builds, as `Content-Type: text/plain; version=0.0.4`, and closes
+ * the connection after every response (no keep-alive: a scrape every few
+ * seconds does not need it, and it keeps the server small). Other paths get
+ * 404, other methods 405 (with `Allow: GET`), malformed requests 400, and a
+ * request head larger than the limit 431.
+ *
+ * Bounded: a request head may be at most max_request_bytes (8 KiB by
+ * default); at most max_connections (16) are open at once, further ones are
+ * accepted and closed at once (counted in conns_rejected); a connection that
+ * has not completed its request, or not taken its response, within
+ * timeout_ms (5 s) is closed (counted in timeouts).
+ *
+ * Threads: everything, render included, runs on the thread that runs the
+ * libuv loop; start and stop must be called on that thread too. The render
+ * callback therefore must read the daemon's counters in a thread-safe way
+ * (atomics or a lock), since workers update them concurrently.
+ *
+ * Ownership: metrics_http_start creates the server; metrics_http_stop
+ * closes its handles and frees it once the loop has run the close
+ * callbacks (run the loop once more, as with any libuv handle).
+ */
+#ifndef TSDF_DAEMON_METRICS_HTTP_H
+#define TSDF_DAEMON_METRICS_HTTP_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "prom.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define METRICS_HTTP_DEFAULT_HOST "127.0.0.1"
+#define METRICS_HTTP_DEFAULT_PORT 9464
+#define METRICS_HTTP_MAX_REQUEST_BYTES 8192u
+#define METRICS_HTTP_MAX_CONNECTIONS 16u
+#define METRICS_HTTP_TIMEOUT_MS 5000u
+
+/* Fills *out with the text of one scrape. Returns TSDF_OK, or an error
+ * code: the client then gets 500 and the error is logged. A prom_buf
+ * error (prom_buf_error) counts as a failure too. */
+typedef int (*metrics_render_fn)(void *arg, prom_buf *out);
+
+typedef struct metrics_http metrics_http;
+
+typedef struct {
+    uint32_t max_request_bytes; /* 0: METRICS_HTTP_MAX_REQUEST_BYTES */
+    uint32_t max_connections;   /* 0: METRICS_HTTP_MAX_CONNECTIONS */
+    uint32_t timeout_ms;        /* 0: METRICS_HTTP_TIMEOUT_MS */
+} metrics_http_limits;
+
+/* Counters of the server itself (for the daemon's own metrics). */
+typedef struct {
+    uint64_t connections;    /* accepted and served (not rejected) */
+    uint64_t conns_rejected; /* closed at once: max_connections reached */
+    uint64_t responses_2xx, responses_4xx, responses_5xx;
+    uint64_t timeouts;  /* connections closed by the timeout */
+    uint64_t oversized; /* requests answered 431 */
+} metrics_http_stats;
+
+/* Binds host:port (a numeric IPv4 or IPv6 address, or "localhost"; NULL:
+ * METRICS_HTTP_DEFAULT_HOST; port 0 picks a free port, see
+ * metrics_http_port) and starts listening on loop. render and arg are kept
+ * until stop. Returns TSDF_OK and *out, or TSDF_EINVAL (bad address or
+ * arguments), TSDF_EBUSY (address in use), TSDF_ENOMEM, TSDF_EIO (other
+ * socket errors; the libuv error is logged). On failure the listener handle
+ * is already closing: run the loop (uv_run) before uv_loop_close so that
+ * its close callback frees it, as after metrics_http_stop. */
+int metrics_http_start(uv_loop_t *loop, const char *host, int port, metrics_render_fn render,
+                       void *arg, metrics_http **out);
+
+/* The same with explicit limits (NULL: defaults). */
+int metrics_http_start_ex(uv_loop_t *loop, const char *host, int port,
+                          const metrics_http_limits *limits, metrics_render_fn render, void *arg,
+                          metrics_http **out);
+
+/* Stops listening, closes every open connection, and frees m when the
+ * loop has run the close callbacks. NULL is a no-op. */
+void metrics_http_stop(metrics_http *m);
+
+/* The port actually bound (useful after asking for port 0), or -1. */
+int metrics_http_port(const metrics_http *m);
+
+void metrics_http_get_stats(const metrics_http *m, metrics_http_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TSDF_DAEMON_METRICS_HTTP_H */

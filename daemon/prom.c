@@ -1,0 +1,399 @@
+#define _POSIX_C_SOURCE 200809L
+
+#include "prom.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tsdf_error.h"
+
+void prom_buf_init(prom_buf *b)
+{
+    memset(b, 0, sizeof *b);
+}
+
+void prom_buf_fini(prom_buf *b)
+{
+    if (!b)
+        return;
+    free(b->data);
+    free(b->families);
+    memset(b, 0, sizeof *b);
+}
+
+void prom_buf_reset(prom_buf *b)
+{
+    b->len = 0;
+    if (b->data)
+        b->data[0] = '\0';
+    b->family_count = 0;
+    b->err = TSDF_OK;
+}
+
+int prom_buf_error(const prom_buf *b)
+{
+    return b->err;
+}
+
+static int fail(prom_buf *b, int err)
+{
+    if (b->err == TSDF_OK)
+        b->err = err;
+    return b->err;
+}
+
+static int reserve(prom_buf *b, size_t extra)
+{
+    if (extra > PROM_BUF_MAX_BYTES || b->len + extra + 1 > PROM_BUF_MAX_BYTES)
+        return fail(b, TSDF_ETOO_LARGE);
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap)
+        return TSDF_OK;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < need)
+        cap *= 2;
+    if (cap > PROM_BUF_MAX_BYTES)
+        cap = PROM_BUF_MAX_BYTES;
+    char *p = realloc(b->data, cap);
+    if (!p)
+        return fail(b, TSDF_ENOMEM);
+    b->data = p;
+    b->cap = cap;
+    return TSDF_OK;
+}
+
+static int appendf(prom_buf *b, const char *fmt, ...)
+{
+    if (b->err)
+        return b->err;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return fail(b, TSDF_EINTERNAL);
+    if (reserve(b, (size_t)n) != TSDF_OK)
+        return b->err;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return TSDF_OK;
+}
+
+int prom_name_valid(const char *name)
+{
+    if (!name || !*name || strlen(name) >= PROM_NAME_MAX)
+        return 0;
+    for (const char *p = name; *p; p++) {
+        int alpha = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_' || *p == ':';
+        int digit = *p >= '0' && *p <= '9';
+        if (!alpha && !(digit && p != name))
+            return 0;
+    }
+    return 1;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Formats a sample value the way Prometheus parses it: the shortest
+ * decimal that reads back as the same double, and NaN/+Inf/-Inf spelled as
+ * the Go parser expects. */
+static void format_value(char *dst, size_t len, double v)
+{
+    if (isnan(v)) {
+        snprintf(dst, len, "NaN");
+    } else if (isinf(v)) {
+        snprintf(dst, len, v > 0 ? "+Inf" : "-Inf");
+    } else {
+        snprintf(dst, len, "%.15g", v);
+        if (strtod(dst, NULL) != v)
+            snprintf(dst, len, "%.17g", v);
+    }
+}
+
+/* HELP text escapes backslash and newline (the format's only two). */
+static int append_help(prom_buf *b, const char *help)
+{
+    for (const char *p = help; *p && !b->err; p++) {
+        if (*p == '\\')
+            appendf(b, "\\\\");
+        else if (*p == '\n')
+            appendf(b, "\\n");
+        else
+            appendf(b, "%c", *p);
+    }
+    return b->err;
+}
+
+/* Opens the family `name` of `type` unless it is the one still open; the
+ * HELP and TYPE lines come out exactly once per name. */
+static int open_family(prom_buf *b, const char *name, const char *type, const char *help)
+{
+    if (b->err)
+        return b->err;
+    if (!prom_name_valid(name))
+        return fail(b, TSDF_EINVAL);
+    if (b->family_count > 0 && strcmp(b->families[b->family_count - 1], name) == 0)
+        return TSDF_OK;
+    for (size_t i = 0; i + 1 < b->family_count; i++) {
+        /* A family that was closed and is asked for again would split its
+         * samples, which the text format forbids. */
+        if (strcmp(b->families[i], name) == 0)
+            return fail(b, TSDF_EINVAL);
+    }
+    if (b->family_count == b->family_cap) {
+        size_t cap = b->family_cap ? b->family_cap * 2 : 64;
+        void *p = realloc(b->families, cap * sizeof *b->families);
+        if (!p)
+            return fail(b, TSDF_ENOMEM);
+        b->families = p;
+        b->family_cap = cap;
+    }
+    snprintf(b->families[b->family_count++], PROM_NAME_MAX, "%s", name);
+    appendf(b, "# HELP %s ", name);
+    append_help(b, help ? help : "");
+    appendf(b, "\n# TYPE %s %s\n", name, type);
+    return b->err;
+}
+
+/* One sample line: name{labels[,extra]} value. */
+static int sample(prom_buf *b, const char *name, const char *suffix, const char *labels,
+                  const char *extra, double v)
+{
+    char val[64];
+    format_value(val, sizeof val, v);
+    int has_labels = labels && *labels;
+    int has_extra = extra && *extra;
+    if (!has_labels && !has_extra)
+        return appendf(b, "%s%s %s\n", name, suffix, val);
+    return appendf(b, "%s%s{%s%s%s} %s\n", name, suffix, has_labels ? labels : "",
+                   has_labels && has_extra ? "," : "", has_extra ? extra : "", val);
+}
+
+int prom_counter(prom_buf *b, const char *name, const char *help, const char *labels, double value)
+{
+    if (b->err)
+        return b->err;
+    if (!prom_name_valid(name) || !ends_with(name, "_total"))
+        return fail(b, TSDF_EINVAL);
+    if (open_family(b, name, "counter", help))
+        return b->err;
+    return sample(b, name, "", labels, NULL, value);
+}
+
+int prom_gauge(prom_buf *b, const char *name, const char *help, const char *labels, double value)
+{
+    if (open_family(b, name, "gauge", help))
+        return b->err;
+    return sample(b, name, "", labels, NULL, value);
+}
+
+int prom_summary(prom_buf *b, const char *name, const char *help, const char *labels,
+                 const lat_summary *s)
+{
+    if (!s)
+        return fail(b, TSDF_EINVAL);
+    if (open_family(b, name, "summary", help))
+        return b->err;
+    sample(b, name, "", labels, "quantile=\"0.5\"", s->p50_ms / 1e3);
+    sample(b, name, "", labels, "quantile=\"0.99\"", s->p99_ms / 1e3);
+    sample(b, name, "_sum", labels, NULL, s->sum_ms / 1e3);
+    return sample(b, name, "_count", labels, NULL, (double)s->count);
+}
+
+int prom_histogram(prom_buf *b, const char *name, const char *help, const char *labels,
+                   const double *le, const uint64_t *counts, size_t n, uint64_t overflow,
+                   double sum)
+{
+    if (n > 0 && (!le || !counts))
+        return fail(b, TSDF_EINVAL);
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(le[i]) || (i > 0 && le[i] <= le[i - 1]))
+            return fail(b, TSDF_EINVAL);
+    }
+    if (open_family(b, name, "histogram", help))
+        return b->err;
+    uint64_t cumulative = 0;
+    char extra[96], val[64];
+    for (size_t i = 0; i < n; i++) {
+        cumulative += counts[i];
+        format_value(val, sizeof val, le[i]);
+        snprintf(extra, sizeof extra, "le=\"%s\"", val);
+        sample(b, name, "_bucket", labels, extra, (double)cumulative);
+    }
+    cumulative += overflow;
+    sample(b, name, "_bucket", labels, "le=\"+Inf\"", (double)cumulative);
+    sample(b, name, "_sum", labels, NULL, sum);
+    return sample(b, name, "_count", labels, NULL, (double)cumulative);
+}
+
+int prom_raw_line(prom_buf *b, const char *line)
+{
+    return appendf(b, "%s\n", line ? line : "");
+}
+
+int prom_label_escape(char *dst, size_t dst_len, const char *value)
+{
+    if (!dst || dst_len == 0)
+        return TSDF_EINVAL;
+    size_t o = 0;
+    for (const char *p = value ? value : ""; *p; p++) {
+        const char *rep = NULL;
+        char one[2] = {*p, '\0'};
+        if (*p == '\\')
+            rep = "\\\\";
+        else if (*p == '"')
+            rep = "\\\"";
+        else if (*p == '\n')
+            rep = "\\n";
+        else
+            rep = one;
+        size_t m = strlen(rep);
+        /* Never split an escape: a half-written one would change the meaning
+         * of the closing quote. */
+        if (o + m + 1 > dst_len) {
+            /* Nor a UTF-8 sequence: drop its continuation bytes and lead. */
+            size_t end = o;
+            while (end > 0 && ((unsigned char)dst[end - 1] & 0xC0) == 0x80)
+                end--;
+            if (end > 0 && ((unsigned char)dst[end - 1] & 0xC0) == 0xC0) {
+                unsigned char lead = (unsigned char)dst[end - 1];
+                size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+                if (o - (end - 1) < want)
+                    o = end - 1;
+            }
+            dst[o] = '\0';
+            return TSDF_ETOO_LARGE;
+        }
+        memcpy(dst + o, rep, m);
+        o += m;
+    }
+    dst[o] = '\0';
+    return TSDF_OK;
+}
+
+/* ---- tsdfd's own families ---------------------------------------------- */
+
+const char *const prom_stage_names[PROM_STAGE_COUNT] = {"decode", "upload",  "allocate",
+                                                        "update", "raycast", "mesh"};
+
+int prom_rss_bytes(uint64_t *out)
+{
+    FILE *f = fopen("/proc/self/statm", "re");
+    if (!f)
+        return TSDF_EIO;
+    unsigned long long size_pages = 0, resident_pages = 0;
+    int got = fscanf(f, "%llu %llu", &size_pages, &resident_pages);
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    if (got != 2 || page <= 0)
+        return TSDF_EIO;
+    *out = (uint64_t)resident_pages * (uint64_t)page;
+    return TSDF_OK;
+}
+
+/* map="<escaped name>" for series i. */
+static void map_label(char *dst, size_t len, const char *name)
+{
+    char esc[160];
+    prom_label_escape(esc, sizeof esc, name);
+    snprintf(dst, len, "map=\"%s\"", esc);
+}
+
+int prom_tsdfd_volume_families(prom_buf *b, const char *const *names,
+                               const tsdf_volume_stats *stats, size_t n)
+{
+    if (n > 0 && (!names || !stats))
+        return fail(b, TSDF_EINVAL);
+    char label[192];
+    /* One loop per family: the text format wants each family's series
+     * together, whatever the number of maps. */
+    for (size_t i = 0; i < n; i++) {
+        map_label(label, sizeof label, names[i]);
+        prom_gauge(b, "tsdfd_hash_load_factor",
+                   "Allocated voxel blocks per hash-table slot (the table grows before "
+                   "volume.max_load_factor).",
+                   label, stats[i].load_factor);
+    }
+    for (size_t i = 0; i < n; i++) {
+        map_label(label, sizeof label, names[i]);
+        prom_gauge(b, "tsdfd_hash_blocks", "Allocated 8x8x8 voxel blocks.", label,
+                   (double)stats[i].blocks_allocated);
+    }
+    for (size_t i = 0; i < n; i++) {
+        map_label(label, sizeof label, names[i]);
+        prom_gauge(b, "tsdfd_hash_capacity_slots", "Slots of the hash table.", label,
+                   (double)stats[i].capacity_slots);
+    }
+    double le[TSDF_PROBE_HIST_BINS - 1];
+    for (int k = 0; k < TSDF_PROBE_HIST_BINS - 1; k++)
+        le[k] = k;
+    for (size_t i = 0; i < n; i++) {
+        map_label(label, sizeof label, names[i]);
+        /* The engine's last bin holds displacements >= 15: the +Inf bucket. */
+        prom_histogram(b, "tsdfd_hash_probe_length",
+                       "Displacement of resident keys from their home slot, in slots.", label, le,
+                       stats[i].probe_hist, TSDF_PROBE_HIST_BINS - 1,
+                       stats[i].probe_hist[TSDF_PROBE_HIST_BINS - 1],
+                       stats[i].mean_probe * (double)stats[i].blocks_allocated);
+    }
+    for (size_t i = 0; i < n; i++) {
+        map_label(label, sizeof label, names[i]);
+        prom_counter(b, "tsdfd_hash_growth_events_total", "Rehashes into a larger table.", label,
+                     (double)stats[i].growth_events);
+    }
+    for (size_t i = 0; i < n; i++) {
+        map_label(label, sizeof label, names[i]);
+        prom_counter(b, "tsdfd_hash_insert_failures_total",
+                     "Blocks not inserted because of the memory cap.", label,
+                     (double)stats[i].insert_failures);
+    }
+    for (size_t i = 0; i < n; i++) {
+        map_label(label, sizeof label, names[i]);
+        prom_gauge(b, "tsdfd_gpu_memory_bytes",
+                   "Device memory held by the map's volume (0 on the CPU backend).", label,
+                   stats[i].backend == TSDF_BACKEND_CUDA ? (double)stats[i].memory_bytes : 0.0);
+    }
+    return b->err;
+}
+
+int prom_tsdfd_process_families(prom_buf *b, const char *version, const char *backend,
+                                double uptime_s)
+{
+    char label[192], v[64], be[64];
+    prom_label_escape(v, sizeof v, version ? version : "unknown");
+    prom_label_escape(be, sizeof be, backend ? backend : "unknown");
+    snprintf(label, sizeof label, "version=\"%s\",backend=\"%s\"", v, be);
+    prom_gauge(b, "tsdfd_build_info", "Build of the daemon; the value is always 1.", label, 1);
+    prom_gauge(b, "tsdfd_uptime_seconds", "Seconds since the daemon started.", NULL, uptime_s);
+    uint64_t rss;
+    if (prom_rss_bytes(&rss) == TSDF_OK)
+        prom_gauge(b, "tsdfd_host_memory_bytes", "Resident set size of the daemon.", NULL,
+                   (double)rss);
+    return b->err;
+}
+
+int prom_tsdfd_stage_latency(prom_buf *b, lat_window *const windows[PROM_STAGE_COUNT])
+{
+    char label[64];
+    for (int i = 0; i < PROM_STAGE_COUNT; i++) {
+        lat_summary s = {.p50_ms = NAN, .p99_ms = NAN, .max_ms = NAN, .count = 0, .sum_ms = 0};
+        if (windows && windows[i])
+            lat_window_summary(windows[i], &s);
+        snprintf(label, sizeof label, "stage=\"%s\"", prom_stage_names[i]);
+        prom_summary(b, "tsdfd_stage_latency_seconds",
+                     "Time per pipeline stage; quantiles over the last log.latency_window "
+                     "samples.",
+                     label, &s);
+    }
+    return b->err;
+}

@@ -1,0 +1,278 @@
+/*
+ * server.c - REP contexts and PULL decoders (see server.h).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "server.h"
+
+#include "log.h"
+#include "tsdf_error.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/pipeline0/pull.h>
+#include <nng/protocol/reqrep0/rep.h>
+
+/* Room above max_message_mb for the msgpack envelope of a maximal payload,
+ * and for a TOO_LARGE answer to messages slightly over the limit. */
+#define SERVER_ENVELOPE_BYTES (64u * 1024u)
+
+typedef struct {
+    server *srv;
+    nng_ctx ctx;
+    nng_aio *aio;
+    pthread_t thread;
+    int started;
+} req_context;
+
+struct server {
+    daemon_ctx *d;
+    nng_socket rep;
+    nng_socket pull;
+    int rep_open, pull_open;
+    req_context *reqs;
+    size_t req_count;
+    pthread_t *decoders;
+    size_t decoder_count;
+};
+
+int server_nng_error(int rv)
+{
+    switch (rv) {
+    case 0:
+        return TSDF_OK;
+    case NNG_ENOMEM:
+        return TSDF_ENOMEM;
+    case NNG_ETIMEDOUT:
+        return TSDF_ETIMEOUT;
+    case NNG_ECLOSED:
+        return TSDF_ECLOSED;
+    case NNG_ECONNREFUSED:
+        return TSDF_ECONNREFUSED;
+    case NNG_EADDRINUSE:
+    case NNG_EBUSY:
+        return TSDF_EBUSY;
+    case NNG_EINVAL:
+    case NNG_EADDRINVAL:
+    case NNG_ENOTSUP:
+        return TSDF_EINVAL;
+    case NNG_EMSGSIZE:
+        return TSDF_ETOO_LARGE;
+    default:
+        return TSDF_ENNG;
+    }
+}
+
+/* A request context: receive, handle, reply, forever, until the socket closes. */
+static void *req_main(void *arg)
+{
+    req_context *rc = arg;
+    daemon_ctx *d = rc->srv->d;
+    tsdf_buf out;
+
+    tsdf_buf_init(&out);
+    for (;;) {
+        nng_ctx_recv(rc->ctx, rc->aio);
+        nng_aio_wait(rc->aio);
+        int rv = nng_aio_result(rc->aio);
+        if (rv == NNG_ECLOSED)
+            break;
+        if (rv != 0) {
+            /* A transient failure (a peer gone mid-message): nothing to answer. */
+            TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "request receive", "request receive failed: %s",
+                                 nng_strerror(rv));
+            if (atomic_load(&d->stopping))
+                break;
+            continue;
+        }
+        nng_msg *msg = nng_aio_get_msg(rc->aio);
+        handle_request(d, msg, &out); /* takes msg */
+        if (out.len == 0)
+            continue;
+        nng_msg *reply;
+        if (nng_msg_alloc(&reply, 0) != 0 || nng_msg_append(reply, out.data, out.len) != 0) {
+            TSDF_LOG_RATELIMITED(TSDF_LOG_ERROR, "reply alloc", "no memory for a %zu-byte reply",
+                                 out.len);
+            continue;
+        }
+        nng_aio_set_msg(rc->aio, reply);
+        nng_ctx_send(rc->ctx, rc->aio);
+        nng_aio_wait(rc->aio);
+        rv = nng_aio_result(rc->aio);
+        if (rv != 0) {
+            /* A failed send leaves the message with us (nng's rule). */
+            nng_msg_free(nng_aio_get_msg(rc->aio));
+            if (rv == NNG_ECLOSED)
+                break;
+            TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "reply send", "reply send failed: %s",
+                                 nng_strerror(rv));
+        }
+        /* Give large replies' memory back instead of keeping the peak. */
+        if (out.cap > (1u << 20)) {
+            tsdf_buf_fini(&out);
+            tsdf_buf_init(&out);
+        }
+    }
+    tsdf_buf_fini(&out);
+    return NULL;
+}
+
+static void *decoder_main(void *arg)
+{
+    server *s = arg;
+    for (;;) {
+        nng_msg *msg;
+        int rv = nng_recvmsg(s->pull, &msg, 0);
+        if (rv == NNG_ECLOSED)
+            break;
+        if (rv != 0) {
+            TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "frame receive", "frame receive failed: %s",
+                                 nng_strerror(rv));
+            if (atomic_load(&s->d->stopping))
+                break;
+            continue;
+        }
+        handle_frame(s->d, msg); /* takes msg */
+    }
+    return NULL;
+}
+
+/* nng does not create the directory of an ipc:// socket; the daemon makes
+ * it (mode 0755) when missing, which a demo or a test in a temp dir needs. */
+static void ensure_ipc_dir(const char *url)
+{
+    const char *p = NULL;
+    char dir[PATH_MAX];
+    if (strncmp(url, "ipc://", 6) == 0)
+        p = url + 6;
+    if (p == NULL)
+        return;
+    const char *slash = strrchr(p, '/');
+    if (slash == NULL || slash == p || (size_t)(slash - p) >= sizeof dir)
+        return;
+    memcpy(dir, p, (size_t)(slash - p));
+    dir[slash - p] = '\0';
+    mkdir(dir, 0755); /* EEXIST is fine; any real problem shows in nng_listen */
+}
+
+static int listen_all(nng_socket sock, const char (*urls)[CFG_URL_LEN], size_t n, char *err,
+                      size_t err_len)
+{
+    for (size_t i = 0; i < n; i++) {
+        ensure_ipc_dir(urls[i]);
+        int rv = nng_listen(sock, urls[i], NULL, 0);
+        if (rv != 0) {
+            snprintf(err, err_len, "cannot listen on %s: %s", urls[i], nng_strerror(rv));
+            return server_nng_error(rv);
+        }
+        TSDF_LOG(TSDF_LOG_INFO, "listening on %s", urls[i]);
+    }
+    return TSDF_OK;
+}
+
+int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
+{
+    const tsdfd_config *cfg = d->cfg;
+    size_t max_recv = (size_t)cfg->max_message_mb * 1024u * 1024u + SERVER_ENVELOPE_BYTES;
+    int rv, rc;
+
+    *out = NULL;
+    server *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return TSDF_ENOMEM;
+    s->d = d;
+
+    if ((rv = nng_rep0_open(&s->rep)) != 0) {
+        snprintf(err, err_len, "cannot open the REP socket: %s", nng_strerror(rv));
+        rc = server_nng_error(rv);
+        goto fail;
+    }
+    s->rep_open = 1;
+    if ((rv = nng_pull0_open(&s->pull)) != 0) {
+        snprintf(err, err_len, "cannot open the PULL socket: %s", nng_strerror(rv));
+        rc = server_nng_error(rv);
+        goto fail;
+    }
+    s->pull_open = 1;
+    /* Bounded messages: nng refuses larger ones before it buffers them. */
+    nng_socket_set_size(s->rep, NNG_OPT_RECVMAXSZ, max_recv);
+    nng_socket_set_size(s->pull, NNG_OPT_RECVMAXSZ, max_recv);
+
+    rc = listen_all(s->rep, cfg->listen, cfg->listen_count, err, err_len);
+    if (rc != TSDF_OK)
+        goto fail;
+    rc = listen_all(s->pull, cfg->frames_listen, cfg->frames_listen_count, err, err_len);
+    if (rc != TSDF_OK)
+        goto fail;
+
+    s->reqs = calloc(cfg->request_contexts, sizeof *s->reqs);
+    s->decoders = calloc(cfg->decode_threads, sizeof *s->decoders);
+    if (s->reqs == NULL || s->decoders == NULL) {
+        rc = TSDF_ENOMEM;
+        snprintf(err, err_len, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < cfg->request_contexts; i++) {
+        req_context *c = &s->reqs[i];
+        c->srv = s;
+        if ((rv = nng_ctx_open(&c->ctx, s->rep)) != 0 ||
+            (rv = nng_aio_alloc(&c->aio, NULL, NULL)) != 0) {
+            snprintf(err, err_len, "cannot make request context %zu: %s", i, nng_strerror(rv));
+            rc = server_nng_error(rv);
+            goto fail;
+        }
+        s->req_count++;
+        if (pthread_create(&c->thread, NULL, req_main, c) != 0) {
+            snprintf(err, err_len, "cannot start request thread %zu", i);
+            rc = TSDF_ENOMEM;
+            goto fail;
+        }
+        c->started = 1;
+    }
+    for (size_t i = 0; i < cfg->decode_threads; i++) {
+        if (pthread_create(&s->decoders[i], NULL, decoder_main, s) != 0) {
+            snprintf(err, err_len, "cannot start decoder thread %zu", i);
+            rc = TSDF_ENOMEM;
+            goto fail;
+        }
+        s->decoder_count++;
+    }
+    *out = s;
+    return TSDF_OK;
+
+fail:
+    server_stop(s);
+    return rc;
+}
+
+void server_stop(server *s)
+{
+    if (s == NULL)
+        return;
+    /* Closing the sockets ends every pending receive with NNG_ECLOSED; a
+     * request in progress finishes (its send then fails) and its thread exits. */
+    if (s->pull_open)
+        nng_close(s->pull);
+    if (s->rep_open)
+        nng_close(s->rep);
+    for (size_t i = 0; i < s->decoder_count; i++)
+        pthread_join(s->decoders[i], NULL);
+    for (size_t i = 0; i < s->req_count; i++) {
+        req_context *c = &s->reqs[i];
+        if (c->started)
+            pthread_join(c->thread, NULL);
+        if (c->aio != NULL)
+            nng_aio_free(c->aio);
+    }
+    free(s->reqs);
+    free(s->decoders);
+    free(s);
+}

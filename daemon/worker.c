@@ -1,0 +1,346 @@
+/*
+ * worker.c - one integration thread per map (see worker.h).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "worker.h"
+
+#include "dstats.h"
+#include "log.h"
+#include "maps.h"
+#include "tsdf_error.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* How long one pop waits before the loop looks at its flags again. */
+#define WORKER_POP_SLICE_MS 200
+
+int64_t worker_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+worker_job *job_new(job_kind kind, int has_waiter)
+{
+    worker_job *j = calloc(1, sizeof *j);
+    if (j == NULL)
+        return NULL;
+    j->kind = kind;
+    tsdf_mesh_init(&j->mesh);
+    tsdf_block_set_init(&j->blocks);
+    if (has_waiter) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        if (pthread_mutex_init(&j->lock, NULL) != 0) {
+            pthread_condattr_destroy(&ca);
+            free(j);
+            return NULL;
+        }
+        if (pthread_cond_init(&j->cond, &ca) != 0) {
+            pthread_condattr_destroy(&ca);
+            pthread_mutex_destroy(&j->lock);
+            free(j);
+            return NULL;
+        }
+        pthread_condattr_destroy(&ca);
+        j->has_waiter = 1;
+    }
+    return j;
+}
+
+void job_free(worker_job *j)
+{
+    if (j == NULL)
+        return;
+    if (j->has_waiter) {
+        pthread_cond_destroy(&j->cond);
+        pthread_mutex_destroy(&j->lock);
+    }
+    if (j->msg != NULL)
+        nng_msg_free(j->msg);
+    free(j->depth_aligned);
+    free(j->depth_m);
+    free(j->normals);
+    free(j->rgb);
+    tsdf_mesh_fini(&j->mesh);
+    tsdf_block_set_fini(&j->blocks);
+    free(j);
+}
+
+int job_align_depth(worker_job *j)
+{
+    tsdf_frame *f = &j->req.u.frame.frame;
+    size_t bytes = (size_t)f->width * f->height * (f->depth_format == TSDF_DEPTH_F32 ? 4u : 2u);
+
+    if (f->depth == NULL || ((uintptr_t)f->depth % 4u) == 0)
+        return TSDF_OK;
+    /* msgpack puts a bin payload wherever the encoder's header ends, so the
+     * depth is usually misaligned; one copy here (on the decoding thread)
+     * keeps the worker free to integrate back to back. */
+    void *p = malloc(bytes);
+    if (p == NULL)
+        return TSDF_ENOMEM;
+    memcpy(p, f->depth, bytes);
+    free(j->depth_aligned);
+    j->depth_aligned = p;
+    f->depth = p;
+    return TSDF_OK;
+}
+
+int job_wait(worker_job *j, int timeout_ms)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&j->lock);
+    while (!j->done) {
+        if (pthread_cond_timedwait(&j->cond, &j->lock, &deadline) == ETIMEDOUT && !j->done) {
+            j->abandoned = 1;
+            pthread_mutex_unlock(&j->lock);
+            return TSDF_ETIMEOUT;
+        }
+    }
+    pthread_mutex_unlock(&j->lock);
+    return TSDF_OK;
+}
+
+void job_complete(worker_job *j, int status)
+{
+    if (!j->has_waiter) {
+        job_free(j);
+        return;
+    }
+    pthread_mutex_lock(&j->lock);
+    j->status = status;
+    j->done = 1;
+    int abandoned = j->abandoned;
+    pthread_cond_signal(&j->cond);
+    pthread_mutex_unlock(&j->lock);
+    if (abandoned)
+        job_free(j);
+}
+
+static void worker_update_version(dmap *m)
+{
+    tsdf_volume_stats st;
+    if (tsdf_volume_get_stats(m->vol, &st) == TSDF_OK)
+        atomic_store(&m->version, st.version);
+}
+
+static void run_frame(dmap *m, worker_job *j)
+{
+    dstats *ds = m->reg->stats;
+    int64_t t0 = worker_now_ns();
+
+    lat_window_add(&ds->lat_queue_wait, (double)(t0 - j->t_queued_ns) / 1e6);
+    int rc = tsdf_volume_integrate(m->vol, &j->req.u.frame.frame);
+    /* An acked frame is synced so that the ack carries the frame's real
+     * status; the stream keeps the GPU fed back to back instead. */
+    if (rc == TSDF_OK && j->has_waiter)
+        rc = tsdf_volume_sync(m->vol);
+    double ms = (double)(worker_now_ns() - t0) / 1e6;
+    if (rc == TSDF_OK) {
+        lat_window_add(&ds->lat_integrate, ms);
+        atomic_fetch_add(&m->frames_done, 1);
+    } else {
+        TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "integrate failed",
+                             "map %s: frame seq %llu refused by the engine: %s", m->name,
+                             (unsigned long long)j->req.u.frame.seq, tsdf_strerror(rc));
+    }
+    dstats_frame_outcome(ds, j->sensor, dstats_outcome_for_error(rc));
+    j->integrate_ms = ms;
+    if (j->has_waiter) {
+        tsdf_volume_stats st;
+        if (tsdf_volume_get_stats(m->vol, &st) == TSDF_OK) {
+            j->version = st.version;
+            atomic_store(&m->version, st.version);
+        }
+    }
+    job_complete(j, rc);
+}
+
+static int run_raycast(dmap *m, worker_job *j)
+{
+    const tsdf_req_raycast *rq = &j->req.u.raycast;
+    size_t px = (size_t)rq->width * rq->height;
+    tsdf_raycast_params p;
+    tsdf_raycast_output out;
+
+    j->depth_m = malloc(px * sizeof(float));
+    j->normals = malloc(px * 3 * sizeof(float));
+    if (rq->want_rgb)
+        j->rgb = malloc(px * 3);
+    if (j->depth_m == NULL || j->normals == NULL || (rq->want_rgb && j->rgb == NULL))
+        return TSDF_ENOMEM;
+    memset(&p, 0, sizeof p);
+    p.width = rq->width;
+    p.height = rq->height;
+    p.K = rq->K;
+    memcpy(p.T_world_cam, rq->T_world_cam, sizeof p.T_world_cam);
+    p.min_depth_m = rq->min_depth_m;
+    p.max_depth_m = rq->max_depth_m;
+    out.depth_m = j->depth_m;
+    out.normals = j->normals;
+    out.rgb = j->rgb;
+    int rc = tsdf_volume_raycast(m->vol, &p, &out);
+    if (rc == TSDF_OK)
+        rc = tsdf_volume_sync(m->vol);
+    return rc;
+}
+
+static int run_mesh(dmap *m, worker_job *j)
+{
+    tsdf_mesh_params p;
+    memset(&p, 0, sizeof p);
+    p.use_box = j->req.u.mesh.use_box;
+    p.box = j->req.u.mesh.box;
+    p.since_version = j->req.u.mesh.since_version;
+    int rc = tsdf_volume_mesh(m->vol, &p, &j->mesh);
+    if (rc == TSDF_OK)
+        rc = tsdf_volume_sync(m->vol);
+    return rc;
+}
+
+static int run_import(dmap *m, worker_job *j)
+{
+    const tsdf_volume_params *cur = tsdf_volume_get_params(m->vol);
+    tsdf_volume_params want = j->params;
+
+    /* A snapshot made with other voxel parameters cannot be poured into
+     * this volume: make a fresh volume with the snapshot's parameters (on
+     * this daemon's backend), and swap it in only once the import worked. */
+    want.backend = m->reg->backend;
+    want.cuda_device = m->reg->cfg->volume.cuda_device;
+    if (cur->voxel_size_m != want.voxel_size_m || cur->trunc_vox != want.trunc_vox ||
+        cur->max_weight != want.max_weight) {
+        tsdf_volume *nv = NULL;
+        int rc = tsdf_volume_create(&want, &nv);
+        if (rc != TSDF_OK)
+            return rc;
+        rc = tsdf_volume_import_blocks(nv, &j->blocks);
+        if (rc != TSDF_OK) {
+            tsdf_volume_destroy(nv);
+            return rc;
+        }
+        tsdf_volume_destroy(m->vol);
+        m->vol = nv;
+        return TSDF_OK;
+    }
+    return tsdf_volume_import_blocks(m->vol, &j->blocks);
+}
+
+static void run_query(dmap *m, worker_job *j)
+{
+    int rc;
+
+    switch (j->kind) {
+    case JOB_RAYCAST:
+        rc = run_raycast(m, j);
+        break;
+    case JOB_MESH:
+        rc = run_mesh(m, j);
+        break;
+    case JOB_STATS:
+        rc = tsdf_volume_get_stats(m->vol, &j->vstats);
+        break;
+    case JOB_RESET:
+        rc = tsdf_volume_reset(m->vol);
+        break;
+    case JOB_EXPORT:
+        rc = tsdf_volume_sync(m->vol);
+        if (rc == TSDF_OK)
+            rc = tsdf_volume_export_blocks(m->vol, &j->blocks);
+        j->params = *tsdf_volume_get_params(m->vol);
+        break;
+    case JOB_IMPORT:
+        rc = run_import(m, j);
+        break;
+    default:
+        rc = TSDF_EINTERNAL;
+        break;
+    }
+    worker_update_version(m);
+    j->version = atomic_load(&m->version);
+    /* The mesh reply carries the version the mesh was made at: the worker
+     * made both, so nothing can have changed in between. */
+    if (j->kind == JOB_STATS && rc == TSDF_OK)
+        j->version = j->vstats.version;
+    job_complete(j, rc);
+}
+
+static void *worker_main(void *arg)
+{
+    dmap *m = arg;
+    dstats *ds = m->reg->stats;
+
+    for (;;) {
+        void *item;
+        int is_query;
+        int rc = queue_pop(&m->queue, &item, &is_query, WORKER_POP_SLICE_MS);
+        if (rc == TSDF_ETIMEOUT)
+            continue;
+        if (rc != TSDF_OK)
+            break; /* closed and empty */
+        worker_job *j = item;
+        if (is_query) {
+            run_query(m, j);
+            continue;
+        }
+        if (atomic_load(&m->abort_drain)) {
+            dstats_frame_outcome(ds, j->sensor, DS_DROP_SHUTDOWN);
+            job_complete(j, TSDF_ESHUTDOWN);
+            continue;
+        }
+        run_frame(m, j);
+    }
+    /* The stream's frames are not synced one by one: wait for the last. */
+    int rc = tsdf_volume_sync(m->vol);
+    if (rc != TSDF_OK)
+        TSDF_LOG(TSDF_LOG_ERROR, "map %s: final sync failed: %s", m->name, tsdf_strerror(rc));
+    worker_update_version(m);
+    return NULL;
+}
+
+int worker_start(dmap *m)
+{
+    if (pthread_create(&m->thread, NULL, worker_main, m) != 0)
+        return TSDF_ENOMEM;
+    m->thread_started = 1;
+    return TSDF_OK;
+}
+
+void worker_join(dmap *m, uint32_t drain_timeout_ms)
+{
+    if (!m->thread_started)
+        return;
+    queue_close(&m->queue);
+    int64_t deadline = worker_now_ns() + (int64_t)drain_timeout_ms * 1000000LL;
+    for (;;) {
+        queue_stats st;
+        queue_get_stats(&m->queue, &st);
+        if (st.depth == 0 && st.queries_depth == 0)
+            break;
+        if (worker_now_ns() >= deadline) {
+            TSDF_LOG(TSDF_LOG_WARN,
+                     "map %s: drain timed out after %u ms with %zu frames queued: dropping them",
+                     m->name, drain_timeout_ms, st.depth);
+            atomic_store(&m->abort_drain, 1);
+            break;
+        }
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    pthread_join(m->thread, NULL);
+    m->thread_started = 0;
+}

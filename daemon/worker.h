@@ -1,0 +1,109 @@
+/*
+ * worker.h - integration workers and the jobs they run.
+ *
+ * Each map has one worker thread, the only thread that touches the map's
+ * volume while the daemon runs (volumes are not thread-safe). The worker
+ * pops jobs from the map's queue (queue.h): queries first, then frames, so a
+ * query waits for at most the one integration in progress. Frames of the
+ * fire-and-forget stream are fed back to back (no sync between them), so
+ * the CUDA backend can overlap the upload of frame N+1 with the update of
+ * frame N; a frame whose sender waits for an ack (integrate) is synced
+ * before the ack so the ack reports the frame's real status.
+ *
+ * Jobs: a worker_job is allocated by the producer (a request thread or a
+ * frame decoder) and handed to the queue. Fire-and-forget frames (no
+ * waiter) are freed by the worker. A job with a waiter is completed by the
+ * worker (job_complete) and then owned by the waiter again, unless the
+ * waiter gave up (job_wait timed out): then the worker frees it. That
+ * hand-off is decided under the job's lock, so exactly one side frees it.
+ */
+#ifndef TSDFD_WORKER_H
+#define TSDFD_WORKER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <nng/nng.h>
+
+#include "tsdf_proto.h"
+#include "tsdf_volume.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct dmap;
+
+typedef enum {
+    JOB_FRAME = 0, /* integrate req.u.frame */
+    JOB_RAYCAST,   /* req.u.raycast -> depth_m, normals, rgb */
+    JOB_MESH,      /* req.u.mesh -> mesh, version */
+    JOB_STATS,     /* -> vstats */
+    JOB_RESET,     /* drop every block */
+    JOB_EXPORT,    /* -> blocks, params, version */
+    JOB_IMPORT,    /* blocks, params -> the volume (recreated when params differ) */
+} job_kind;
+
+typedef struct worker_job {
+    job_kind kind;
+    tsdf_request req;    /* the decoded request (frame payloads point into msg) */
+    nng_msg *msg;        /* owned: the message req's payloads point into, or NULL */
+    void *depth_aligned; /* owned: an aligned copy of the depth payload, or NULL */
+    uint32_t sensor;     /* dstats sensor index (frames) */
+    int64_t t_queued_ns; /* CLOCK_MONOTONIC when queued */
+
+    /* completion */
+    int has_waiter;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done;
+    int abandoned;
+
+    /* results */
+    int status;
+    uint64_t version;
+    double integrate_ms;
+    float *depth_m; /* raycast outputs, owned */
+    float *normals;
+    uint8_t *rgb;
+    tsdf_mesh mesh; /* owned */
+    tsdf_volume_stats vstats;
+    tsdf_block_set blocks; /* export output / import input, owned */
+    tsdf_volume_params params;
+} worker_job;
+
+/* Allocates a zeroed job; has_waiter 1 makes it waitable. NULL on ENOMEM. */
+worker_job *job_new(job_kind kind, int has_waiter);
+
+/* Frees a job and everything it owns (msg, outputs). NULL is a no-op. */
+void job_free(worker_job *j);
+
+/* Makes j->req.u.frame.frame.depth 4-byte aligned (copying the payload when
+ * it is not), so the engine may read it as uint16/float arrays. */
+int job_align_depth(worker_job *j);
+
+/* Waits for the worker to finish j, up to timeout_ms. TSDF_OK: j->status
+ * holds the result and the caller owns j again. TSDF_ETIMEOUT: the caller
+ * gave j up and must not touch it again (the worker frees it). */
+int job_wait(worker_job *j, int timeout_ms);
+
+/* Worker side: publishes the result. A job without waiter, or one whose
+ * waiter gave up, is freed here. */
+void job_complete(worker_job *j, int status);
+
+/* Starts the worker thread of m (m->vol and m->queue ready). */
+int worker_start(struct dmap *m);
+
+/* Joins the worker thread of m after its queue was closed, giving it
+ * drain_timeout_ms to integrate what is queued; after that the frames left
+ * are dropped (counted as "shutdown"). */
+void worker_join(struct dmap *m, uint32_t drain_timeout_ms);
+
+/* Monotonic clock in nanoseconds. */
+int64_t worker_now_ns(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TSDFD_WORKER_H */

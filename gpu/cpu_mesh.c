@@ -1,0 +1,358 @@
+/*
+ * cpu_mesh.c - the CPU reference marching cubes.
+ *
+ * A cell is the cube between 8 neighbouring voxel centres; it belongs to the
+ * block that holds its minimum corner, so a block's cells read the block and
+ * its +x/+y/+z neighbours. A vertex lies on a cell edge, and an edge is
+ * named globally by (the voxel of its start corner, its axis): the vertex is
+ * made once, the first time any of the (up to four) cells around the edge
+ * asks for it, and shared by all of them, across block seams too. So a
+ * closed surface gives a closed mesh without a welding pass.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_backend.h"
+#include "tsdf_math.h"
+#include "tsdf_mc_tables.h"
+
+#define NO_VERTEX UINT32_MAX
+/* Vertex slots per block: one per (voxel, axis). */
+#define EDGE_SLOTS (3 * TSDF_BLOCK_VOXELS)
+
+typedef struct {
+    cpu_volume *v;
+    int with_color;
+
+    /* block key -> index of that block's EDGE_SLOTS vertex ids in edge_ids */
+    cpu_hash edge_blocks;
+    uint32_t *edge_ids;
+    size_t edge_blocks_cap;
+
+    /* the mesh being built */
+    float *positions, *normals;
+    uint8_t *colors;
+    size_t vcount, vcap;
+    uint32_t *indices;
+    size_t tcount, tcap;
+
+    /* one-entry block cache for voxel lookups */
+    int32_t ckey[3];
+    tsdf_voxel *cblk;
+    int cvalid;
+} mesher;
+
+static const tsdf_voxel *voxel_at(mesher *m, int32_t x, int32_t y, int32_t z)
+{
+    int32_t bx = tsdf_floor_div8(x), by = tsdf_floor_div8(y), bz = tsdf_floor_div8(z);
+    if (!m->cvalid || m->ckey[0] != bx || m->ckey[1] != by || m->ckey[2] != bz) {
+        m->cblk = cpu_volume_block(m->v, bx, by, bz);
+        m->ckey[0] = bx;
+        m->ckey[1] = by;
+        m->ckey[2] = bz;
+        m->cvalid = 1;
+    }
+    if (m->cblk == NULL)
+        return NULL;
+    return m->cblk + tsdf_voxel_index(x & 7, y & 7, z & 7);
+}
+
+static int known_sdf(mesher *m, int32_t x, int32_t y, int32_t z, float *sdf)
+{
+    const tsdf_voxel *vx = voxel_at(m, x, y, z);
+    if (vx == NULL || !tsdf_voxel_known(vx))
+        return 0;
+    *sdf = vx->sdf_m;
+    return 1;
+}
+
+/* The sdf gradient at voxel g by central differences, one-sided where a
+ * neighbour is unknown, 0 on an axis where both are. */
+static void voxel_gradient(mesher *m, const int32_t g[3], float s0, float out[3])
+{
+    for (int a = 0; a < 3; a++) {
+        int32_t p[3] = {g[0], g[1], g[2]}, q[3] = {g[0], g[1], g[2]};
+        float sp, sm;
+        int hp, hm;
+        p[a] += 1;
+        q[a] -= 1;
+        hp = known_sdf(m, p[0], p[1], p[2], &sp);
+        hm = known_sdf(m, q[0], q[1], q[2], &sm);
+        if (hp && hm)
+            out[a] = 0.5f * (sp - sm);
+        else if (hp)
+            out[a] = sp - s0;
+        else if (hm)
+            out[a] = s0 - sm;
+        else
+            out[a] = 0.0f;
+    }
+}
+
+static int grow(void **arr, size_t *cap, size_t need, size_t elem, size_t min_cap)
+{
+    size_t c = *cap;
+    void *n;
+    if (need <= c)
+        return TSDF_OK;
+    if (c < min_cap)
+        c = min_cap;
+    while (c < need)
+        c *= 2;
+    n = realloc(*arr, c * elem);
+    if (n == NULL)
+        return TSDF_ENOMEM;
+    *arr = n;
+    *cap = c;
+    return TSDF_OK;
+}
+
+/* The vertex-id slot of the edge that starts at voxel g along axis. */
+static int edge_slot(mesher *m, const int32_t g[3], int axis, uint32_t **slot)
+{
+    uint64_t key =
+        tsdf_block_key(tsdf_floor_div8(g[0]), tsdf_floor_div8(g[1]), tsdf_floor_div8(g[2]));
+    uint32_t n = (uint32_t)m->edge_blocks.count, idx;
+    int inserted, rc;
+    rc = cpu_hash_insert(&m->edge_blocks, key, n, &idx, &inserted);
+    if (rc != TSDF_OK)
+        return rc;
+    if (inserted) {
+        size_t cap = m->edge_blocks_cap;
+        rc = grow((void **)&m->edge_ids, &cap, (size_t)(n + 1) * EDGE_SLOTS, sizeof(uint32_t),
+                  64 * EDGE_SLOTS);
+        if (rc != TSDF_OK)
+            return rc;
+        m->edge_blocks_cap = cap;
+        memset(m->edge_ids + (size_t)n * EDGE_SLOTS, 0xff, EDGE_SLOTS * sizeof(uint32_t));
+    }
+    *slot = m->edge_ids + (size_t)idx * EDGE_SLOTS + (size_t)axis * TSDF_BLOCK_VOXELS +
+            tsdf_voxel_index(g[0] & 7, g[1] & 7, g[2] & 7);
+    return TSDF_OK;
+}
+
+/* The id of the vertex on the edge from voxel g0 (sdf s0) one step along
+ * axis to g1 (sdf s1), made on first use. */
+static int edge_vertex(mesher *m, const int32_t g0[3], int axis, const tsdf_voxel *v0,
+                       const tsdf_voxel *v1, uint32_t *id)
+{
+    const float s = m->v->params.voxel_size_m;
+    uint32_t *slot;
+    int rc;
+    float t, n0[3], n1[3], *pos, *nrm;
+    int32_t g1[3] = {g0[0], g0[1], g0[2]};
+    size_t cap;
+
+    if ((rc = edge_slot(m, g0, axis, &slot)) != TSDF_OK)
+        return rc;
+    if (*slot != NO_VERTEX) {
+        *id = *slot;
+        return TSDF_OK;
+    }
+    if (m->vcount >= UINT32_MAX - 1)
+        return TSDF_ETOO_LARGE;
+    cap = m->vcap;
+    if ((rc = grow((void **)&m->positions, &cap, m->vcount + 1, 3 * sizeof(float), 1024)) !=
+        TSDF_OK)
+        return rc;
+    cap = m->vcap;
+    if ((rc = grow((void **)&m->normals, &cap, m->vcount + 1, 3 * sizeof(float), 1024)) != TSDF_OK)
+        return rc;
+    if (m->with_color) {
+        cap = m->vcap;
+        if ((rc = grow((void **)&m->colors, &cap, m->vcount + 1, 3, 1024)) != TSDF_OK)
+            return rc;
+    }
+    m->vcap = cap;
+
+    g1[axis] += 1;
+    t = tsdf_mc_edge_t(v0->sdf_m, v1->sdf_m);
+    pos = &m->positions[3 * m->vcount];
+    nrm = &m->normals[3 * m->vcount];
+    for (int a = 0; a < 3; a++)
+        pos[a] = tsdf_voxel_center(g0[a], s);
+    pos[axis] += t * s;
+
+    voxel_gradient(m, g0, v0->sdf_m, n0);
+    voxel_gradient(m, g1, v1->sdf_m, n1);
+    for (int a = 0; a < 3; a++)
+        nrm[a] = n0[a] + (n1[a] - n0[a]) * t;
+    if (!tsdf_normalize3(nrm)) {
+        /* No gradient around: the edge itself says which way is out. */
+        nrm[0] = nrm[1] = nrm[2] = 0.0f;
+        nrm[axis] = v1->sdf_m > v0->sdf_m ? 1.0f : -1.0f;
+    }
+    if (m->with_color) {
+        uint8_t *col = &m->colors[3 * m->vcount];
+        for (int c = 0; c < 3; c++)
+            col[c] =
+                (uint8_t)((float)v0->rgb[c] + ((float)v1->rgb[c] - (float)v0->rgb[c]) * t + 0.5f);
+    }
+    *slot = (uint32_t)m->vcount;
+    *id = *slot;
+    m->vcount++;
+    return TSDF_OK;
+}
+
+/* Marching cubes over the 512 cells of block b. */
+static int mesh_block(mesher *m, const int32_t b[3])
+{
+    /* The block and its +x/+y/+z neighbours: nb[dx + 2 dy + 4 dz]. */
+    tsdf_voxel *nb[8];
+    for (int k = 0; k < 8; k++)
+        nb[k] =
+            cpu_volume_block(m->v, b[0] + (k & 1), b[1] + ((k >> 1) & 1), b[2] + ((k >> 2) & 1));
+
+    for (int z = 0; z < TSDF_BLOCK_DIM; z++) {
+        for (int y = 0; y < TSDF_BLOCK_DIM; y++) {
+            for (int x = 0; x < TSDF_BLOCK_DIM; x++) {
+                const tsdf_voxel *cv[8];
+                float c8[8];
+                int ok = 1, cube, rc;
+                for (int k = 0; k < 8 && ok; k++) {
+                    int lx = x + (k & 1), ly = y + ((k >> 1) & 1), lz = z + ((k >> 2) & 1);
+                    int bi = (lx >> 3) | ((ly >> 3) << 1) | ((lz >> 3) << 2);
+                    if (nb[bi] == NULL) {
+                        ok = 0;
+                        break;
+                    }
+                    cv[k] = nb[bi] + tsdf_voxel_index(lx & 7, ly & 7, lz & 7);
+                    ok = tsdf_voxel_known(cv[k]);
+                    c8[k] = cv[k]->sdf_m;
+                }
+                if (!ok)
+                    continue;
+                cube = tsdf_mc_cube_index(c8);
+                if (cube == 0 || cube == 255)
+                    continue;
+                for (int i = 0; i < TSDF_MC_TRI_ROW && tsdf_mc_tri(cube, i) >= 0; i += 3) {
+                    uint32_t tri[3];
+                    for (int j = 0; j < 3; j++) {
+                        int e = tsdf_mc_tri(cube, i + j), off[3];
+                        int32_t g0[3];
+                        tsdf_mc_edge_start(e, off);
+                        g0[0] = b[0] * TSDF_BLOCK_DIM + x + off[0];
+                        g0[1] = b[1] * TSDF_BLOCK_DIM + y + off[1];
+                        g0[2] = b[2] * TSDF_BLOCK_DIM + z + off[2];
+                        rc = edge_vertex(m, g0, tsdf_mc_edge_axis(e), cv[tsdf_mc_edge_corner0(e)],
+                                         cv[tsdf_mc_edge_corner1(e)], &tri[j]);
+                        if (rc != TSDF_OK)
+                            return rc;
+                    }
+                    rc = grow((void **)&m->indices, &m->tcap, m->tcount + 1, 3 * sizeof(uint32_t),
+                              1024);
+                    if (rc != TSDF_OK)
+                        return rc;
+                    memcpy(&m->indices[3 * m->tcount], tri, sizeof(tri));
+                    m->tcount++;
+                }
+            }
+        }
+    }
+    return TSDF_OK;
+}
+
+/* Whether block b is selected by the parameters. Its cells reach one voxel
+ * into the + neighbours, so "changed since" looks at those too. */
+static int block_selected(cpu_volume *v, const tsdf_mesh_params *p, const int32_t b[3],
+                          uint64_t version)
+{
+    if (p == NULL)
+        return 1;
+    if (p->use_box) {
+        const float bs = (float)TSDF_BLOCK_DIM * v->params.voxel_size_m;
+        for (int a = 0; a < 3; a++) {
+            float lo = (float)b[a] * bs, hi = (float)(b[a] + 1) * bs;
+            if (hi < p->box.min[a] || lo > p->box.max[a])
+                return 0;
+        }
+    }
+    if (p->since_version != 0 && version <= p->since_version) {
+        int changed = 0;
+        for (int k = 1; k < 8 && !changed; k++) {
+            int32_t n[3] = {b[0] + (k & 1), b[1] + ((k >> 1) & 1), b[2] + ((k >> 2) & 1)};
+            uint32_t idx;
+            if (!tsdf_block_coord_valid(n[0], n[1], n[2]))
+                continue;
+            if (cpu_hash_find(&v->table, tsdf_block_key(n[0], n[1], n[2]), &idx) == 1)
+                changed = v->block_versions[idx] > p->since_version;
+        }
+        if (!changed)
+            return 0;
+    }
+    return 1;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void mesher_free(mesher *m)
+{
+    cpu_hash_fini(&m->edge_blocks);
+    free(m->edge_ids);
+    free(m->positions);
+    free(m->normals);
+    free(m->colors);
+    free(m->indices);
+}
+
+int cpu_mesh(void *impl, const tsdf_mesh_params *p, tsdf_mesh *out)
+{
+    cpu_volume *v = impl;
+    double t0 = cpu_now_ms();
+    uint64_t *sel = NULL;
+    size_t nsel = 0;
+    mesher m;
+    int rc;
+
+    memset(&m, 0, sizeof(m));
+    m.v = v;
+    m.with_color = v->has_color;
+    if ((rc = cpu_hash_init(&m.edge_blocks, 1024, 0.5f)) != TSDF_OK)
+        return rc;
+
+    /* Blocks in key order, so the mesh is the same whatever the insertion
+     * order was (and comparable with the CUDA backend's). */
+    if (v->pool_count != 0) {
+        sel = malloc((size_t)v->pool_count * sizeof(*sel));
+        if (sel == NULL) {
+            rc = TSDF_ENOMEM;
+            goto out;
+        }
+    }
+    for (uint32_t i = 0; i < v->pool_count; i++) {
+        int32_t b[3];
+        tsdf_block_key_unpack(v->block_keys[i], &b[0], &b[1], &b[2]);
+        if (block_selected(v, p, b, v->block_versions[i]))
+            sel[nsel++] = v->block_keys[i];
+    }
+    if (nsel != 0)
+        qsort(sel, nsel, sizeof(*sel), cmp_u64);
+    for (size_t i = 0; i < nsel; i++) {
+        int32_t b[3];
+        tsdf_block_key_unpack(sel[i], &b[0], &b[1], &b[2]);
+        if ((rc = mesh_block(&m, b)) != TSDF_OK)
+            goto out;
+    }
+
+    tsdf_mesh_fini(out);
+    out->vertex_count = m.vcount;
+    out->triangle_count = m.tcount;
+    out->positions = m.positions;
+    out->normals = m.normals;
+    out->colors = m.colors;
+    out->indices = m.indices;
+    m.positions = m.normals = NULL;
+    m.colors = NULL;
+    m.indices = NULL;
+    v->last_mesh_ms = cpu_now_ms() - t0;
+    rc = TSDF_OK;
+out:
+    free(sel);
+    mesher_free(&m);
+    return rc;
+}

@@ -1,0 +1,690 @@
+/*
+ * cuda_backend.cu - the CUDA backend's life cycle and bookkeeping: device
+ * probe, error mapping, create / destroy / reset, statistics, block export
+ * and import, the frame timeline, the test hooks, and the tsdf_cuda_ops
+ * table the front end dispatches to.
+ *
+ * Errors: every CUDA call goes through cuda_check, which maps a failure to
+ * TSDF_ECUDA and keeps its text per thread (tsdf_cuda_last_error_string).
+ * An error that poisons the context (a kernel fault) is sticky: the volume
+ * then fails every call with TSDF_ECUDA instead of using corrupt state; the
+ * daemon reports it and keeps serving its other maps.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+/* ---- errors --------------------------------------------------------------- */
+
+static thread_local char g_last_error[256];
+
+extern "C" const char *tsdf_cuda_last_error_string(void)
+{
+    return g_last_error;
+}
+
+int cuda_check(cudaError_t err, const char *what, const char *file, int line)
+{
+    if (err == cudaSuccess)
+        return TSDF_OK;
+    const char *base = strrchr(file, '/');
+    snprintf(g_last_error, sizeof g_last_error, "%s at %s:%d: %s (%s)", what,
+             base ? base + 1 : file, line, cudaGetErrorString(err), cudaGetErrorName(err));
+    return TSDF_ECUDA;
+}
+
+/* ---- memory ---------------------------------------------------------------- */
+
+int cuda_dev_alloc(struct cuda_volume *v, void **ptr, size_t bytes)
+{
+    *ptr = NULL;
+    if (bytes == 0)
+        return TSDF_OK;
+    cudaError_t err = cudaMalloc(ptr, bytes);
+    if (err != cudaSuccess) {
+        *ptr = NULL;
+        /* An allocation failure is not sticky: clear it so the next call
+         * does not see it. */
+        (void)cudaGetLastError();
+        return cuda_check(err, "cudaMalloc", __FILE__, __LINE__);
+    }
+    v->mem_bytes += bytes;
+    return TSDF_OK;
+}
+
+void cuda_dev_free(struct cuda_volume *v, void *ptr, size_t bytes)
+{
+    if (ptr == NULL)
+        return;
+    (void)cudaFree(ptr);
+    v->mem_bytes -= bytes;
+}
+
+/* ---- probe ----------------------------------------------------------------- */
+
+extern "C" int tsdf_cuda_probe(int ordinal)
+{
+    int count = 0;
+    /* Without a driver or a device these return an error; nothing here may
+     * crash or exit. */
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (ordinal < 0 || ordinal >= count)
+        return 0;
+    int prev = 0;
+    (void)cudaGetDevice(&prev);
+    if (cudaSetDevice(ordinal) != cudaSuccess || cudaFree(0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    (void)cudaSetDevice(prev);
+    return 1;
+}
+
+/* ---- life cycle ------------------------------------------------------------ */
+
+static uint32_t round_pow2(uint32_t n)
+{
+    uint32_t c = 1;
+    while (c < n && c < (1u << 31))
+        c <<= 1;
+    return c;
+}
+
+static void free_scratch(struct cuda_volume *v)
+{
+    size_t n = v->unique_cap;
+    cuda_dev_free(v, v->d_set_keys, (size_t)v->set_cap * sizeof(uint64_t));
+    cuda_dev_free(v, v->d_set_slot, n * sizeof(uint32_t));
+    cuda_dev_free(v, v->d_unique, n * sizeof(uint64_t));
+    cuda_dev_free(v, v->d_frame_blocks, n * sizeof(int32_t));
+    cuda_dev_free(v, v->d_missing, n * sizeof(uint64_t));
+    cuda_dev_free(v, v->d_missing_src, n * sizeof(uint32_t));
+    v->d_set_keys = NULL;
+    v->d_set_slot = NULL;
+    v->d_unique = NULL;
+    v->d_frame_blocks = NULL;
+    v->d_missing = NULL;
+    v->d_missing_src = NULL;
+    v->set_cap = 0;
+    v->unique_cap = 0;
+}
+
+/* The per-frame candidate set: set_cap slots (power of two) and lists of
+ * set_cap / 2 distinct keys, so the set never passes half full. */
+int cuda_scratch_reserve(struct cuda_volume *v, uint32_t set_cap);
+
+int cuda_scratch_reserve(struct cuda_volume *v, uint32_t set_cap)
+{
+    if (set_cap <= v->set_cap)
+        return TSDF_OK;
+    CUDA_TRY(cudaStreamSynchronize(v->stream));
+    free_scratch(v);
+    uint32_t n = set_cap / 2;
+    int rc = cuda_dev_alloc(v, (void **)&v->d_set_keys, (size_t)set_cap * sizeof(uint64_t));
+    if (rc == TSDF_OK)
+        rc = cuda_dev_alloc(v, (void **)&v->d_set_slot, (size_t)n * sizeof(uint32_t));
+    if (rc == TSDF_OK)
+        rc = cuda_dev_alloc(v, (void **)&v->d_unique, (size_t)n * sizeof(uint64_t));
+    if (rc == TSDF_OK)
+        rc = cuda_dev_alloc(v, (void **)&v->d_frame_blocks, (size_t)n * sizeof(int32_t));
+    if (rc == TSDF_OK)
+        rc = cuda_dev_alloc(v, (void **)&v->d_missing, (size_t)n * sizeof(uint64_t));
+    if (rc == TSDF_OK)
+        rc = cuda_dev_alloc(v, (void **)&v->d_missing_src, (size_t)n * sizeof(uint32_t));
+    if (rc != TSDF_OK) {
+        v->unique_cap = n;
+        v->set_cap = set_cap;
+        free_scratch(v);
+        return rc;
+    }
+    v->set_cap = set_cap;
+    v->unique_cap = n;
+    /* The set starts empty; each frame clears the slots it used. */
+    CUDA_TRY(cudaMemsetAsync(v->d_set_keys, 0xff, (size_t)set_cap * sizeof(uint64_t), v->stream));
+    return TSDF_OK;
+}
+
+static void free_staging(struct cuda_volume *v)
+{
+    for (int i = 0; i < 2; i++) {
+        struct cuda_staging *s = &v->staging[i];
+        if (s->h_depth)
+            (void)cudaFreeHost(s->h_depth);
+        if (s->h_rgb)
+            (void)cudaFreeHost(s->h_rgb);
+        cuda_dev_free(v, s->d_depth, s->depth_cap);
+        cuda_dev_free(v, s->d_rgb, s->rgb_cap);
+        if (s->uploaded)
+            (void)cudaEventDestroy(s->uploaded);
+        if (s->consumed)
+            (void)cudaEventDestroy(s->consumed);
+        memset(s, 0, sizeof *s);
+    }
+}
+
+static void cuda_destroy(void *impl)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    if (v == NULL)
+        return;
+    (void)cudaSetDevice(v->device);
+    if (v->stream)
+        (void)cudaStreamSynchronize(v->stream);
+    if (v->upload_stream)
+        (void)cudaStreamSynchronize(v->upload_stream);
+    free_staging(v);
+    free_scratch(v);
+    cuda_dev_free(v, v->d_keys, (size_t)v->capacity * sizeof(uint64_t));
+    cuda_dev_free(v, v->d_vals, (size_t)v->capacity * sizeof(int32_t));
+    cuda_dev_free(v, v->d_block_keys, (size_t)v->pool_cap * sizeof(uint64_t));
+    cuda_dev_free(v, v->d_block_versions, (size_t)v->pool_cap * sizeof(uint64_t));
+    cuda_dev_free(v, v->d_voxels, (size_t)v->pool_cap * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+    cuda_dev_free(v, v->d_counters, CUDA_CTR_COUNT * sizeof(uint32_t));
+    cuda_dev_free(v, v->d_ray, v->ray_cap);
+    for (int i = 0; i < CUDA_MESH_BUFFERS; i++)
+        cuda_dev_free(v, v->mesh_buf[i], v->mesh_cap[i]);
+    if (v->h_counters)
+        (void)cudaFreeHost(v->h_counters);
+    for (int i = 0; i < CUDA_TIMELINE_RING; i++)
+        for (int e = 0; e < CUDA_EV_COUNT; e++)
+            if (v->timeline[i].ev[e])
+                (void)cudaEventDestroy(v->timeline[i].ev[e]);
+    if (v->epoch)
+        (void)cudaEventDestroy(v->epoch);
+    if (v->q_start)
+        (void)cudaEventDestroy(v->q_start);
+    if (v->q_end)
+        (void)cudaEventDestroy(v->q_end);
+    if (v->upload_stream)
+        (void)cudaStreamDestroy(v->upload_stream);
+    if (v->stream)
+        (void)cudaStreamDestroy(v->stream);
+    free(v);
+}
+
+static int create_events(struct cuda_volume *v)
+{
+    CUDA_TRY(cudaEventCreate(&v->epoch));
+    CUDA_TRY(cudaEventCreate(&v->q_start));
+    CUDA_TRY(cudaEventCreate(&v->q_end));
+    for (int i = 0; i < CUDA_TIMELINE_RING; i++)
+        for (int e = 0; e < CUDA_EV_COUNT; e++)
+            CUDA_TRY(cudaEventCreate(&v->timeline[i].ev[e]));
+    for (int i = 0; i < 2; i++) {
+        CUDA_TRY(cudaEventCreateWithFlags(&v->staging[i].uploaded, cudaEventDisableTiming));
+        CUDA_TRY(cudaEventCreateWithFlags(&v->staging[i].consumed, cudaEventDisableTiming));
+    }
+    return TSDF_OK;
+}
+
+static int cuda_create_impl(struct cuda_volume *v)
+{
+    CUDA_TRY(cudaSetDevice(v->device));
+    CUDA_TRY(cudaStreamCreateWithFlags(&v->stream, cudaStreamNonBlocking));
+    CUDA_TRY(cudaStreamCreateWithFlags(&v->upload_stream, cudaStreamNonBlocking));
+    int rc = create_events(v);
+    if (rc != TSDF_OK)
+        return rc;
+    rc = cuda_dev_alloc(v, (void **)&v->d_counters, CUDA_CTR_COUNT * sizeof(uint32_t));
+    if (rc != TSDF_OK)
+        return rc;
+    CUDA_TRY(cudaHostAlloc((void **)&v->h_counters, CUDA_CTR_COUNT * sizeof(uint32_t),
+                           cudaHostAllocDefault));
+    CUDA_TRY(cudaMemsetAsync(v->d_counters, 0, CUDA_CTR_COUNT * sizeof(uint32_t), v->stream));
+    uint32_t cap = round_pow2(v->p.initial_capacity_blocks);
+    if (v->p.memory_cap_bytes && (uint64_t)cap * CUDA_SLOT_BYTES > v->p.memory_cap_bytes)
+        return TSDF_ECAPACITY;
+    rc = cuda_table_alloc(v, cap);
+    if (rc != TSDF_OK)
+        return rc;
+    rc = cuda_scratch_reserve(v, 1u << 16);
+    if (rc != TSDF_OK)
+        return rc;
+    CUDA_TRY(cudaEventRecord(v->epoch, v->stream));
+    CUDA_TRY(cudaStreamSynchronize(v->stream));
+    return TSDF_OK;
+}
+
+static int cuda_create(const tsdf_volume_params *p, void **impl)
+{
+    *impl = NULL;
+    if (!tsdf_cuda_probe(p->cuda_device))
+        return TSDF_ENO_GPU;
+    struct cuda_volume *v = (struct cuda_volume *)calloc(1, sizeof *v);
+    if (v == NULL)
+        return TSDF_ENOMEM;
+    v->p = *p;
+    v->device = p->cuda_device;
+    int rc = cuda_create_impl(v);
+    if (rc != TSDF_OK) {
+        cuda_destroy(v);
+        return rc;
+    }
+    *impl = v;
+    return TSDF_OK;
+}
+
+/* Every entry point starts here: the calling thread may have another device
+ * current, and a poisoned context fails fast. */
+static int enter(struct cuda_volume *v)
+{
+    if (v->sticky_error)
+        return TSDF_ECUDA;
+    CUDA_TRY(cudaSetDevice(v->device));
+    return TSDF_OK;
+}
+
+/* Waits for the volume's streams; a fault in an earlier kernel surfaces
+ * here. Errors that poison the context make the volume unusable. */
+int cuda_sync_all(struct cuda_volume *v)
+{
+    cudaError_t e1 = cudaStreamSynchronize(v->upload_stream);
+    cudaError_t e2 = cudaStreamSynchronize(v->stream);
+    cudaError_t err = e2 != cudaSuccess ? e2 : e1;
+    if (err != cudaSuccess) {
+        if (err != cudaErrorMemoryAllocation && err != cudaErrorInvalidValue)
+            v->sticky_error = 1;
+        return cuda_check(err, "cudaStreamSynchronize", __FILE__, __LINE__);
+    }
+    return TSDF_OK;
+}
+
+static int cuda_sync(void *impl)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    int rc = enter(v);
+    if (rc != TSDF_OK)
+        return rc;
+    return cuda_sync_all(v);
+}
+
+static int cuda_reset(void *impl)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    int rc = enter(v);
+    if (rc != TSDF_OK)
+        return rc;
+    rc = cuda_sync_all(v);
+    if (rc != TSDF_OK)
+        return rc;
+    uint32_t cap = round_pow2(v->p.initial_capacity_blocks);
+    if (cap != v->capacity) {
+        cuda_dev_free(v, v->d_keys, (size_t)v->capacity * sizeof(uint64_t));
+        cuda_dev_free(v, v->d_vals, (size_t)v->capacity * sizeof(int32_t));
+        v->d_keys = NULL;
+        v->d_vals = NULL;
+        v->capacity = 0;
+        rc = cuda_table_alloc(v, cap);
+        if (rc != TSDF_OK)
+            return rc;
+    } else {
+        CUDA_TRY(cudaMemsetAsync(v->d_keys, 0xff, (size_t)cap * sizeof(uint64_t), v->stream));
+    }
+    /* The bump allocator starts over; the pool's memory is kept for reuse.
+     * As on the CPU backend, has_color and the counters are kept. */
+    v->blocks = 0;
+    v->version++;
+    return cuda_sync_all(v);
+}
+
+static int cuda_stats(void *impl, tsdf_volume_stats *out)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    int rc = enter(v);
+    if (rc != TSDF_OK)
+        return rc;
+    rc = cuda_sync_all(v);
+    if (rc != TSDF_OK)
+        return rc;
+    memset(out, 0, sizeof *out);
+    out->backend = TSDF_BACKEND_CUDA;
+    out->blocks_allocated = v->blocks;
+    out->capacity_slots = v->capacity;
+    out->load_factor = v->capacity ? (double)v->blocks / (double)v->capacity : 0.0;
+    rc = cuda_probe_stats(v, out);
+    if (rc != TSDF_OK)
+        return rc;
+    out->growth_events = v->growth_events;
+    out->frames_integrated = v->frames_integrated;
+    out->frames_rejected = v->frames_rejected;
+    out->insert_failures = v->insert_failures;
+    out->memory_bytes = v->mem_bytes;
+    out->memory_cap_bytes = v->p.memory_cap_bytes;
+    out->version = v->version;
+    out->has_color = v->has_color;
+    if (v->timeline_frames > 0) {
+        const struct cuda_frame_events *fe =
+            &v->timeline[(v->timeline_frames - 1) % CUDA_TIMELINE_RING];
+        float ms = 0.0f;
+        if (cudaEventElapsedTime(&ms, fe->ev[CUDA_EV_UPLOAD_START], fe->ev[CUDA_EV_UPLOAD_END]) ==
+            cudaSuccess)
+            out->last_upload_ms = ms;
+        if (cudaEventElapsedTime(&ms, fe->ev[CUDA_EV_ALLOC_START], fe->ev[CUDA_EV_ALLOC_END]) ==
+            cudaSuccess)
+            out->last_alloc_ms = ms;
+        if (cudaEventElapsedTime(&ms, fe->ev[CUDA_EV_UPDATE_START], fe->ev[CUDA_EV_UPDATE_END]) ==
+            cudaSuccess)
+            out->last_update_ms = ms;
+        (void)cudaGetLastError();
+    }
+    out->last_raycast_ms = v->last_raycast_ms;
+    out->last_mesh_ms = v->last_mesh_ms;
+    return TSDF_OK;
+}
+
+int cuda_timeline(struct cuda_volume *v, tsdf_frame_timeline *out, size_t max, size_t *n)
+{
+    *n = 0;
+    int rc = enter(v);
+    if (rc != TSDF_OK)
+        return rc;
+    rc = cuda_sync_all(v);
+    if (rc != TSDF_OK)
+        return rc;
+    uint64_t have = v->timeline_frames < CUDA_TIMELINE_RING ? v->timeline_frames
+                                                             : CUDA_TIMELINE_RING;
+    if (have > max)
+        have = max;
+    for (uint64_t i = 0; i < have; i++) {
+        uint64_t seq = v->timeline_frames - have + i;
+        const struct cuda_frame_events *fe = &v->timeline[seq % CUDA_TIMELINE_RING];
+        double t[CUDA_EV_COUNT];
+        for (int e = 0; e < CUDA_EV_COUNT; e++) {
+            float ms = 0.0f;
+            CUDA_TRY(cudaEventElapsedTime(&ms, v->epoch, fe->ev[e]));
+            t[e] = ms;
+        }
+        out[i].frame = fe->frame;
+        out[i].upload_start_ms = t[CUDA_EV_UPLOAD_START];
+        out[i].upload_end_ms = t[CUDA_EV_UPLOAD_END];
+        out[i].alloc_start_ms = t[CUDA_EV_ALLOC_START];
+        out[i].alloc_end_ms = t[CUDA_EV_ALLOC_END];
+        out[i].update_start_ms = t[CUDA_EV_UPDATE_START];
+        out[i].update_end_ms = t[CUDA_EV_UPDATE_END];
+    }
+    *n = (size_t)have;
+    return TSDF_OK;
+}
+
+extern "C" int tsdf_cuda_timeline(void *impl, tsdf_frame_timeline *out, size_t max, size_t *n)
+{
+    return cuda_timeline((struct cuda_volume *)impl, out, max, n);
+}
+
+static int cuda_timeline_op(void *impl, tsdf_frame_timeline *out, size_t max, size_t *n)
+{
+    return cuda_timeline((struct cuda_volume *)impl, out, max, n);
+}
+
+/* ---- export / import ------------------------------------------------------- */
+
+static const uint64_t *g_sort_keys;
+
+static int cmp_by_key(const void *a, const void *b)
+{
+    uint64_t ka = g_sort_keys[*(const uint32_t *)a], kb = g_sort_keys[*(const uint32_t *)b];
+    return ka < kb ? -1 : ka > kb;
+}
+
+static int cuda_export_blocks(void *impl, tsdf_block_set *out)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    int rc = enter(v);
+    if (rc != TSDF_OK)
+        return rc;
+    rc = cuda_sync_all(v);
+    if (rc != TSDF_OK)
+        return rc;
+    size_t n = v->blocks;
+    uint64_t *keys = (uint64_t *)malloc((n ? n : 1) * sizeof(uint64_t));
+    uint64_t *vers = (uint64_t *)malloc((n ? n : 1) * sizeof(uint64_t));
+    tsdf_voxel *vox = (tsdf_voxel *)malloc((n ? n : 1) * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+    uint32_t *order = (uint32_t *)malloc((n ? n : 1) * sizeof(uint32_t));
+    int32_t *coords = (int32_t *)malloc((n ? n : 1) * 3 * sizeof(int32_t));
+    uint64_t *out_vers = (uint64_t *)malloc((n ? n : 1) * sizeof(uint64_t));
+    tsdf_voxel *out_vox =
+        (tsdf_voxel *)malloc((n ? n : 1) * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+    if (!keys || !vers || !vox || !order || !coords || !out_vers || !out_vox) {
+        rc = TSDF_ENOMEM;
+        goto done;
+    }
+    if (n) {
+        rc = cuda_check(cudaMemcpyAsync(keys, v->d_block_keys, n * sizeof(uint64_t),
+                                        cudaMemcpyDeviceToHost, v->stream),
+                        "export keys", __FILE__, __LINE__);
+        if (rc == TSDF_OK)
+            rc = cuda_check(cudaMemcpyAsync(vers, v->d_block_versions, n * sizeof(uint64_t),
+                                            cudaMemcpyDeviceToHost, v->stream),
+                            "export versions", __FILE__, __LINE__);
+        if (rc == TSDF_OK)
+            rc = cuda_check(cudaMemcpyAsync(vox, v->d_voxels,
+                                            n * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel),
+                                            cudaMemcpyDeviceToHost, v->stream),
+                            "export voxels", __FILE__, __LINE__);
+        if (rc == TSDF_OK)
+            rc = cuda_sync_all(v);
+        if (rc != TSDF_OK)
+            goto done;
+    }
+    for (size_t i = 0; i < n; i++)
+        order[i] = (uint32_t)i;
+    g_sort_keys = keys;
+    qsort(order, n, sizeof(uint32_t), cmp_by_key);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b = order[i];
+        tsdf_block_key_unpack(keys[b], &coords[3 * i], &coords[3 * i + 1], &coords[3 * i + 2]);
+        out_vers[i] = vers[b];
+        memcpy(&out_vox[i * TSDF_BLOCK_VOXELS], &vox[(size_t)b * TSDF_BLOCK_VOXELS],
+               TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+    }
+    tsdf_block_set_fini(out);
+    out->count = n;
+    out->coords = coords;
+    out->versions = out_vers;
+    out->voxels = out_vox;
+    coords = NULL;
+    out_vers = NULL;
+    out_vox = NULL;
+done:
+    free(keys);
+    free(vers);
+    free(vox);
+    free(order);
+    free(coords);
+    free(out_vers);
+    free(out_vox);
+    return rc;
+}
+
+static int cuda_import_blocks(void *impl, const tsdf_block_set *in)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    int rc = enter(v);
+    if (rc != TSDF_OK)
+        return rc;
+    rc = cuda_sync_all(v);
+    if (rc != TSDF_OK)
+        return rc;
+    size_t n = in->count;
+    /* Check that the blocks fit before dropping anything. */
+    {
+        uint64_t cap = round_pow2(v->p.initial_capacity_blocks);
+        while ((double)n > (double)v->p.max_load_factor * (double)cap)
+            cap *= 2;
+        if (v->p.memory_cap_bytes &&
+            cap * CUDA_SLOT_BYTES + n * CUDA_BLOCK_BYTES > v->p.memory_cap_bytes)
+            return TSDF_ECAPACITY;
+    }
+    uint64_t *keys = (uint64_t *)malloc((n ? n : 1) * sizeof(uint64_t));
+    if (keys == NULL)
+        return TSDF_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        keys[i] = tsdf_block_key(in->coords[3 * i], in->coords[3 * i + 1], in->coords[3 * i + 2]);
+    /* As on the CPU backend: the version moves by one (every imported
+     * block carries the new version), growth while building the imported
+     * table is not counted as growth under load, and has_color is kept. */
+    const uint64_t growth_before = v->growth_events;
+    const int had_color = v->has_color;
+    rc = cuda_reset(v);
+    if (rc == TSDF_OK)
+        rc = cuda_reserve(v, n);
+    v->growth_events = growth_before;
+    if (rc == TSDF_OK && n > 0) {
+        /* The keys go through the frame list (sized up as needed), the
+         * voxels and versions straight into the pool: block i is pool
+         * block i. */
+        uint32_t set_cap = v->set_cap;
+        while (set_cap / 2 < n)
+            set_cap *= 2;
+        rc = cuda_scratch_reserve(v, set_cap);
+        if (rc == TSDF_OK)
+            rc = cuda_check(cudaMemcpyAsync(v->d_unique, keys, n * sizeof(uint64_t),
+                                            cudaMemcpyHostToDevice, v->stream),
+                            "import keys", __FILE__, __LINE__);
+        if (rc == TSDF_OK)
+            rc = cuda_insert_new(v, v->d_unique, (uint32_t)n, NULL, NULL);
+        if (rc == TSDF_OK)
+            rc = cuda_check(cudaMemcpyAsync(v->d_voxels, in->voxels,
+                                            n * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel),
+                                            cudaMemcpyHostToDevice, v->stream),
+                            "import voxels", __FILE__, __LINE__);
+        if (rc == TSDF_OK)
+            rc = cuda_sync_all(v);
+    }
+    free(keys);
+    if (rc != TSDF_OK)
+        return rc;
+    int has_color = had_color;
+    for (size_t i = 0; i < n * TSDF_BLOCK_VOXELS && !has_color; i++)
+        has_color = in->voxels[i].rgb[0] | in->voxels[i].rgb[1] | in->voxels[i].rgb[2];
+    v->has_color = has_color;
+    return TSDF_OK;
+}
+
+/* ---- the operations ---------------------------------------------------------- */
+
+static int cuda_integrate_op(void *impl, const tsdf_frame *f)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    int rc = enter(v);
+    if (rc != TSDF_OK) {
+        v->frames_rejected++;
+        return rc;
+    }
+    rc = cuda_integrate(v, f);
+    if (rc != TSDF_OK)
+        v->frames_rejected++;
+    return rc;
+}
+
+static int cuda_raycast_op(void *impl, const tsdf_raycast_params *p, tsdf_raycast_output *out)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    int rc = enter(v);
+    if (rc != TSDF_OK)
+        return rc;
+    return cuda_raycast(v, p, out);
+}
+
+static int cuda_mesh_op(void *impl, const tsdf_mesh_params *p, tsdf_mesh *out)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    int rc = enter(v);
+    if (rc != TSDF_OK)
+        return rc;
+    return cuda_mesh(v, p, out);
+}
+
+extern "C" const tsdf_backend_ops tsdf_cuda_ops = {
+    "cuda",
+    cuda_create,
+    cuda_destroy,
+    cuda_reset,
+    cuda_integrate_op,
+    cuda_sync,
+    cuda_raycast_op,
+    cuda_mesh_op,
+    cuda_stats,
+    cuda_export_blocks,
+    cuda_import_blocks,
+    cuda_timeline_op,
+};
+
+/* ---- test hooks ---------------------------------------------------------------- */
+
+int cuda_insert_keys(struct cuda_volume *v, const uint64_t *d_keys, uint32_t n, uint32_t *added);
+
+extern "C" int tsdf_cuda_test_insert_keys(void *impl, const uint64_t *keys, size_t n,
+                                          size_t *inserted)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    int rc = enter(v);
+    if (rc != TSDF_OK)
+        return rc;
+    if (n > 0x40000000u)
+        return TSDF_EINVAL;
+    uint64_t *d = NULL;
+    rc = cuda_dev_alloc(v, (void **)&d, (n ? n : 1) * sizeof(uint64_t));
+    if (rc != TSDF_OK)
+        return rc;
+    uint32_t added = 0;
+    rc = cuda_check(cudaMemcpyAsync(d, keys, n * sizeof(uint64_t), cudaMemcpyHostToDevice,
+                                    v->stream),
+                    "test keys", __FILE__, __LINE__);
+    if (rc == TSDF_OK)
+        rc = cuda_insert_keys(v, d, (uint32_t)n, &added);
+    if (rc == TSDF_OK)
+        rc = cuda_sync_all(v);
+    cuda_dev_free(v, d, (n ? n : 1) * sizeof(uint64_t));
+    if (inserted)
+        *inserted = added;
+    return rc;
+}
+
+extern "C" int tsdf_cuda_test_find_keys(void *impl, const uint64_t *keys, size_t n,
+                                        int32_t *idx_out)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    int rc = enter(v);
+    if (rc != TSDF_OK)
+        return rc;
+    uint64_t *d = NULL;
+    int32_t *di = NULL;
+    rc = cuda_dev_alloc(v, (void **)&d, (n ? n : 1) * sizeof(uint64_t));
+    if (rc == TSDF_OK)
+        rc = cuda_dev_alloc(v, (void **)&di, (n ? n : 1) * sizeof(int32_t));
+    if (rc == TSDF_OK && n)
+        rc = cuda_check(cudaMemcpyAsync(d, keys, n * sizeof(uint64_t), cudaMemcpyHostToDevice,
+                                        v->stream),
+                        "find keys", __FILE__, __LINE__);
+    if (rc == TSDF_OK)
+        rc = cuda_lookup(v, d, (uint32_t)n, di);
+    if (rc == TSDF_OK && n)
+        rc = cuda_check(cudaMemcpyAsync(idx_out, di, n * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                        v->stream),
+                        "find keys", __FILE__, __LINE__);
+    if (rc == TSDF_OK)
+        rc = cuda_sync_all(v);
+    cuda_dev_free(v, d, (n ? n : 1) * sizeof(uint64_t));
+    cuda_dev_free(v, di, (n ? n : 1) * sizeof(int32_t));
+    return rc;
+}
+
+extern "C" uint64_t tsdf_cuda_test_insert_errors(void *impl)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    uint32_t fail = 0;
+    if (enter(v) != TSDF_OK)
+        return UINT64_MAX;
+    if (cudaMemcpyAsync(&fail, v->d_counters + CUDA_CTR_INSERT_FAIL, sizeof fail,
+                        cudaMemcpyDeviceToHost, v->stream) != cudaSuccess ||
+        cudaStreamSynchronize(v->stream) != cudaSuccess)
+        return UINT64_MAX;
+    return fail;
+}

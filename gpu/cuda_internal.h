@@ -1,0 +1,234 @@
+/*
+ * cuda_internal.h - the CUDA backend's private state and the helpers its
+ * translation units (gpu/cuda_*.cu) share. C++ (nvcc) only; nothing here is
+ * visible to C code.
+ *
+ * Layout on the device:
+ *   - the hash table: `capacity` slots (a power of two) of a 64-bit key
+ *     (TSDF_KEY_EMPTY when free) and a 32-bit block index, open addressing
+ *     with linear probing from tsdf_key_hash(key) & (capacity - 1);
+ *   - the block pool: `pool_cap` blocks of TSDF_BLOCK_VOXELS tsdf_voxel, with
+ *     each block's key and version. Blocks are handed out by a bump
+ *     allocator (`blocks` is the next free index); the volume never frees a
+ *     single block, and reset returns the whole pool at once.
+ *
+ * Streams: every kernel and copy of a volume runs on `stream` (compute) or
+ * `upload_stream` (host-to-device frame uploads), both created with
+ * cudaStreamNonBlocking, never on the default stream. Events order the two.
+ *
+ * Threads: like the public API, one thread at a time per volume. The error
+ * string of the last failed CUDA call is kept per thread.
+ */
+#ifndef TSDF_CUDA_INTERNAL_H
+#define TSDF_CUDA_INTERNAL_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tsdf_backend.h"
+#include "tsdf_math.h"
+#include "cuda_backend.h"
+
+/* Frames whose events tsdf_volume_get_timeline can report. */
+#define CUDA_TIMELINE_RING 16
+
+/* Device counters, one small array read back with a single copy. */
+enum {
+    CUDA_CTR_UNIQUE = 0,      /* distinct candidate blocks of the frame */
+    CUDA_CTR_MISSING = 1,     /* of those, not yet in the table */
+    CUDA_CTR_SET_OVERFLOW = 2, /* candidates the per-frame set could not hold */
+    CUDA_CTR_INSERT_FAIL = 3, /* keys that found no slot in the table (must stay 0) */
+    CUDA_CTR_AUX0 = 4,        /* per-operation scratch counters */
+    CUDA_CTR_AUX1 = 5,
+    CUDA_CTR_AUX2 = 6,
+    CUDA_CTR_AUX3 = 7,
+    CUDA_CTR_COUNT = 8,
+};
+
+/* The event slots of one frame's timeline. */
+enum {
+    CUDA_EV_UPLOAD_START = 0,
+    CUDA_EV_UPLOAD_END,
+    CUDA_EV_ALLOC_START,
+    CUDA_EV_ALLOC_END,
+    CUDA_EV_UPDATE_START,
+    CUDA_EV_UPDATE_END,
+    CUDA_EV_COUNT,
+};
+
+/* One half of the double-buffered frame staging: a pinned host copy of the
+ * caller's images and their device copies. `consumed` is recorded on the
+ * compute stream after the last kernel that reads d_depth/d_rgb, so the
+ * host waits on it before it overwrites this half again. */
+struct cuda_staging {
+    void *h_depth;
+    uint8_t *h_rgb;
+    void *d_depth;
+    uint8_t *d_rgb;
+    size_t depth_cap; /* bytes of h_depth and d_depth */
+    size_t rgb_cap;   /* bytes of h_rgb and d_rgb */
+    cudaEvent_t uploaded;
+    cudaEvent_t consumed;
+    int used; /* consumed has been recorded at least once */
+};
+
+struct cuda_frame_events {
+    uint64_t frame; /* 1-based index of the integrated frame */
+    cudaEvent_t ev[CUDA_EV_COUNT];
+    int recorded;
+};
+
+struct cuda_volume {
+    tsdf_volume_params p;
+    int device;
+    cudaStream_t stream;
+    cudaStream_t upload_stream;
+    cudaEvent_t epoch; /* t = 0 of the timeline */
+    cudaEvent_t q_start, q_end; /* raycast / mesh timing */
+
+    /* The hash table. */
+    uint64_t *d_keys;
+    int32_t *d_vals;
+    uint32_t capacity;
+
+    /* The block pool. */
+    uint64_t *d_block_keys;
+    uint64_t *d_block_versions;
+    tsdf_voxel *d_voxels;
+    uint32_t pool_cap;
+    uint32_t blocks;
+
+    /* Per-frame scratch: a set of candidate keys, the list of distinct
+     * candidates and the pool indices of the frame's blocks. */
+    uint64_t *d_set_keys;
+    uint32_t set_cap; /* slots, a power of two */
+    uint32_t *d_set_slot; /* slot of each distinct candidate, to clear the set */
+    uint64_t *d_unique;
+    int32_t *d_frame_blocks;
+    uint64_t *d_missing;
+    uint32_t *d_missing_src;
+    uint32_t unique_cap; /* entries of d_unique, d_frame_blocks, d_missing... */
+
+    uint32_t *d_counters;
+    uint32_t *h_counters; /* pinned */
+
+    /* Raycast outputs and mesh scratch, kept between calls. */
+    void *d_ray;
+    size_t ray_cap;
+#define CUDA_MESH_BUFFERS 12
+    void *mesh_buf[CUDA_MESH_BUFFERS];
+    size_t mesh_cap[CUDA_MESH_BUFFERS];
+
+    struct cuda_staging staging[2];
+    uint64_t frame_seq; /* frames handed to integrate, successful or not */
+
+    struct cuda_frame_events timeline[CUDA_TIMELINE_RING];
+    uint64_t timeline_frames; /* frames recorded into the ring */
+
+    /* Statistics owned by the backend. */
+    uint64_t growth_events;
+    uint64_t frames_integrated;
+    uint64_t frames_rejected;
+    uint64_t insert_failures;
+    uint64_t version;
+    int has_color;
+    double last_raycast_ms, last_mesh_ms;
+    int pending_query_timing; /* 1: raycast, 2: mesh */
+
+    size_t mem_bytes; /* device memory held */
+    int sticky_error; /* a kernel fault poisoned the context: every call fails */
+};
+
+/* ---- error mapping -------------------------------------------------------
+ * cuda_check records a failed call (what, file:line and cudaGetErrorString)
+ * in the thread's error string and returns TSDF_ECUDA; TSDF_OK otherwise. */
+int cuda_check(cudaError_t err, const char *what, const char *file, int line);
+
+#define CUDA_TRY(call)                                                                             \
+    do {                                                                                           \
+        int cuda_rc_ = cuda_check((call), #call, __FILE__, __LINE__);                              \
+        if (cuda_rc_ != TSDF_OK)                                                                   \
+            return cuda_rc_;                                                                       \
+    } while (0)
+
+/* After every launch: a bad configuration shows here, a fault later. */
+#define CUDA_TRY_LAUNCH() CUDA_TRY(cudaGetLastError())
+
+/* ---- device memory, counted in mem_bytes ------------------------------- */
+int cuda_dev_alloc(struct cuda_volume *v, void **ptr, size_t bytes);
+void cuda_dev_free(struct cuda_volume *v, void *ptr, size_t bytes);
+
+/* ---- the table (cuda_hash.cu) ------------------------------------------ */
+/* Bytes of one table slot and of one pool block (keys, versions, voxels). */
+#define CUDA_SLOT_BYTES (sizeof(uint64_t) + sizeof(int32_t))
+#define CUDA_BLOCK_BYTES (TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel) + 2 * sizeof(uint64_t))
+
+/* Allocates an empty table of `capacity` slots (keys set by a kernel). */
+int cuda_table_alloc(struct cuda_volume *v, uint32_t capacity);
+/* Makes room for `blocks_needed` blocks: grows the table (rehash on the
+ * device) while blocks_needed > max_load * capacity, and the pool. Returns
+ * TSDF_ECAPACITY when the memory cap forbids it (nothing changed), or
+ * TSDF_ECUDA. */
+int cuda_reserve(struct cuda_volume *v, uint64_t blocks_needed);
+/* Inserts n distinct keys absent from the table (d_src on the device) as
+ * blocks v->blocks .. v->blocks + n - 1, each initialised to empty voxels at
+ * `version`; d_block_of (optional, n entries) receives each key's block
+ * index. Room must have been reserved. Launch only; the failure counter
+ * CUDA_CTR_INSERT_FAIL counts keys that found no slot. */
+int cuda_insert_new(struct cuda_volume *v, const uint64_t *d_src, uint32_t n,
+                    int32_t *d_block_of_out, const uint32_t *d_out_index);
+/* Probe statistics over the table; synchronises. */
+int cuda_probe_stats(struct cuda_volume *v, tsdf_volume_stats *out);
+/* Block index of every key (d_keys_in, n) into d_idx_out (-1 if absent). */
+int cuda_lookup(struct cuda_volume *v, const uint64_t *d_keys_in, uint32_t n, int32_t *d_idx_out);
+
+/* ---- device-side lookup ----------------------------------------------- */
+/* A read-only view of the table for kernels that only look up. */
+struct cuda_table_view {
+    const uint64_t *keys;
+    const int32_t *vals;
+    uint32_t mask;
+    const tsdf_voxel *voxels;
+};
+
+/* Plain (non-atomic) loads: lookups run in kernels that do not insert, so
+ * the table is immutable for their whole duration and may be cached in L1. */
+__device__ __forceinline__ int32_t cuda_table_find(const cuda_table_view &t, uint64_t key)
+{
+    uint32_t s = (uint32_t)tsdf_key_hash(key) & t.mask;
+    for (uint32_t probes = 0; probes <= t.mask; probes++) {
+        uint64_t k = __ldg(&t.keys[s]);
+        if (k == key)
+            return __ldg(&t.vals[s]);
+        if (k == TSDF_KEY_EMPTY)
+            return -1;
+        s = (s + 1) & t.mask;
+    }
+    return -1;
+}
+
+static inline cuda_table_view cuda_view(const struct cuda_volume *v)
+{
+    cuda_table_view t;
+    t.keys = v->d_keys;
+    t.vals = v->d_vals;
+    t.mask = v->capacity - 1;
+    t.voxels = v->d_voxels;
+    return t;
+}
+
+static inline unsigned cuda_grid(uint64_t n, unsigned threads)
+{
+    uint64_t g = (n + threads - 1) / threads;
+    return (unsigned)(g == 0 ? 1 : g);
+}
+
+/* ---- the operations (one file each) ------------------------------------ */
+int cuda_integrate(struct cuda_volume *v, const tsdf_frame *f);
+int cuda_raycast(struct cuda_volume *v, const tsdf_raycast_params *p, tsdf_raycast_output *out);
+int cuda_mesh(struct cuda_volume *v, const tsdf_mesh_params *p, tsdf_mesh *out);
+/* Fills the timeline fields of get_timeline; synchronises. */
+int cuda_timeline(struct cuda_volume *v, tsdf_frame_timeline *out, size_t max, size_t *n);
+
+#endif /* TSDF_CUDA_INTERNAL_H */

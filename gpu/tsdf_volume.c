@@ -1,0 +1,436 @@
+/*
+ * tsdf_volume.c - the public volume API: parameter and frame checks,
+ * backend choice, and dispatch through tsdf_backend_ops.
+ *
+ * Every argument is validated here, before a backend sees it, so the two
+ * backends cannot disagree about what is valid input and a rejected call
+ * never reaches (or changes) the volume. The only state kept here besides
+ * the backend handle is the count of frames rejected by these checks, which
+ * the backends never see but stats must include.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tsdf_backend.h"
+#include "tsdf_math.h"
+#include "tsdf_pose.h"
+#include "tsdf_volume.h"
+
+struct tsdf_volume {
+    const tsdf_backend_ops *ops;
+    void *impl;
+    tsdf_volume_params params;
+    tsdf_backend backend;
+    uint64_t frames_rejected_front; /* frames refused by tsdf_frame_check */
+};
+
+/* ---- backends ------------------------------------------------------------ */
+
+const char *tsdf_backend_name(tsdf_backend b)
+{
+    switch (b) {
+    case TSDF_BACKEND_AUTO:
+        return "auto";
+    case TSDF_BACKEND_CPU:
+        return "cpu";
+    case TSDF_BACKEND_CUDA:
+        return "cuda";
+    }
+    return "unknown";
+}
+
+int tsdf_backend_parse(const char *name, tsdf_backend *out)
+{
+    if (name == NULL || out == NULL)
+        return TSDF_EINVAL;
+    if (strcmp(name, "auto") == 0)
+        *out = TSDF_BACKEND_AUTO;
+    else if (strcmp(name, "cpu") == 0)
+        *out = TSDF_BACKEND_CPU;
+    else if (strcmp(name, "cuda") == 0)
+        *out = TSDF_BACKEND_CUDA;
+    else
+        return TSDF_EINVAL;
+    return TSDF_OK;
+}
+
+int tsdf_cuda_available(void)
+{
+#ifdef TSDF_HAVE_CUDA
+    return tsdf_cuda_probe(0);
+#else
+    return 0;
+#endif
+}
+
+/* ---- parameters ------------------------------------------------------------ */
+
+void tsdf_volume_params_default(tsdf_volume_params *p)
+{
+    if (p == NULL)
+        return;
+    memset(p, 0, sizeof(*p));
+    p->voxel_size_m = 0.01f;
+    p->trunc_vox = 4.0f;
+    p->max_weight = 64.0f;
+    p->initial_capacity_blocks = 65536;
+    p->max_load_factor = 0.5f;
+    p->memory_cap_bytes = 0;
+    p->backend = TSDF_BACKEND_AUTO;
+    p->cuda_device = 0;
+}
+
+static int finite_positive(float x)
+{
+    return isfinite(x) && x > 0.0f;
+}
+
+int tsdf_volume_params_check(const tsdf_volume_params *p)
+{
+    if (p == NULL)
+        return TSDF_EINVAL;
+    if (!finite_positive(p->voxel_size_m) || !finite_positive(p->trunc_vox) ||
+        !finite_positive(p->max_weight))
+        return TSDF_EBAD_PARAMS;
+    /* A voxel of 0.1 mm or a band of hundreds of voxels is a unit mistake,
+     * not a reconstruction; keep the per-ray block walk small. */
+    if (p->voxel_size_m < 1e-4f || p->voxel_size_m > 10.0f || p->trunc_vox > 64.0f)
+        return TSDF_EBAD_PARAMS;
+    if (!(p->max_load_factor > 0.0f && p->max_load_factor <= 0.95f))
+        return TSDF_EBAD_PARAMS;
+    /* Capacities beyond 2^30 slots cannot be rounded to a power of two in
+     * the 32-bit block indices the backends use. */
+    if (p->initial_capacity_blocks == 0 || p->initial_capacity_blocks > (1u << 30))
+        return TSDF_EBAD_PARAMS;
+    if (p->backend != TSDF_BACKEND_AUTO && p->backend != TSDF_BACKEND_CPU &&
+        p->backend != TSDF_BACKEND_CUDA)
+        return TSDF_EBAD_PARAMS;
+    if (p->cuda_device < 0)
+        return TSDF_EBAD_PARAMS;
+    return TSDF_OK;
+}
+
+/* ---- frame checks -------------------------------------------------------- */
+
+static int check_image_size(uint32_t w, uint32_t h)
+{
+    if (w == 0 || h == 0)
+        return TSDF_EEMPTY_IMAGE;
+    if (w > TSDF_MAX_IMAGE_DIM || h > TSDF_MAX_IMAGE_DIM ||
+        (uint64_t)w * (uint64_t)h > (uint64_t)TSDF_MAX_IMAGE_PIXELS)
+        return TSDF_ETOO_LARGE;
+    return TSDF_OK;
+}
+
+static int check_intrinsics(const tsdf_intrinsics *K)
+{
+    if (!finite_positive(K->fx) || !finite_positive(K->fy) || !isfinite(K->cx) || !isfinite(K->cy))
+        return TSDF_EBAD_INTRINSICS;
+    return TSDF_OK;
+}
+
+/* The same rigidity test (and 1e-3 tolerance) as the wire codec, so a pose
+ * the codec accepts is never refused here or the other way round. */
+static int check_pose(const float *T)
+{
+    return tsdf_pose_is_rigid(T) ? TSDF_OK : TSDF_EBAD_POSE;
+}
+
+static int check_depth_range(float min_m, float max_m)
+{
+    if (!isfinite(min_m) || !isfinite(max_m) || min_m < 0.0f || max_m <= min_m)
+        return TSDF_EBAD_DEPTH_RANGE;
+    return TSDF_OK;
+}
+
+int tsdf_frame_check(const tsdf_frame *f)
+{
+    int rc;
+    if (f == NULL)
+        return TSDF_EINVAL;
+    if ((rc = check_image_size(f->width, f->height)) != TSDF_OK)
+        return rc;
+    if ((rc = check_intrinsics(&f->K)) != TSDF_OK)
+        return rc;
+    if ((rc = check_pose(f->T_world_cam)) != TSDF_OK)
+        return rc;
+    if ((rc = check_depth_range(f->min_depth_m, f->max_depth_m)) != TSDF_OK)
+        return rc;
+    if (f->depth_format == TSDF_DEPTH_U16 && !finite_positive(f->depth_scale))
+        return TSDF_EBAD_DEPTH_RANGE;
+    if (f->depth_format != TSDF_DEPTH_U16 && f->depth_format != TSDF_DEPTH_F32)
+        return TSDF_EINVAL;
+    if (f->depth == NULL)
+        return TSDF_EINVAL;
+    return TSDF_OK;
+}
+
+static int raycast_params_check(const tsdf_raycast_params *p, const tsdf_raycast_output *out)
+{
+    int rc;
+    if (p == NULL || out == NULL)
+        return TSDF_EINVAL;
+    if ((rc = check_image_size(p->width, p->height)) != TSDF_OK)
+        return rc;
+    if ((rc = check_intrinsics(&p->K)) != TSDF_OK)
+        return rc;
+    if ((rc = check_pose(p->T_world_cam)) != TSDF_OK)
+        return rc;
+    if ((rc = check_depth_range(p->min_depth_m, p->max_depth_m)) != TSDF_OK)
+        return rc;
+    /* A ray must start in front of the camera to be a ray at all. */
+    if (!(p->min_depth_m > 0.0f))
+        return TSDF_EBAD_DEPTH_RANGE;
+    if (out->depth_m == NULL)
+        return TSDF_EINVAL;
+    return TSDF_OK;
+}
+
+/* ---- life cycle ------------------------------------------------------------ */
+
+int tsdf_volume_create(const tsdf_volume_params *p, tsdf_volume **out)
+{
+    tsdf_volume_params params;
+    const tsdf_backend_ops *ops = &tsdf_cpu_ops;
+    tsdf_backend backend = TSDF_BACKEND_CPU;
+    tsdf_volume *v;
+    int rc;
+
+    if (out == NULL)
+        return TSDF_EINVAL;
+    *out = NULL;
+    if (p != NULL)
+        params = *p;
+    else
+        tsdf_volume_params_default(&params);
+    if ((rc = tsdf_volume_params_check(&params)) != TSDF_OK)
+        return rc;
+
+    switch (params.backend) {
+    case TSDF_BACKEND_CPU:
+        break;
+    case TSDF_BACKEND_AUTO:
+#ifdef TSDF_HAVE_CUDA
+        if (tsdf_cuda_probe(params.cuda_device)) {
+            ops = &tsdf_cuda_ops;
+            backend = TSDF_BACKEND_CUDA;
+        }
+#endif
+        break;
+    case TSDF_BACKEND_CUDA:
+#ifdef TSDF_HAVE_CUDA
+        if (!tsdf_cuda_probe(params.cuda_device))
+            return TSDF_ENO_GPU;
+        ops = &tsdf_cuda_ops;
+        backend = TSDF_BACKEND_CUDA;
+        break;
+#else
+        return TSDF_ENOT_BUILT;
+#endif
+    }
+
+    v = calloc(1, sizeof(*v));
+    if (v == NULL)
+        return TSDF_ENOMEM;
+    v->ops = ops;
+    v->backend = backend;
+    v->params = params;
+    v->params.backend = backend;
+    if ((rc = ops->create(&v->params, &v->impl)) != TSDF_OK) {
+        free(v);
+        return rc;
+    }
+    *out = v;
+    return TSDF_OK;
+}
+
+void tsdf_volume_destroy(tsdf_volume *v)
+{
+    if (v == NULL)
+        return;
+    v->ops->destroy(v->impl);
+    free(v);
+}
+
+int tsdf_volume_reset(tsdf_volume *v)
+{
+    if (v == NULL)
+        return TSDF_EINVAL;
+    return v->ops->reset(v->impl);
+}
+
+tsdf_backend tsdf_volume_backend(const tsdf_volume *v)
+{
+    return v != NULL ? v->backend : TSDF_BACKEND_AUTO;
+}
+
+const tsdf_volume_params *tsdf_volume_get_params(const tsdf_volume *v)
+{
+    return v != NULL ? &v->params : NULL;
+}
+
+/* ---- work ------------------------------------------------------------------ */
+
+int tsdf_volume_integrate(tsdf_volume *v, const tsdf_frame *f)
+{
+    int rc;
+    if (v == NULL)
+        return TSDF_EINVAL;
+    if ((rc = tsdf_frame_check(f)) != TSDF_OK) {
+        v->frames_rejected_front++;
+        return rc;
+    }
+    return v->ops->integrate(v->impl, f);
+}
+
+int tsdf_volume_sync(tsdf_volume *v)
+{
+    if (v == NULL)
+        return TSDF_EINVAL;
+    return v->ops->sync(v->impl);
+}
+
+int tsdf_volume_raycast(tsdf_volume *v, const tsdf_raycast_params *p, tsdf_raycast_output *out)
+{
+    int rc;
+    if (v == NULL)
+        return TSDF_EINVAL;
+    if ((rc = raycast_params_check(p, out)) != TSDF_OK)
+        return rc;
+    return v->ops->raycast(v->impl, p, out);
+}
+
+int tsdf_volume_mesh(tsdf_volume *v, const tsdf_mesh_params *params, tsdf_mesh *out)
+{
+    if (v == NULL || out == NULL)
+        return TSDF_EINVAL;
+    if (params != NULL && params->use_box) {
+        for (int i = 0; i < 3; i++) {
+            if (!isfinite(params->box.min[i]) || !isfinite(params->box.max[i]) ||
+                params->box.min[i] > params->box.max[i])
+                return TSDF_EINVAL;
+        }
+    }
+    return v->ops->mesh(v->impl, params, out);
+}
+
+int tsdf_volume_get_stats(tsdf_volume *v, tsdf_volume_stats *out)
+{
+    int rc;
+    if (v == NULL || out == NULL)
+        return TSDF_EINVAL;
+    memset(out, 0, sizeof(*out));
+    if ((rc = v->ops->stats(v->impl, out)) != TSDF_OK)
+        return rc;
+    out->backend = v->backend;
+    out->frames_rejected += v->frames_rejected_front;
+    out->memory_cap_bytes = v->params.memory_cap_bytes;
+    return TSDF_OK;
+}
+
+int tsdf_volume_export_blocks(tsdf_volume *v, tsdf_block_set *out)
+{
+    if (v == NULL || out == NULL)
+        return TSDF_EINVAL;
+    return v->ops->export_blocks(v->impl, out);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Everything the header promises about an imported set, checked before the
+ * backend replaces anything. */
+static int block_set_validate(const tsdf_volume_params *p, const tsdf_block_set *in)
+{
+    const float trunc_m = p->trunc_vox * p->voxel_size_m;
+    /* The stored sdf is a weighted mean of values clamped to +-trunc; allow
+     * the rounding of that mean and of a snapshot's conversions. */
+    const float sdf_limit = trunc_m * (1.0f + 1e-4f);
+    uint64_t *keys;
+    int rc = TSDF_OK;
+
+    if (in->count == 0)
+        return TSDF_OK;
+    if (in->coords == NULL || in->voxels == NULL)
+        return TSDF_EINVAL;
+    if (in->count > (size_t)(1u << 30))
+        return TSDF_ETOO_LARGE;
+    keys = malloc(in->count * sizeof(*keys));
+    if (keys == NULL)
+        return TSDF_ENOMEM;
+    for (size_t i = 0; i < in->count; i++) {
+        const int32_t *c = &in->coords[3 * i];
+        if (!tsdf_block_coord_valid(c[0], c[1], c[2])) {
+            rc = TSDF_EINVAL;
+            goto out;
+        }
+        keys[i] = tsdf_block_key(c[0], c[1], c[2]);
+    }
+    qsort(keys, in->count, sizeof(*keys), cmp_u64);
+    for (size_t i = 1; i < in->count; i++) {
+        if (keys[i] == keys[i - 1]) {
+            rc = TSDF_EINVAL;
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < in->count * TSDF_BLOCK_VOXELS; i++) {
+        const tsdf_voxel *vx = &in->voxels[i];
+        if (!isfinite(vx->sdf_m) || fabsf(vx->sdf_m) > sdf_limit || !isfinite(vx->weight) ||
+            vx->weight < 0.0f || vx->weight > p->max_weight) {
+            rc = TSDF_EINVAL;
+            goto out;
+        }
+    }
+out:
+    free(keys);
+    return rc;
+}
+
+int tsdf_volume_import_blocks(tsdf_volume *v, const tsdf_block_set *in)
+{
+    int rc;
+    if (v == NULL || in == NULL)
+        return TSDF_EINVAL;
+    if ((rc = block_set_validate(&v->params, in)) != TSDF_OK)
+        return rc;
+    return v->ops->import_blocks(v->impl, in);
+}
+
+/* ---- caller-owned containers --------------------------------------------- */
+
+void tsdf_mesh_init(tsdf_mesh *m)
+{
+    if (m != NULL)
+        memset(m, 0, sizeof(*m));
+}
+
+void tsdf_mesh_fini(tsdf_mesh *m)
+{
+    if (m == NULL)
+        return;
+    free(m->positions);
+    free(m->normals);
+    free(m->colors);
+    free(m->indices);
+    tsdf_mesh_init(m);
+}
+
+void tsdf_block_set_init(tsdf_block_set *s)
+{
+    if (s != NULL)
+        memset(s, 0, sizeof(*s));
+}
+
+void tsdf_block_set_fini(tsdf_block_set *s)
+{
+    if (s == NULL)
+        return;
+    free(s->coords);
+    free(s->versions);
+    free(s->voxels);
+    tsdf_block_set_init(s);
+}

@@ -1,0 +1,339 @@
+/*
+ * tsdf_proto.h - the wire codec of tsdfd: typed C structs for every request
+ * and reply, encoded as msgpack maps (see proto/PROTOCOL.md for the exact
+ * format, which this header implements).
+ *
+ * Pure C, no I/O, no sockets: the daemon and the client move the bytes over
+ * nng; this module only turns structs into bytes and bytes into validated
+ * structs.
+ *
+ * Encoding: every encoder appends one complete msgpack message to a
+ * caller-owned growable buffer (tsdf_buf). The buffer refuses to grow past
+ * its max_len (default TSDF_PROTO_MAX_MESSAGE_BYTES) and the encoder then
+ * returns TSDF_ETOO_LARGE, leaving buf->len as it was before the call.
+ *
+ * Decoding: every decoder validates the WHOLE message before it returns
+ * TSDF_OK: the msgpack structure, the protocol version, the type, the msgpack
+ * type of every known key, sizes (width * height * bytes per sample must equal
+ * a payload's length), finite numbers, rigid poses, image and name limits.
+ * Unknown keys are ignored, so newer peers may add keys. Each fault has its
+ * own code (see the comment of tsdf_proto_decode_request). On failure the
+ * decoder fills *err (when not NULL) with the offending key and a
+ * human-readable message that the daemon can send back in an error reply.
+ *
+ * Lifetimes (zero-copy): strings (map, sensor, path, error, message, map
+ * names) are COPIED into fixed arrays of the decoded struct, NUL-terminated.
+ * Binary payloads (depth, rgb, normals, positions, indices, colours) are NOT
+ * copied: the decoded struct points INTO the bytes passed to the decoder, so
+ * those bytes must outlive every use of the decoded struct (for nng: keep the
+ * nng_msg until you are done). Such pointers are typed const void * because
+ * they are NOT aligned: read them with memcpy, or copy the payload first.
+ * Payloads are little-endian; the codec is built for little-endian hosts only
+ * (a compile-time check in tsdf_proto.c), so on such hosts the bytes are the
+ * native float32/uint16/uint32 values.
+ *
+ * Threads: every function is reentrant; distinct buffers and structs may be
+ * used from different threads at once. A tsdf_buf is not thread-safe.
+ */
+#ifndef TSDF_PROTO_H
+#define TSDF_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tsdf_error.h"
+#include "tsdf_volume.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- limits and defaults ------------------------------------------------ */
+
+#define TSDF_PROTO_VERSION 1
+/* The largest message either side encodes or accepts, in bytes. */
+#define TSDF_PROTO_MAX_MESSAGE_BYTES (64u * 1024u * 1024u)
+/* Map and sensor names: 1..64 bytes of [A-Za-z0-9_.-], not starting with '.'
+ * (a map name becomes a snapshot file name). */
+#define TSDF_PROTO_MAX_NAME_LEN 64u
+/* Paths in save/load: 1..1024 bytes, no NUL byte. */
+#define TSDF_PROTO_MAX_PATH_LEN 1024u
+/* Error messages in replies: longer ones are truncated on decode. */
+#define TSDF_PROTO_MAX_MESSAGE_LEN 255u
+/* Entries in a maps reply. */
+#define TSDF_PROTO_MAX_MAPS 256u
+/* Extension counters in a stats reply ("daemon" map), and their key length. */
+#define TSDF_PROTO_MAX_STATS_EXTRA 128u
+#define TSDF_PROTO_MAX_STATS_KEY_LEN 47u
+/* Keys in one msgpack map and nesting depth: bounds the decoder's work. */
+#define TSDF_PROTO_MAX_MAP_ENTRIES 256u
+#define TSDF_PROTO_MAX_DEPTH 8u
+
+#define TSDF_PROTO_DEFAULT_MAP "default"
+#define TSDF_PROTO_DEFAULT_MIN_DEPTH_M 0.1f
+#define TSDF_PROTO_DEFAULT_MAX_DEPTH_M 5.0f
+#define TSDF_PROTO_DEFAULT_DEPTH_SCALE 0.001f
+
+/* Default addresses (see PROTOCOL.md "Sockets"). */
+#define TSDF_PROTO_DEFAULT_REQ_URL "ipc:///run/tsdfd/tsdfd.sock"
+#define TSDF_PROTO_DEFAULT_PUSH_URL "ipc:///run/tsdfd/frames.sock"
+#define TSDF_PROTO_DEFAULT_REQ_TCP_URL "tcp://127.0.0.1:5555"
+#define TSDF_PROTO_DEFAULT_PUSH_TCP_URL "tcp://127.0.0.1:5556"
+
+/* ---- message types ------------------------------------------------------ */
+
+typedef enum {
+    TSDF_MSG_NONE = 0,
+    TSDF_MSG_FRAME = 1,     /* PUSH/PULL only, never answered */
+    TSDF_MSG_INTEGRATE = 2, /* REQ/REP from here on */
+    TSDF_MSG_RAYCAST = 3,
+    TSDF_MSG_MESH = 4,
+    TSDF_MSG_STATS = 5,
+    TSDF_MSG_SAVE = 6,
+    TSDF_MSG_LOAD = 7,
+    TSDF_MSG_RESET = 8,
+    TSDF_MSG_MAPS = 9,
+    TSDF_MSG_PING = 10,
+    /* Reply-only: the answer to a request whose type could not be read. */
+    TSDF_MSG_ERROR = 11,
+} tsdf_msg_type;
+
+/* The wire name ("frame", "integrate", ...); "none" for unknown values. */
+const char *tsdf_msg_type_name(tsdf_msg_type t);
+/* Parses a wire name of len bytes (not NUL-terminated) into *out;
+ * TSDF_EPROTO_TYPE for anything else. */
+int tsdf_msg_type_parse(const char *name, size_t len, tsdf_msg_type *out);
+
+/* ---- growable output buffer -------------------------------------------- */
+
+typedef struct {
+    uint8_t *data;  /* malloc'ed; owned by the buffer */
+    size_t len;     /* bytes in use */
+    size_t cap;     /* bytes allocated */
+    size_t max_len; /* growth limit; TSDF_PROTO_MAX_MESSAGE_BYTES after init */
+} tsdf_buf;
+
+/* Caller-owned struct: init before use, fini to free. */
+void tsdf_buf_init(tsdf_buf *b);
+void tsdf_buf_fini(tsdf_buf *b);
+/* Drops the content, keeps the allocation. */
+void tsdf_buf_clear(tsdf_buf *b);
+/* Appends n bytes; TSDF_ETOO_LARGE past max_len, TSDF_ENOMEM. */
+int tsdf_buf_append(tsdf_buf *b, const void *p, size_t n);
+
+/* ---- decode error detail ------------------------------------------------ */
+
+typedef struct {
+    char key[32];      /* the offending key ("depth"), or "" */
+    char message[160]; /* e.g. "depth: 1000 bytes, expected 614400 (640x480 u16)" */
+} tsdf_proto_error;
+
+/* ---- requests ----------------------------------------------------------- */
+
+/* A sensor is named either by a string or by a number on the wire. */
+typedef struct {
+    int is_id;   /* 1: id is valid; 0: name is valid */
+    uint64_t id; /* default 0 (is_id = 1) */
+    char name[TSDF_PROTO_MAX_NAME_LEN + 1];
+} tsdf_proto_sensor;
+
+/* frame and integrate: one depth image with its pose. */
+typedef struct {
+    tsdf_proto_sensor sensor;
+    uint64_t seq;      /* sender's frame counter; default 0 */
+    uint64_t stamp_ns; /* capture time, ns since any epoch the sender likes; default 0 */
+    /* width, height, K, T_world_cam, depth_format, depth (unaligned, inside
+     * the message), depth_scale, min/max depth, rgb (optional, inside the
+     * message). Ready for tsdf_volume_integrate once the payload alignment
+     * is taken care of (see the lifetimes note above). */
+    tsdf_frame frame;
+} tsdf_req_frame;
+
+typedef struct {
+    uint32_t width, height;
+    tsdf_intrinsics K;
+    float T_world_cam[16]; /* row-major camera-to-world */
+    float min_depth_m;     /* default TSDF_PROTO_DEFAULT_MIN_DEPTH_M */
+    float max_depth_m;     /* default TSDF_PROTO_DEFAULT_MAX_DEPTH_M */
+    int want_rgb;          /* "rgb": true asks for colour; default 0 */
+} tsdf_req_raycast;
+
+typedef struct {
+    int use_box; /* 1 when "box" was given */
+    tsdf_aabb box;
+    uint64_t since_version; /* 0: whole map */
+} tsdf_req_mesh;
+
+/* save and load: an optional path (empty: the daemon's snapshot file for the map). */
+typedef struct {
+    char path[TSDF_PROTO_MAX_PATH_LEN + 1];
+} tsdf_req_path;
+
+typedef struct {
+    tsdf_msg_type type;
+    uint64_t id; /* echoed in the reply; optional (0) for frame */
+    /* The map the request works on; "default" when absent. Unused by maps and ping. */
+    char map[TSDF_PROTO_MAX_NAME_LEN + 1];
+    union {
+        tsdf_req_frame frame; /* TSDF_MSG_FRAME and TSDF_MSG_INTEGRATE */
+        tsdf_req_raycast raycast;
+        tsdf_req_mesh mesh;
+        tsdf_req_path path; /* TSDF_MSG_SAVE and TSDF_MSG_LOAD */
+    } u;
+} tsdf_request;
+
+/* Zeroes *r and sets type, map "default", and the defaults of that type
+ * (depth range 0.1..5.0 m, depth_scale 0.001, identity poses, sensor id 0). */
+void tsdf_request_init(tsdf_request *r, tsdf_msg_type type);
+
+/* ---- replies ------------------------------------------------------------ */
+
+typedef struct {
+    uint64_t seq;        /* the request's seq */
+    uint64_t version;    /* the map's version after the frame; 0 if unknown */
+    double integrate_ms; /* time spent integrating; 0 if unknown */
+} tsdf_rep_integrate;
+
+typedef struct {
+    uint32_t width, height;
+    const void *depth_m; /* width*height float32 LE; NaN = no surface */
+    const void *normals; /* width*height*3 float32 LE, world frame; NaN = no surface */
+    const uint8_t *rgb;  /* optional width*height*3, or NULL */
+} tsdf_rep_raycast;
+
+typedef struct {
+    uint64_t version; /* the map's version the mesh was made at */
+    uint64_t vertex_count;
+    uint64_t triangle_count;
+    const void *positions; /* 3 * vertex_count float32 LE, metres, world frame */
+    const void *normals;   /* 3 * vertex_count float32 LE */
+    const uint8_t *colors; /* optional 3 * vertex_count RGB8, or NULL */
+    const void *indices;   /* 3 * triangle_count uint32 LE, each < vertex_count */
+} tsdf_rep_mesh;
+
+/* One daemon counter in a stats reply. */
+typedef struct {
+    char key[TSDF_PROTO_MAX_STATS_KEY_LEN + 1];
+    int is_float; /* 1: f holds the value; 0: i holds it */
+    int64_t i;
+    double f;
+} tsdf_stat_entry;
+
+typedef struct {
+    int has_engine; /* 1 when the reply carried an "engine" map */
+    tsdf_volume_stats engine;
+    uint32_t extra_count; /* entries of "daemon", in wire order */
+    tsdf_stat_entry extra[TSDF_PROTO_MAX_STATS_EXTRA];
+} tsdf_rep_stats;
+
+typedef struct {
+    char path[TSDF_PROTO_MAX_PATH_LEN + 1]; /* the file written or read */
+    uint64_t version;                       /* the map's version; 0 if unknown */
+} tsdf_rep_path;
+
+typedef struct {
+    uint32_t count;
+    char names[TSDF_PROTO_MAX_MAPS][TSDF_PROTO_MAX_NAME_LEN + 1];
+} tsdf_rep_maps;
+
+typedef struct {
+    char server[64];    /* e.g. "tsdfd 0.1.0" */
+    uint64_t uptime_ms; /* since the daemon started */
+} tsdf_rep_ping;
+
+typedef struct {
+    tsdf_msg_type type; /* the request's type (TSDF_MSG_ERROR: it was unreadable) */
+    uint64_t id;        /* the request's id (0 when unreadable) */
+    int status;         /* TSDF_OK or a negative tsdf_errno */
+    /* On error only (status != 0): the code's name ("BAD_POSE") and a message. */
+    char error[32];
+    char message[TSDF_PROTO_MAX_MESSAGE_LEN + 1];
+    /* Valid when status == TSDF_OK, by type; reset and frame have none. */
+    union {
+        tsdf_rep_integrate integrate;
+        tsdf_rep_raycast raycast;
+        tsdf_rep_mesh mesh;
+        tsdf_rep_stats stats;
+        tsdf_rep_path path; /* TSDF_MSG_SAVE and TSDF_MSG_LOAD */
+        tsdf_rep_maps maps;
+        tsdf_rep_ping ping;
+    } u;
+} tsdf_reply;
+
+/* Zeroes *r and sets type, id and status TSDF_OK. */
+void tsdf_reply_init(tsdf_reply *r, tsdf_msg_type type, uint64_t id);
+
+/* Turns *r into an error reply: status, error = tsdf_errname(status), and
+ * message (printf-style; NULL fmt: tsdf_strerror(status)). */
+void tsdf_reply_set_error(tsdf_reply *r, int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* ---- encoding ----------------------------------------------------------- */
+
+/* Appends req as one msgpack message to out. Checks the struct first with
+ * the same rules the decoder applies (so a client cannot send what the daemon
+ * would refuse): the codes are those of tsdf_proto_decode_request. Payload
+ * pointers are read, not kept. On error out->len is unchanged. */
+int tsdf_proto_encode_request(const tsdf_request *req, tsdf_buf *out);
+
+/* Appends rep to out. An error reply (status != 0) carries only v, type, id,
+ * status, error and message. Returns TSDF_EINVAL for inconsistent payloads
+ * (NULL pointer with non-zero counts), TSDF_ETOO_LARGE, TSDF_ENOMEM. */
+int tsdf_proto_encode_reply(const tsdf_reply *rep, tsdf_buf *out);
+
+/* ---- decoding ----------------------------------------------------------- */
+
+/* Reads only the envelope of a request: version, type and id. Useful to
+ * answer a request the full decoder refuses. *type and *id are set to what
+ * could be read (TSDF_MSG_NONE / 0 otherwise) even when an error is returned. */
+int tsdf_proto_peek(const void *data, size_t len, tsdf_msg_type *type, uint64_t *id);
+
+/* Decodes and fully validates one request (including frame) from len bytes.
+ * Returns TSDF_OK, or:
+ *   TSDF_ETOO_LARGE     len > TSDF_PROTO_MAX_MESSAGE_BYTES, an image beyond
+ *                       TSDF_MAX_IMAGE_DIM / TSDF_MAX_IMAGE_PIXELS, a name or
+ *                       path too long, a map with too many entries, nesting
+ *                       deeper than TSDF_PROTO_MAX_DEPTH
+ *   TSDF_EFORMAT        not exactly one well-formed msgpack value, or the top
+ *                       value is not a map, or trailing bytes
+ *   TSDF_EVERSION       "v" is not 1
+ *   TSDF_EPROTO_TYPE    "type" unknown or a reply-only type
+ *   TSDF_EPROTO_KEY     a required key is missing, a key has the wrong msgpack
+ *                       type, a key appears twice, an unknown enum string
+ *                       ("depth_format")
+ *   TSDF_EEMPTY_IMAGE   width or height is 0
+ *   TSDF_EBAD_SIZE      a payload's length differs from width*height*bytes
+ *   TSDF_EBAD_INTRINSICS fx, fy <= 0 or an intrinsic not finite
+ *   TSDF_EBAD_POSE      T_world_cam not finite or not rigid (tsdf_pose_is_rigid)
+ *   TSDF_EBAD_DEPTH_RANGE min/max depth or depth_scale invalid (as tsdf_frame_check)
+ *   TSDF_EINVAL         a name with bad characters, empty name or path, an
+ *                       inverted box, a negative or non-finite number where a
+ *                       value must be finite
+ *   TSDF_ENOMEM         the msgpack zone could not be allocated
+ * On success payload pointers in *out point into data (see lifetimes above).
+ * On failure out->type and out->id hold what could be read, so the caller can
+ * still reply to the right request; err (optional) says which key failed. */
+int tsdf_proto_decode_request(const void *data, size_t len, tsdf_request *out,
+                              tsdf_proto_error *err);
+
+/* Decodes and validates one reply. Same codes as above; for an error reply
+ * the call returns TSDF_OK and out->status holds the daemon's code. Payloads
+ * are checked against their counts (depth == width*height*4, positions ==
+ * vertex_count*12, indices == triangle_count*12 and every index <
+ * vertex_count, ...). */
+int tsdf_proto_decode_reply(const void *data, size_t len, tsdf_reply *out, tsdf_proto_error *err);
+
+/* ---- small helpers shared with the daemon ------------------------------ */
+
+/* TSDF_OK if name is a valid map or sensor name of len bytes (1..64 of
+ * [A-Za-z0-9_.-], not starting with '.'); TSDF_ETOO_LARGE or TSDF_EINVAL. */
+int tsdf_proto_check_name(const char *name, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TSDF_PROTO_H */

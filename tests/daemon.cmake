@@ -1,0 +1,32 @@
+# Tests of the daemon's core: the frame queue and counters, the
+# configuration, and the end-to-end service test against a real tsdfd.
+if(NOT TARGET tsdfd_core)
+  message(WARNING "tests/daemon.cmake: no tsdfd_core target; the daemon tests are not built")
+  return()
+endif()
+
+tsdf_add_test(NAME queue SOURCES test_queue.c LIBS tsdfd_core Threads::Threads TIMEOUT 60)
+
+tsdf_add_test(NAME config SOURCES test_config.c LIBS tsdfd_core TIMEOUT 60)
+target_compile_definitions(test_config PRIVATE
+  TSDFD_BIN="$<TARGET_FILE:tsdfd>"
+  TSDF_CONF="${PROJECT_SOURCE_DIR}/config/tsdfd.conf")
+add_dependencies(test_config tsdfd)
+
+# The harness starts the real tsdfd as a child process (other areas' tests
+# may link it too). It needs the client library to ping the daemon.
+if(TARGET tsdf_client)
+  add_library(tsdfd_harness STATIC daemon_harness.c)
+  target_include_directories(tsdfd_harness PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+  target_link_libraries(tsdfd_harness PUBLIC tsdf_client tsdf_testutil PRIVATE tsdf_warnings)
+  target_compile_definitions(tsdfd_harness PRIVATE TSDFD_BIN="$<TARGET_FILE:tsdfd>")
+  add_dependencies(tsdfd_harness tsdfd)
+
+  if(TARGET tsdf_scenes)
+    tsdf_add_test(NAME daemon SOURCES test_daemon.c
+      LIBS tsdfd_harness tsdf_client tsdf_proto tsdf_engine tsdf_scenes nng::nng Threads::Threads
+      LABELS daemon TIMEOUT 600)
+  endif()
+else()
+  message(STATUS "tests/daemon.cmake: no tsdf_client yet; the end-to-end daemon test is not built")
+endif()

@@ -1,0 +1,48 @@
+# Tests of the daemon's ops modules (latency windows, Prometheus text, the
+# /metrics server, snapshots) and of the systemd unit.
+#
+# The modules come from daemon/ops.cmake as tsdf_ops; while the daemon's
+# CMakeLists does not include that file yet, the same sources built as its
+# tsdfd_ops stand in.
+if(TARGET tsdf_ops)
+  set(TSDF_OPS_LIB tsdf_ops)
+elseif(TARGET tsdfd_ops)
+  set(TSDF_OPS_LIB tsdfd_ops)
+else()
+  message(WARNING "tests/ops.cmake: no tsdf_ops target; the ops tests are not built")
+  return()
+endif()
+
+tsdf_add_test(NAME latency SOURCES test_latency.c LIBS ${TSDF_OPS_LIB} Threads::Threads TIMEOUT 60)
+tsdf_add_test(NAME prom SOURCES test_prom.c LIBS ${TSDF_OPS_LIB} TIMEOUT 60)
+tsdf_add_test(NAME metrics_http SOURCES test_metrics_http.c
+  LIBS ${TSDF_OPS_LIB} PkgConfig::LIBUV Threads::Threads TIMEOUT 120)
+tsdf_add_test(NAME snapshot SOURCES test_snapshot.c
+  LIBS ${TSDF_OPS_LIB} tsdf_engine tsdf_scenes TIMEOUT 300)
+if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/test_notify.c)
+  tsdf_add_test(NAME notify SOURCES test_notify.c LIBS ${TSDF_OPS_LIB} TIMEOUT 60)
+endif()
+
+# Shell tests: exit 77 (skipped) when their tool is missing.
+add_test(NAME systemd_unit
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_systemd_unit.sh ${PROJECT_SOURCE_DIR}/systemd/tsdfd.service)
+add_test(NAME metrics_promtool
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_metrics_promtool.sh $<TARGET_FILE:test_metrics_http>)
+set_tests_properties(systemd_unit metrics_promtool PROPERTIES
+  TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS ops)
+# The daemon's own /metrics against the documented list (skips without tsdfd).
+add_test(NAME metrics_promtool_daemon
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_metrics_promtool.sh --daemon
+          $<$<TARGET_EXISTS:tsdfd>:$<TARGET_FILE:tsdfd>>)
+set_tests_properties(metrics_promtool_daemon PROPERTIES
+  TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS "ops;daemon")
+
+# The crash test needs the daemon and the client library; it skips (77)
+# when no tsdfd binary is executable.
+if(TARGET tsdfd AND TARGET tsdf_client_static)
+  tsdf_add_test(NAME snapshot_fault SOURCES test_snapshot_fault.c
+    LIBS ${TSDF_OPS_LIB} tsdf_client_static tsdf_scenes Threads::Threads TIMEOUT 300)
+  target_compile_definitions(test_snapshot_fault PRIVATE TSDFD_BIN="$<TARGET_FILE:tsdfd>")
+  add_dependencies(test_snapshot_fault tsdfd)
+  set_tests_properties(snapshot_fault PROPERTIES LABELS "ops;daemon")
+endif()

@@ -1,0 +1,446 @@
+/*
+ * test_config.c - the daemon's configuration (daemon/config.h): defaults,
+ * every key of the file, bad values named by key, command-line overrides,
+ * and `tsdfd --check-config`.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "testutil.h"
+
+#include "config.h"
+#include "log.h"
+#include "tsdf_error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#ifndef TSDFD_BIN
+#error "TSDFD_BIN must name the tsdfd binary"
+#endif
+#ifndef TSDF_CONF
+#error "TSDF_CONF must name config/tsdfd.conf"
+#endif
+
+static const char *write_file(const char *name, const char *text)
+{
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/%s", tsdf_test_tmpdir(), name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static void test_defaults(void **state)
+{
+    tsdfd_config c;
+    (void)state;
+    cfg_defaults(&c);
+    assert_int_equal(c.listen_count, 2);
+    assert_string_equal(c.listen[0], "ipc:///run/tsdfd/tsdfd.sock");
+    assert_string_equal(c.listen[1], "tcp://127.0.0.1:5555");
+    assert_int_equal(c.frames_listen_count, 2);
+    assert_string_equal(c.frames_listen[0], "ipc:///run/tsdfd/frames.sock");
+    assert_string_equal(c.frames_listen[1], "tcp://127.0.0.1:5556");
+    assert_int_equal(c.request_contexts, 8);
+    assert_int_equal(c.decode_threads, 2);
+    assert_int_equal(c.max_message_mb, 64);
+    assert_string_equal(c.state_dir, "/var/lib/tsdfd");
+    assert_int_equal(c.queue_length, 64);
+    assert_int_equal(c.queue_policy, CFG_POLICY_BLOCK);
+    assert_int_equal(c.volume.backend, TSDF_BACKEND_AUTO);
+    assert_true(fabsf(c.volume.voxel_size_m - 0.01f) < 1e-9f);
+    assert_int_equal(c.max_maps, 16);
+    assert_int_equal(c.maps_count, 1);
+    assert_string_equal(c.maps[0], "default");
+    assert_int_equal(c.autosave_period_s, 0);
+    assert_false(c.metrics_enabled);
+    assert_int_equal(c.metrics_port, 9464);
+    assert_int_equal(c.log_level, TSDF_LOG_INFO);
+    char err[CFG_ERR_LEN];
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_OK);
+}
+
+/* The shipped file lists every key with its default: loading it onto the
+ * defaults changes nothing, and it names every key of the table. */
+static void test_shipped_file_is_the_defaults(void **state)
+{
+    tsdfd_config def, c;
+    char err[CFG_ERR_LEN] = "";
+    (void)state;
+    cfg_defaults(&def);
+    cfg_defaults(&c);
+    int rc = cfg_load_file(&c, TSDF_CONF, err, sizeof err);
+    if (rc != TSDF_OK)
+        fail_msg("%s", err);
+    assert_memory_equal(&def, &c, sizeof c);
+
+    static const char *const keys[] = {
+        "listen",
+        "frames_listen",
+        "request_contexts",
+        "decode_threads",
+        "max_message_mb",
+        "request_timeout_ms",
+        "state_dir",
+        "length",
+        "policy",
+        "push_timeout_ms",
+        "drain_timeout_ms",
+        "max_sensors",
+        "backend",
+        "voxel_size_m",
+        "trunc_vox",
+        "max_weight",
+        "initial_capacity_blocks",
+        "max_load_factor",
+        "memory_cap_mb",
+        "cuda_device",
+        "max_maps",
+        "auto_create_maps",
+        "maps",
+        "autosave_period_s",
+        "save_on_stop",
+        "load_on_start",
+        "keep",
+        "enabled",
+        "host",
+        "port",
+        "level",
+        "stats_period_s",
+        "latency_window",
+    };
+    FILE *f = fopen(TSDF_CONF, "r");
+    assert_non_null(f);
+    char line[512];
+    int seen[sizeof keys / sizeof keys[0]] = {0};
+    while (fgets(line, sizeof line, f) != NULL) {
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            size_t n = strlen(keys[k]);
+            if (strncmp(line, keys[k], n) == 0 && line[n] == ' ' && line[n + 1] == '=')
+                seen[k]++;
+        }
+    }
+    fclose(f);
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+        if (seen[k] != 1)
+            fail_msg("key %s appears %d times in %s", keys[k], seen[k], TSDF_CONF);
+}
+
+static void test_every_key_parsed(void **state)
+{
+    tsdfd_config c;
+    char err[CFG_ERR_LEN] = "";
+    (void)state;
+    const char *path =
+        write_file("all.conf", "; comment\n"
+                               "[server]\n"
+                               "listen = ipc:///tmp/x/a.sock , tcp://127.0.0.1:7000\n"
+                               "frames_listen = ipc:///tmp/x/f.sock\n"
+                               "request_contexts = 3\n"
+                               "decode_threads = 5\n"
+                               "max_message_mb = 12\n"
+                               "request_timeout_ms = 1234\n"
+                               "state_dir = /tmp/x/state\n"
+                               "[queue]\n"
+                               "length = 7\n"
+                               "policy = drop_oldest\n"
+                               "push_timeout_ms = 0\n"
+                               "drain_timeout_ms = 250\n"
+                               "max_sensors = 9\n"
+                               "[volume]\n"
+                               "backend = cpu\n"
+                               "voxel_size_m = 0.02\n"
+                               "trunc_vox = 5.5\n"
+                               "max_weight = 100\n"
+                               "initial_capacity_blocks = 1024\n"
+                               "max_load_factor = 0.7\n"
+                               "memory_cap_mb = 256\n"
+                               "cuda_device = 1\n"
+                               "max_maps = 4\n"
+                               "auto_create_maps = no\n"
+                               "maps = siteA, siteB\n"
+                               "[snapshot]\n"
+                               "autosave_period_s = 600\n"
+                               "save_on_stop = yes\n"
+                               "load_on_start = on\n"
+                               "keep = 5\n"
+                               "[metrics]\n"
+                               "enabled = true\n"
+                               "host = 0.0.0.0\n"
+                               "port = 9100\n"
+                               "[log]\n"
+                               "level = debug\n"
+                               "stats_period_s = 0\n"
+                               "latency_window = 64\n");
+    cfg_defaults(&c);
+    int rc = cfg_load_file(&c, path, err, sizeof err);
+    if (rc != TSDF_OK)
+        fail_msg("%s", err);
+    assert_int_equal(c.listen_count, 2);
+    assert_string_equal(c.listen[0], "ipc:///tmp/x/a.sock");
+    assert_string_equal(c.listen[1], "tcp://127.0.0.1:7000");
+    assert_int_equal(c.frames_listen_count, 1);
+    assert_string_equal(c.frames_listen[0], "ipc:///tmp/x/f.sock");
+    assert_int_equal(c.request_contexts, 3);
+    assert_int_equal(c.decode_threads, 5);
+    assert_int_equal(c.max_message_mb, 12);
+    assert_int_equal(c.request_timeout_ms, 1234);
+    assert_string_equal(c.state_dir, "/tmp/x/state");
+    assert_int_equal(c.queue_length, 7);
+    assert_int_equal(c.queue_policy, CFG_POLICY_DROP_OLDEST);
+    assert_int_equal(c.push_timeout_ms, 0);
+    assert_int_equal(c.drain_timeout_ms, 250);
+    assert_int_equal(c.max_sensors, 9);
+    assert_int_equal(c.volume.backend, TSDF_BACKEND_CPU);
+    assert_true(fabsf(c.volume.voxel_size_m - 0.02f) < 1e-9f);
+    assert_true(fabsf(c.volume.trunc_vox - 5.5f) < 1e-9f);
+    assert_true(fabsf(c.volume.max_weight - 100.0f) < 1e-9f);
+    assert_int_equal(c.volume.initial_capacity_blocks, 1024);
+    assert_true(fabsf(c.volume.max_load_factor - 0.7f) < 1e-7f);
+    assert_int_equal(c.volume.memory_cap_bytes, 256ull << 20);
+    assert_int_equal(c.volume.cuda_device, 1);
+    assert_int_equal(c.max_maps, 4);
+    assert_false(c.auto_create_maps);
+    assert_int_equal(c.maps_count, 2);
+    assert_string_equal(c.maps[0], "siteA");
+    assert_string_equal(c.maps[1], "siteB");
+    assert_int_equal(c.autosave_period_s, 600);
+    assert_true(c.save_on_stop);
+    assert_true(c.load_on_start);
+    assert_int_equal(c.snapshot_keep, 5);
+    assert_true(c.metrics_enabled);
+    assert_string_equal(c.metrics_host, "0.0.0.0");
+    assert_int_equal(c.metrics_port, 9100);
+    assert_int_equal(c.log_level, TSDF_LOG_DEBUG);
+    assert_int_equal(c.stats_period_s, 0);
+    assert_int_equal(c.latency_window, 64);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_OK);
+}
+
+typedef struct {
+    const char *section, *key, *value;
+} bad_value;
+
+static void test_bad_values_name_the_key(void **state)
+{
+    static const bad_value bad[] = {
+        {"server", "listen", "http://x"},
+        {"server", "listen", "ipc:///a, ipc:///a"},
+        {"server", "listen", ""},
+        {"server", "frames_listen", "ipc://"},
+        {"server", "request_contexts", "0"},
+        {"server", "request_contexts", "65"},
+        {"server", "decode_threads", "two"},
+        {"server", "max_message_mb", "65"},
+        {"server", "request_timeout_ms", "-5"},
+        {"server", "state_dir", ""},
+        {"queue", "length", "0"},
+        {"queue", "length", "12abc"},
+        {"queue", "policy", "drop_newest"},
+        {"queue", "push_timeout_ms", "1e3"},
+        {"queue", "drain_timeout_ms", "999999999"},
+        {"queue", "max_sensors", "0"},
+        {"volume", "backend", "opencl"},
+        {"volume", "voxel_size_m", "0"},
+        {"volume", "voxel_size_m", "nan"},
+        {"volume", "voxel_size_m", "-0.01"},
+        {"volume", "trunc_vox", "0.5"},
+        {"volume", "max_weight", "inf"},
+        {"volume", "initial_capacity_blocks", "8"},
+        {"volume", "max_load_factor", "0.99"},
+        {"volume", "memory_cap_mb", "-1"},
+        {"volume", "cuda_device", "64"},
+        {"volume", "max_maps", "0"},
+        {"volume", "auto_create_maps", "maybe"},
+        {"volume", "maps", "bad name"},
+        {"volume", "maps", ".hidden"},
+        {"snapshot", "autosave_period_s", "x"},
+        {"snapshot", "save_on_stop", "2"},
+        {"snapshot", "load_on_start", ""},
+        {"snapshot", "keep", "0"},
+        {"metrics", "enabled", "enable"},
+        {"metrics", "port", "65536"},
+        {"metrics", "host", ""},
+        {"log", "level", "verbose"},
+        {"log", "stats_period_s", "86401"},
+        {"log", "latency_window", "0"},
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tsdfd_config c;
+        char err[CFG_ERR_LEN] = "";
+        char want[128];
+        cfg_defaults(&c);
+        int rc = cfg_set(&c, bad[i].section, bad[i].key, bad[i].value, err, sizeof err);
+        if (rc != TSDF_EINVAL)
+            fail_msg("[%s] %s = '%s' gave %d, expected EINVAL", bad[i].section, bad[i].key,
+                     bad[i].value, rc);
+        snprintf(want, sizeof want, "[%s] %s:", bad[i].section, bad[i].key);
+        if (strstr(err, want) == NULL)
+            fail_msg("error '%s' does not name '%s'", err, want);
+    }
+}
+
+static void test_unknown_keys_are_errors(void **state)
+{
+    tsdfd_config c;
+    char err[CFG_ERR_LEN] = "";
+    (void)state;
+    cfg_defaults(&c);
+    assert_int_equal(cfg_set(&c, "queue", "lenght", "5", err, sizeof err), TSDF_ENOT_FOUND);
+    assert_non_null(strstr(err, "lenght"));
+    assert_non_null(strstr(err, "unknown key"));
+    assert_int_equal(cfg_set(&c, "gpu", "device", "0", err, sizeof err), TSDF_ENOT_FOUND);
+    assert_non_null(strstr(err, "unknown section"));
+
+    const char *path = write_file("unknown.conf", "[queue]\nlength = 8\n\n[queue]\nfoo = 1\n");
+    cfg_defaults(&c);
+    assert_int_equal(cfg_load_file(&c, path, err, sizeof err), TSDF_ENOT_FOUND);
+    assert_non_null(strstr(err, ":5: [queue] foo: unknown key"));
+
+    path = write_file("keyless.conf", "[server]\nthis is not ini\n");
+    assert_int_equal(cfg_load_file(&c, path, err, sizeof err), TSDF_EFORMAT);
+    assert_non_null(strstr(err, ":2:"));
+
+    assert_int_equal(cfg_load_file(&c, "/nonexistent/tsdfd.conf", err, sizeof err), TSDF_EIO);
+}
+
+static void test_cross_key_checks(void **state)
+{
+    tsdfd_config c;
+    char err[CFG_ERR_LEN] = "";
+    (void)state;
+    cfg_defaults(&c);
+    assert_int_equal(
+        cfg_set(&c, "server", "frames_listen", "tcp://127.0.0.1:5555", err, sizeof err), TSDF_OK);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_EINVAL);
+    assert_non_null(strstr(err, "[server] frames_listen"));
+
+    cfg_defaults(&c);
+    assert_int_equal(cfg_set(&c, "volume", "maps", "a,b,c", err, sizeof err), TSDF_OK);
+    assert_int_equal(cfg_set(&c, "volume", "max_maps", "2", err, sizeof err), TSDF_OK);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_EINVAL);
+    assert_non_null(strstr(err, "[volume] maps"));
+}
+
+static void test_flags_override_file(void **state)
+{
+    tsdfd_config c;
+    cfg_action action;
+    char err[CFG_ERR_LEN] = "";
+    char used[CFG_PATH_LEN];
+    (void)state;
+    const char *path = write_file("flags.conf", "[queue]\nlength = 7\npolicy = drop_oldest\n"
+                                                "[log]\nlevel = warn\n");
+    char file[1024];
+    snprintf(file, sizeof file, "%s", path);
+    char *argv[] = {"tsdfd",
+                    "--config",
+                    file,
+                    "--listen",
+                    "ipc:///tmp/q/r.sock,tcp://127.0.0.1:6000",
+                    "--frames-listen",
+                    "ipc:///tmp/q/f.sock",
+                    "--backend",
+                    "cpu",
+                    "--log-level",
+                    "debug",
+                    "--state-dir",
+                    "/tmp/q",
+                    "--metrics",
+                    "127.0.0.1:9999",
+                    "--queue-length",
+                    "11",
+                    "--set",
+                    "volume.max_maps=3",
+                    "--foreground",
+                    NULL};
+    int argc = (int)(sizeof argv / sizeof argv[0]) - 1;
+    int rc = cfg_from_args(argc, argv, &c, &action, used, sizeof used, err, sizeof err);
+    if (rc != TSDF_OK)
+        fail_msg("%s", err);
+    assert_int_equal(action, CFG_ACTION_RUN);
+    assert_string_equal(used, file);
+    assert_int_equal(c.listen_count, 2);
+    assert_string_equal(c.listen[1], "tcp://127.0.0.1:6000");
+    assert_string_equal(c.frames_listen[0], "ipc:///tmp/q/f.sock");
+    assert_int_equal(c.volume.backend, TSDF_BACKEND_CPU);
+    assert_int_equal(c.log_level, TSDF_LOG_DEBUG); /* flag beats file */
+    assert_string_equal(c.state_dir, "/tmp/q");
+    assert_true(c.metrics_enabled);
+    assert_int_equal(c.metrics_port, 9999);
+    assert_int_equal(c.queue_length, 11);                     /* flag beats file */
+    assert_int_equal(c.queue_policy, CFG_POLICY_DROP_OLDEST); /* file beats default */
+    assert_int_equal(c.max_maps, 3);
+
+    char *bad_flag[] = {"tsdfd", "--config", file, "--queue-length", "0", NULL};
+    rc = cfg_from_args(5, bad_flag, &c, &action, used, sizeof used, err, sizeof err);
+    assert_int_equal(rc, TSDF_EINVAL);
+    assert_non_null(strstr(err, "--queue-length"));
+    assert_non_null(strstr(err, "[queue] length"));
+
+    char *unknown[] = {"tsdfd", "--config", file, "--frobnicate", "1", NULL};
+    rc = cfg_from_args(5, unknown, &c, &action, used, sizeof used, err, sizeof err);
+    assert_int_equal(rc, TSDF_EINVAL);
+    assert_non_null(strstr(err, "--frobnicate"));
+
+    char *missing[] = {"tsdfd", "--config", "/nonexistent/x.conf", NULL};
+    rc = cfg_from_args(3, missing, &c, &action, used, sizeof used, err, sizeof err);
+    assert_int_equal(rc, TSDF_EIO);
+}
+
+/* Runs `tsdfd --check-config path`, returning its exit code and output. */
+static int run_check(const char *path, char *out, size_t len)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' --check-config '%s' 2>&1", TSDFD_BIN, path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, len - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    assert_true(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+static void test_check_config_binary(void **state)
+{
+    char out[4096];
+    (void)state;
+    assert_int_equal(run_check(TSDF_CONF, out, sizeof out), 0);
+    assert_non_null(strstr(out, "ok"));
+
+    const char *bad = write_file("bad.conf", "[queue]\nlength = 7\npolicy = fastest\n");
+    int code = run_check(bad, out, sizeof out);
+    assert_int_not_equal(code, 0);
+    assert_non_null(strstr(out, "[queue] policy"));
+    assert_non_null(strstr(out, "fastest"));
+
+    const char *unk = write_file("unk.conf", "[volume]\nvoxel_size = 0.01\n");
+    code = run_check(unk, out, sizeof out);
+    assert_int_not_equal(code, 0);
+    assert_non_null(strstr(out, "[volume] voxel_size: unknown key"));
+
+    code = run_check("/nonexistent/tsdfd.conf", out, sizeof out);
+    assert_int_not_equal(code, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_shipped_file_is_the_defaults),
+        cmocka_unit_test(test_every_key_parsed),
+        cmocka_unit_test(test_bad_values_name_the_key),
+        cmocka_unit_test(test_unknown_keys_are_errors),
+        cmocka_unit_test(test_cross_key_checks),
+        cmocka_unit_test(test_flags_override_file),
+        cmocka_unit_test(test_check_config_binary),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,267 @@
+/*
+ * test_cuda_hash.c - the CUDA backend's device hash table under stress:
+ * adversarial keys that all hash into a few slots, filling far past the
+ * load limit (growth), the memory cap, probe statistics, and a
+ * create/destroy loop that must not leak device memory.
+ *
+ * Drives the backend through tsdf_cuda_ops and the test hooks of
+ * gpu/cuda_backend.h with raw block keys. Exits 77 without a usable GPU.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda_backend.h"
+#include "testutil.h"
+#include "tsdf_backend.h"
+#include "tsdf_math.h"
+
+/* Keys of distinct blocks whose home slot in a table of `cap` slots is one
+ * of the first `slots` slots: the worst case for linear probing. */
+static size_t colliding_keys(uint64_t *out, size_t n, uint64_t cap, uint64_t slots, int32_t seed)
+{
+    size_t got = 0;
+    for (int32_t z = seed; got < n && z < seed + 4096; z++)
+        for (int32_t y = -512; got < n && y < 512; y++)
+            for (int32_t x = -512; got < n && x < 512; x++) {
+                uint64_t key = tsdf_block_key(x, y, z);
+                if ((tsdf_key_hash(key) & (cap - 1)) < slots)
+                    out[got++] = key;
+            }
+    return got;
+}
+
+static void *make_volume(uint32_t capacity, float max_load, uint64_t cap_bytes)
+{
+    tsdf_volume_params p;
+    void *impl = NULL;
+    tsdf_volume_params_default(&p);
+    p.initial_capacity_blocks = capacity;
+    p.max_load_factor = max_load;
+    p.memory_cap_bytes = cap_bytes;
+    p.backend = TSDF_BACKEND_CUDA;
+    int rc = tsdf_cuda_ops.create(&p, &impl);
+    if (rc != TSDF_OK)
+        fprintf(stderr, "create: %s (%s)\n", tsdf_strerror(rc), tsdf_cuda_last_error_string());
+    assert_int_equal(rc, TSDF_OK);
+    assert_non_null(impl);
+    return impl;
+}
+
+static void check_all_found(void *impl, const uint64_t *keys, size_t n)
+{
+    int32_t *idx = malloc(n * sizeof(*idx));
+    assert_non_null(idx);
+    assert_int_equal(tsdf_cuda_test_find_keys(impl, keys, n, idx), TSDF_OK);
+    size_t lost = 0;
+    for (size_t i = 0; i < n; i++)
+        lost += idx[i] < 0;
+    if (lost)
+        fprintf(stderr, "%zu of %zu keys not found\n", lost, n);
+    assert_int_equal(lost, 0);
+    free(idx);
+}
+
+/* 400 keys with 4 home slots in a 1024-slot table: probe chains of
+ * hundreds, below the load limit (no growth), every key found. */
+static void test_collisions_no_growth(void **state)
+{
+    (void)state;
+    enum { N = 400 };
+    uint64_t keys[N];
+    assert_int_equal(colliding_keys(keys, N, 1024, 4, 0), N);
+    void *v = make_volume(1024, 0.5f, 0);
+    size_t added = 0;
+    assert_int_equal(tsdf_cuda_test_insert_keys(v, keys, N, &added), TSDF_OK);
+    assert_int_equal(added, N);
+    /* Inserting the same keys again adds nothing. */
+    assert_int_equal(tsdf_cuda_test_insert_keys(v, keys, N, &added), TSDF_OK);
+    assert_int_equal(added, 0);
+    check_all_found(v, keys, N);
+    tsdf_volume_stats st;
+    assert_int_equal(tsdf_cuda_ops.stats(v, &st), TSDF_OK);
+    assert_int_equal(st.blocks_allocated, N);
+    assert_int_equal(st.capacity_slots, 1024);
+    assert_int_equal(st.growth_events, 0);
+    uint64_t total = 0;
+    for (int i = 0; i < TSDF_PROBE_HIST_BINS; i++)
+        total += st.probe_hist[i];
+    assert_int_equal(total, N);
+    /* 400 keys over 4 home slots: the chain is at least 396 long. */
+    assert_true(st.max_probe >= N - 4);
+    assert_true(st.mean_probe > 100.0);
+    assert_true(st.probe_hist[TSDF_PROBE_HIST_BINS - 1] >= N - 64);
+    printf("collisions: %d keys, max probe %u, mean %.1f\n", N, st.max_probe, st.mean_probe);
+    assert_int_equal(tsdf_cuda_test_insert_errors(v), 0);
+    tsdf_cuda_ops.destroy(v);
+}
+
+/* 60000 keys (colliding in the initial table) into a 1024-slot table, in
+ * batches: the table grows before every batch that needs it, nothing is
+ * lost, and the load factor never passes the limit. */
+static void test_growth(void **state)
+{
+    (void)state;
+    enum { N = 60000, BATCH = 7000 };
+    uint64_t *keys = malloc(N * sizeof(*keys));
+    assert_non_null(keys);
+    size_t n_coll = colliding_keys(keys, N / 2, 1024, 8, 0);
+    assert_int_equal(n_coll, N / 2);
+    for (size_t i = n_coll; i < N; i++)
+        keys[i] = tsdf_block_key((int32_t)(i % 97) - 48, (int32_t)(i / 97 % 101) - 50,
+                                 (int32_t)(i / (97 * 101)) + 5000);
+    void *v = make_volume(1024, 0.5f, 0);
+    size_t total_added = 0;
+    for (size_t off = 0; off < N; off += BATCH) {
+        size_t n = N - off < BATCH ? N - off : BATCH;
+        size_t added = 0;
+        assert_int_equal(tsdf_cuda_test_insert_keys(v, keys + off, n, &added), TSDF_OK);
+        total_added += added;
+        tsdf_volume_stats st;
+        assert_int_equal(tsdf_cuda_ops.stats(v, &st), TSDF_OK);
+        assert_true(st.load_factor <= 0.5 + 1e-9);
+        assert_int_equal(st.blocks_allocated, total_added);
+    }
+    assert_int_equal(total_added, N);
+    check_all_found(v, keys, N);
+    tsdf_volume_stats st;
+    assert_int_equal(tsdf_cuda_ops.stats(v, &st), TSDF_OK);
+    /* One rehash per batch that needs room (straight to the size that
+     * fits it): 1024 -> 16384 -> 32768 -> 65536 -> 131072 slots. */
+    assert_true(st.growth_events >= 4);
+    assert_true(st.capacity_slots >= 2 * (uint64_t)N);
+    printf("growth: %d keys, %lu slots, %lu growth events, load %.3f, max probe %u, "
+           "mean %.2f, memory %.1f MiB\n",
+           N, (unsigned long)st.capacity_slots, (unsigned long)st.growth_events, st.load_factor,
+           st.max_probe, st.mean_probe, st.memory_bytes / 1048576.0);
+    assert_int_equal(tsdf_cuda_test_insert_errors(v), 0);
+
+    /* Export returns every block, sorted by key, empty. */
+    tsdf_block_set bs;
+    tsdf_block_set_init(&bs);
+    assert_int_equal(tsdf_cuda_ops.export_blocks(v, &bs), TSDF_OK);
+    assert_int_equal(bs.count, N);
+    for (size_t i = 1; i < bs.count; i++)
+        assert_true(tsdf_block_key(bs.coords[3 * i - 3], bs.coords[3 * i - 2],
+                                   bs.coords[3 * i - 1]) <
+                    tsdf_block_key(bs.coords[3 * i], bs.coords[3 * i + 1], bs.coords[3 * i + 2]));
+    /* Import into a fresh volume keeps every key findable. */
+    void *w = make_volume(1024, 0.5f, 0);
+    assert_int_equal(tsdf_cuda_ops.import_blocks(w, &bs), TSDF_OK);
+    check_all_found(w, keys, N);
+    tsdf_cuda_ops.destroy(w);
+    tsdf_block_set_fini(&bs);
+
+    /* Reset empties the table and returns it to its initial size. */
+    assert_int_equal(tsdf_cuda_ops.reset(v), TSDF_OK);
+    assert_int_equal(tsdf_cuda_ops.stats(v, &st), TSDF_OK);
+    assert_int_equal(st.blocks_allocated, 0);
+    assert_int_equal(st.capacity_slots, 1024);
+    int32_t idx[4];
+    assert_int_equal(tsdf_cuda_test_find_keys(v, keys, 4, idx), TSDF_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(idx[i], -1);
+    tsdf_cuda_ops.destroy(v);
+    free(keys);
+}
+
+/* Under a memory cap the insert that does not fit fails with
+ * TSDF_ECAPACITY, counts its blocks, and leaves the volume as it was. */
+static void test_memory_cap(void **state)
+{
+    (void)state;
+    enum { N = 3000 };
+    uint64_t *keys = malloc(N * sizeof(*keys));
+    assert_non_null(keys);
+    for (size_t i = 0; i < N; i++)
+        keys[i] = tsdf_block_key((int32_t)i, 7, -3);
+    /* Room for the table of 4096 slots and ~1000 blocks. */
+    const uint64_t block_bytes = TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel) + 16;
+    const uint64_t cap = 4096 * 12 + 1000 * block_bytes;
+    void *v = make_volume(4096, 0.5f, cap);
+    size_t added = 0;
+    assert_int_equal(tsdf_cuda_test_insert_keys(v, keys, 900, &added), TSDF_OK);
+    assert_int_equal(added, 900);
+    assert_int_equal(tsdf_cuda_test_insert_keys(v, keys + 900, 500, &added), TSDF_ECAPACITY);
+    tsdf_volume_stats st;
+    assert_int_equal(tsdf_cuda_ops.stats(v, &st), TSDF_OK);
+    assert_int_equal(st.blocks_allocated, 900);
+    assert_int_equal(st.insert_failures, 500);
+    check_all_found(v, keys, 900);
+    int32_t idx[500];
+    assert_int_equal(tsdf_cuda_test_find_keys(v, keys + 900, 500, idx), TSDF_OK);
+    for (int i = 0; i < 500; i++)
+        assert_int_equal(idx[i], -1);
+    /* What still fits goes in. */
+    assert_int_equal(tsdf_cuda_test_insert_keys(v, keys + 900, 100, &added), TSDF_OK);
+    assert_int_equal(added, 100);
+    tsdf_cuda_ops.destroy(v);
+    free(keys);
+}
+
+/* Creating and destroying volumes (with blocks, grown tables and frame
+ * scratch) returns all device memory. */
+static void test_no_leak(void **state)
+{
+    (void)state;
+    enum { N = 5000 };
+    uint64_t *keys = malloc(N * sizeof(*keys));
+    assert_non_null(keys);
+    for (size_t i = 0; i < N; i++)
+        keys[i] = tsdf_block_key((int32_t)(i % 50), (int32_t)(i / 50), 1);
+    /* The first volume pays the context's one-time allocations. */
+    void *v = make_volume(1024, 0.5f, 0);
+    tsdf_cuda_ops.destroy(v);
+    size_t free0 = 0, free1 = 0, total = 0;
+    assert_int_equal(cudaMemGetInfo(&free0, &total), cudaSuccess);
+    uint64_t peak = 0;
+    for (int it = 0; it < 20; it++) {
+        v = make_volume(1024, 0.5f, 0);
+        size_t added;
+        assert_int_equal(tsdf_cuda_test_insert_keys(v, keys, N, &added), TSDF_OK);
+        tsdf_volume_stats st;
+        assert_int_equal(tsdf_cuda_ops.stats(v, &st), TSDF_OK);
+        if (st.memory_bytes > peak)
+            peak = st.memory_bytes;
+        tsdf_cuda_ops.destroy(v);
+    }
+    assert_int_equal(cudaMemGetInfo(&free1, &total), cudaSuccess);
+    long long diff = (long long)free0 - (long long)free1;
+    printf("leak check: free before %zu, after %zu (diff %lld bytes), volume peak %.1f MiB\n",
+           free0, free1, diff, peak / 1048576.0);
+    /* 20 volumes of > 30 MiB each: a leak of any one shows. */
+    assert_true(peak > 30u * 1048576u);
+    assert_true(diff < 2 * 1048576);
+    free(keys);
+}
+
+/* No device: create says so cleanly; bad ordinals probe as 0. */
+static void test_probe(void **state)
+{
+    (void)state;
+    assert_int_equal(tsdf_cuda_probe(-1), 0);
+    assert_int_equal(tsdf_cuda_probe(1 << 20), 0);
+    assert_int_equal(tsdf_cuda_probe(0), 1);
+    tsdf_volume_params p;
+    tsdf_volume_params_default(&p);
+    p.cuda_device = 1 << 20;
+    void *impl = (void *)&p;
+    assert_int_equal(tsdf_cuda_ops.create(&p, &impl), TSDF_ENO_GPU);
+    assert_null(impl);
+}
+
+int main(void)
+{
+    if (!tsdf_cuda_available())
+        tsdf_test_skip_program("no usable GPU");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_probe),
+        cmocka_unit_test(test_collisions_no_growth),
+        cmocka_unit_test(test_growth),
+        cmocka_unit_test(test_memory_cap),
+        cmocka_unit_test(test_no_leak),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

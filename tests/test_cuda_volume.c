@@ -1,0 +1,560 @@
+/*
+ * test_cuda_volume.c - the CUDA backend computes what the CPU reference
+ * computes. The same frames go into a CPU and a CUDA volume through the
+ * public API; then
+ *   - the allocated block sets agree (a difference allowed only where float
+ *     rounding decides a band edge: at most 0.01% of the blocks),
+ *   - in every common block every voxel has the same weight, the same
+ *     colour, and an sdf within 1e-4 m, and the block versions agree,
+ *   - the meshes have vertex and triangle counts within 0.1% and every GPU
+ *     vertex lies within 0.01 voxel of a CPU vertex (nearest by a spatial
+ *     hash),
+ *   - raycasts agree within 1 mm on at least 99.9% of the valid pixels.
+ * On synthetic sequences (scenes/tsdf_synth.h: float and uint16 depth, with
+ * colour) and on the first 100 frames of 7-Scenes (1 cm voxels, 4 cm
+ * truncation, depth <= 4 m), which also prints the GPU timings.
+ * Exits 77 without a usable GPU; the 7-Scenes case skips without the data.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "testutil.h"
+#include "tsdf_dataset.h"
+#include "tsdf_math.h"
+#include "tsdf_synth.h"
+#include "tsdf_volume.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static tsdf_volume *make_volume(tsdf_backend backend, float voxel, float trunc_vox)
+{
+    tsdf_volume_params p;
+    tsdf_volume *v = NULL;
+    tsdf_volume_params_default(&p);
+    p.voxel_size_m = voxel;
+    p.trunc_vox = trunc_vox;
+    p.backend = backend;
+    /* Small on purpose: both backends must grow along the way. */
+    p.initial_capacity_blocks = 4096;
+    assert_int_equal(tsdf_volume_create(&p, &v), TSDF_OK);
+    assert_int_equal(tsdf_volume_backend(v), backend);
+    return v;
+}
+
+/* ---- volumes ------------------------------------------------------------ */
+
+static uint64_t set_key(const tsdf_block_set *s, size_t i)
+{
+    return tsdf_block_key(s->coords[3 * i], s->coords[3 * i + 1], s->coords[3 * i + 2]);
+}
+
+static void compare_volumes(tsdf_volume *cpu, tsdf_volume *gpu, const char *what)
+{
+    tsdf_block_set a, b;
+    tsdf_block_set_init(&a);
+    tsdf_block_set_init(&b);
+    assert_int_equal(tsdf_volume_export_blocks(cpu, &a), TSDF_OK);
+    assert_int_equal(tsdf_volume_export_blocks(gpu, &b), TSDF_OK);
+    size_t i = 0, j = 0, only_cpu = 0, only_gpu = 0, common = 0;
+    size_t weight_diff = 0, sdf_diff = 0, rgb_diff = 0, version_diff = 0;
+    double max_sdf = 0.0;
+    while (i < a.count || j < b.count) {
+        uint64_t ka = i < a.count ? set_key(&a, i) : UINT64_MAX;
+        uint64_t kb = j < b.count ? set_key(&b, j) : UINT64_MAX;
+        if (ka < kb) {
+            only_cpu++;
+            i++;
+            continue;
+        }
+        if (kb < ka) {
+            only_gpu++;
+            j++;
+            continue;
+        }
+        common++;
+        version_diff += a.versions[i] != b.versions[j];
+        for (int k = 0; k < TSDF_BLOCK_VOXELS; k++) {
+            const tsdf_voxel *x = &a.voxels[i * TSDF_BLOCK_VOXELS + k];
+            const tsdf_voxel *y = &b.voxels[j * TSDF_BLOCK_VOXELS + k];
+            double d = fabs((double)x->sdf_m - (double)y->sdf_m);
+            if (d > max_sdf)
+                max_sdf = d;
+            sdf_diff += d > 1e-4;
+            weight_diff += x->weight != y->weight;
+            rgb_diff += memcmp(x->rgb, y->rgb, 3) != 0;
+        }
+        i++;
+        j++;
+    }
+    printf("[%s] blocks cpu %zu gpu %zu common %zu only-cpu %zu only-gpu %zu; voxels: weight "
+           "diffs %zu, sdf > 1e-4 %zu (max %.3g m), rgb diffs %zu, version diffs %zu\n",
+           what, a.count, b.count, common, only_cpu, only_gpu, weight_diff, sdf_diff, max_sdf,
+           rgb_diff, version_diff);
+    assert_true(a.count > 0);
+    assert_true((double)(only_cpu + only_gpu) <= 1e-4 * (double)a.count);
+    assert_int_equal(weight_diff, 0);
+    assert_int_equal(sdf_diff, 0);
+    assert_int_equal(rgb_diff, 0);
+    assert_int_equal(version_diff, 0);
+    tsdf_block_set_fini(&a);
+    tsdf_block_set_fini(&b);
+
+    tsdf_volume_stats sa, sb;
+    assert_int_equal(tsdf_volume_get_stats(cpu, &sa), TSDF_OK);
+    assert_int_equal(tsdf_volume_get_stats(gpu, &sb), TSDF_OK);
+    assert_int_equal(sa.frames_integrated, sb.frames_integrated);
+    assert_int_equal(sa.version, sb.version);
+    assert_int_equal(sa.has_color, sb.has_color);
+    assert_int_equal(sb.backend, TSDF_BACKEND_CUDA);
+}
+
+/* ---- meshes: nearest vertex through a spatial hash ------------------------ */
+
+typedef struct {
+    float cell;
+    size_t nbuckets;
+    int64_t *head; /* per bucket: first vertex or -1 */
+    int64_t *next; /* per vertex */
+    const float *pos;
+} vgrid;
+
+static uint64_t cell_hash(int64_t x, int64_t y, int64_t z)
+{
+    uint64_t h = (uint64_t)x * 73856093u ^ (uint64_t)y * 19349663u ^ (uint64_t)z * 83492791u;
+    return tsdf_key_hash(h);
+}
+
+static void vgrid_build(vgrid *g, const float *pos, size_t n, float cell)
+{
+    g->cell = cell;
+    g->nbuckets = 1;
+    while (g->nbuckets < 2 * n + 1)
+        g->nbuckets <<= 1;
+    g->head = malloc(g->nbuckets * sizeof(*g->head));
+    g->next = malloc((n ? n : 1) * sizeof(*g->next));
+    assert_non_null(g->head);
+    assert_non_null(g->next);
+    g->pos = pos;
+    for (size_t i = 0; i < g->nbuckets; i++)
+        g->head[i] = -1;
+    for (size_t i = 0; i < n; i++) {
+        int64_t c[3];
+        for (int a = 0; a < 3; a++)
+            c[a] = (int64_t)floorf(pos[3 * i + a] / cell);
+        size_t b = cell_hash(c[0], c[1], c[2]) & (g->nbuckets - 1);
+        g->next[i] = g->head[b];
+        g->head[b] = (int64_t)i;
+    }
+}
+
+static double vgrid_nearest(const vgrid *g, const float *p)
+{
+    int64_t c[3];
+    double best = INFINITY;
+    for (int a = 0; a < 3; a++)
+        c[a] = (int64_t)floorf(p[a] / g->cell);
+    for (int dz = -1; dz <= 1; dz++)
+        for (int dy = -1; dy <= 1; dy++)
+            for (int dx = -1; dx <= 1; dx++) {
+                size_t b = cell_hash(c[0] + dx, c[1] + dy, c[2] + dz) & (g->nbuckets - 1);
+                for (int64_t k = g->head[b]; k >= 0; k = g->next[k]) {
+                    double d2 = 0.0;
+                    for (int a = 0; a < 3; a++) {
+                        double d = (double)g->pos[3 * k + a] - (double)p[a];
+                        d2 += d * d;
+                    }
+                    if (d2 < best)
+                        best = d2;
+                }
+            }
+    return sqrt(best);
+}
+
+static void vgrid_free(vgrid *g)
+{
+    free(g->head);
+    free(g->next);
+}
+
+static void check_mesh_sane(const tsdf_mesh *m)
+{
+    for (size_t i = 0; i < 3 * m->triangle_count; i++)
+        assert_true(m->indices[i] < m->vertex_count);
+    for (size_t i = 0; i < m->vertex_count; i++) {
+        const float *n = &m->normals[3 * i];
+        double len = sqrt((double)n[0] * n[0] + (double)n[1] * n[1] + (double)n[2] * n[2]);
+        assert_true(fabs(len - 1.0) < 1e-3);
+    }
+}
+
+static void compare_meshes(tsdf_volume *cpu, tsdf_volume *gpu, const tsdf_mesh_params *mp,
+                           float voxel, const char *what)
+{
+    tsdf_mesh a, b;
+    tsdf_mesh_init(&a);
+    tsdf_mesh_init(&b);
+    assert_int_equal(tsdf_volume_mesh(cpu, mp, &a), TSDF_OK);
+    assert_int_equal(tsdf_volume_mesh(gpu, mp, &b), TSDF_OK);
+    check_mesh_sane(&b);
+    vgrid g;
+    vgrid_build(&g, a.positions, a.vertex_count, voxel);
+    double max_d = 0.0;
+    size_t far = 0;
+    for (size_t i = 0; i < b.vertex_count; i++) {
+        double d = vgrid_nearest(&g, &b.positions[3 * i]);
+        if (d > max_d)
+            max_d = d;
+        far += d > 0.01 * voxel;
+    }
+    vgrid_free(&g);
+    printf("[%s] mesh: cpu %zu vertices %zu triangles, gpu %zu vertices %zu triangles; "
+           "max nearest distance %.3g voxel, %zu vertices beyond 0.01 voxel\n",
+           what, a.vertex_count, a.triangle_count, b.vertex_count, b.triangle_count,
+           max_d / voxel, far);
+    assert_true(a.vertex_count > 0 || mp != NULL);
+    double dv = fabs((double)a.vertex_count - (double)b.vertex_count);
+    double dt = fabs((double)a.triangle_count - (double)b.triangle_count);
+    assert_true(dv <= 1e-3 * (double)a.vertex_count);
+    assert_true(dt <= 1e-3 * (double)a.triangle_count);
+    assert_int_equal(far, 0);
+    assert_int_equal(a.colors != NULL, b.colors != NULL);
+    tsdf_mesh_fini(&a);
+    tsdf_mesh_fini(&b);
+}
+
+/* ---- raycasts --------------------------------------------------------------- */
+
+static void compare_raycast(tsdf_volume *cpu, tsdf_volume *gpu, uint32_t w, uint32_t h,
+                            const tsdf_intrinsics *K, const float T[16], float zmax,
+                            const char *what)
+{
+    size_t n = (size_t)w * h;
+    float *da = malloc(n * sizeof(float)), *db = malloc(n * sizeof(float));
+    float *na = malloc(3 * n * sizeof(float)), *nb = malloc(3 * n * sizeof(float));
+    assert_non_null(da);
+    assert_non_null(db);
+    assert_non_null(na);
+    assert_non_null(nb);
+    tsdf_raycast_params rp;
+    memset(&rp, 0, sizeof rp);
+    rp.width = w;
+    rp.height = h;
+    rp.K = *K;
+    memcpy(rp.T_world_cam, T, sizeof rp.T_world_cam);
+    rp.min_depth_m = 0.1f;
+    rp.max_depth_m = zmax;
+    tsdf_raycast_output oa = {da, na, NULL}, ob = {db, nb, NULL};
+    assert_int_equal(tsdf_volume_raycast(cpu, &rp, &oa), TSDF_OK);
+    assert_int_equal(tsdf_volume_raycast(gpu, &rp, &ob), TSDF_OK);
+    size_t valid = 0, bad = 0, normal_bad = 0;
+    double max_d = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        int va = !isnan(da[i]), vb = !isnan(db[i]);
+        if (!va && !vb)
+            continue;
+        valid++;
+        if (va != vb) {
+            bad++;
+            continue;
+        }
+        double d = fabs((double)da[i] - (double)db[i]);
+        if (d > max_d)
+            max_d = d;
+        bad += d > 1e-3;
+        if (!isnan(na[3 * i]) && !isnan(nb[3 * i])) {
+            double dot = (double)na[3 * i] * nb[3 * i] + (double)na[3 * i + 1] * nb[3 * i + 1] +
+                         (double)na[3 * i + 2] * nb[3 * i + 2];
+            normal_bad += dot < 0.99;
+        }
+    }
+    printf("[%s] raycast %ux%u: %zu valid pixels, %zu beyond 1 mm or valid on one side only "
+           "(%.4f%%), max diff %.3g m, normals off by > 8 deg: %zu\n",
+           what, w, h, valid, bad, 100.0 * (double)bad / (double)(valid ? valid : 1), max_d,
+           normal_bad);
+    assert_true(valid > n / 20);
+    assert_true((double)bad <= 1e-3 * (double)valid);
+    assert_true((double)normal_bad <= 1e-3 * (double)valid);
+    free(da);
+    free(db);
+    free(na);
+    free(nb);
+}
+
+/* ---- synthetic sequences ------------------------------------------------------ */
+
+static void fuse_synth(const char *name, int u16, int color, float voxel)
+{
+    tsdf_synth_sequence seq;
+    assert_int_equal(tsdf_synth_sequence_init(&seq, name), TSDF_OK);
+    size_t n = (size_t)seq.width * seq.height;
+    float *depth = malloc(n * sizeof(float));
+    uint16_t *mm = malloc(n * sizeof(uint16_t));
+    uint8_t *rgb = malloc(3 * n);
+    assert_non_null(depth);
+    assert_non_null(mm);
+    assert_non_null(rgb);
+    tsdf_volume *cpu = make_volume(TSDF_BACKEND_CPU, voxel, 4.0f);
+    tsdf_volume *gpu = make_volume(TSDF_BACKEND_CUDA, voxel, 4.0f);
+    for (uint32_t i = 0; i < seq.frame_count; i++) {
+        tsdf_frame f;
+        assert_int_equal(tsdf_synth_sequence_frame(&seq, i, depth, color ? rgb : NULL, &f),
+                         TSDF_OK);
+        if (u16) {
+            tsdf_depth_m_to_mm(depth, n, mm);
+            f.depth_format = TSDF_DEPTH_U16;
+            f.depth = mm;
+            f.depth_scale = 0.001f;
+        }
+        assert_int_equal(tsdf_volume_integrate(cpu, &f), TSDF_OK);
+        assert_int_equal(tsdf_volume_integrate(gpu, &f), TSDF_OK);
+    }
+    assert_int_equal(tsdf_volume_sync(gpu), TSDF_OK);
+    char what[64];
+    snprintf(what, sizeof what, "%s %s%s", name, u16 ? "u16" : "f32", color ? " rgb" : "");
+    compare_volumes(cpu, gpu, what);
+    compare_meshes(cpu, gpu, NULL, voxel, what);
+
+    /* A box and a since-version selection mesh the same on both sides. */
+    tsdf_mesh_params mp;
+    memset(&mp, 0, sizeof mp);
+    mp.use_box = 1;
+    for (int a = 0; a < 3; a++) {
+        mp.box.min[a] = seq.target_m[a] - 0.2f;
+        mp.box.max[a] = seq.target_m[a] + 0.25f;
+    }
+    compare_meshes(cpu, gpu, &mp, voxel, "box");
+
+    /* Raycasts from two of the sequence's poses and one in between. */
+    for (uint32_t k = 0; k < 3; k++) {
+        float T[16];
+        assert_int_equal(tsdf_synth_sequence_pose(&seq, (k * 7 + 3) % seq.frame_count, T),
+                         TSDF_OK);
+        compare_raycast(cpu, gpu, seq.width, seq.height, &seq.K, T, seq.max_depth_m, what);
+    }
+
+    /* One more frame, then a mesh of what changed since. */
+    tsdf_volume_stats st;
+    assert_int_equal(tsdf_volume_get_stats(cpu, &st), TSDF_OK);
+    {
+        tsdf_frame f;
+        assert_int_equal(tsdf_synth_sequence_frame(&seq, 1, depth, color ? rgb : NULL, &f),
+                         TSDF_OK);
+        assert_int_equal(tsdf_volume_integrate(cpu, &f), TSDF_OK);
+        assert_int_equal(tsdf_volume_integrate(gpu, &f), TSDF_OK);
+        memset(&mp, 0, sizeof mp);
+        mp.since_version = st.version;
+        compare_meshes(cpu, gpu, &mp, voxel, "since");
+    }
+
+    /* Export from the GPU, import into a fresh GPU volume: identical. */
+    tsdf_block_set bs;
+    tsdf_block_set_init(&bs);
+    assert_int_equal(tsdf_volume_export_blocks(gpu, &bs), TSDF_OK);
+    tsdf_volume *gpu2 = make_volume(TSDF_BACKEND_CUDA, voxel, 4.0f);
+    assert_int_equal(tsdf_volume_import_blocks(gpu2, &bs), TSDF_OK);
+    tsdf_block_set bs2;
+    tsdf_block_set_init(&bs2);
+    assert_int_equal(tsdf_volume_export_blocks(gpu2, &bs2), TSDF_OK);
+    assert_int_equal(bs.count, bs2.count);
+    assert_memory_equal(bs.coords, bs2.coords, 3 * bs.count * sizeof(int32_t));
+    assert_memory_equal(bs.voxels, bs2.voxels, bs.count * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+    tsdf_block_set_fini(&bs);
+    tsdf_block_set_fini(&bs2);
+    tsdf_volume_destroy(gpu2);
+
+    tsdf_volume_destroy(cpu);
+    tsdf_volume_destroy(gpu);
+    free(depth);
+    free(mm);
+    free(rgb);
+}
+
+static void test_sphere_f32(void **state)
+{
+    (void)state;
+    fuse_synth("sphere", 0, 0, 0.01f);
+}
+
+static void test_room_u16_rgb(void **state)
+{
+    (void)state;
+    fuse_synth("room", 1, 1, 0.02f);
+}
+
+static void test_demo_f32_rgb(void **state)
+{
+    (void)state;
+    fuse_synth("demo", 0, 1, 0.01f);
+}
+
+/* ---- 7-Scenes ----------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *x, size_t n)
+{
+    qsort(x, n, sizeof(double), cmp_double);
+    return n ? x[n / 2] : 0.0;
+}
+
+static void test_7scenes(void **state)
+{
+    (void)state;
+    const char *dir = tsdf_test_data_dir();
+    if (dir == NULL) {
+        printf("7-Scenes data not found: case skipped\n");
+        skip();
+    }
+    tsdf_dataset *ds = NULL;
+    assert_int_equal(tsdf_dataset_open(dir, &ds), TSDF_OK);
+    tsdf_dataset_info info;
+    assert_int_equal(tsdf_dataset_get_info(ds, &info), TSDF_OK);
+    uint32_t nframes = info.frame_count < 100 ? info.frame_count : 100;
+    const char *env = getenv("TSDF_7SCENES_FRAMES");
+    if (env && atoi(env) > 0 && (uint32_t)atoi(env) < nframes)
+        nframes = (uint32_t)atoi(env);
+    size_t npix = (size_t)info.width * info.height;
+    uint16_t *depth = malloc(npix * nframes * sizeof(uint16_t));
+    tsdf_dataset_frame *fr = malloc(nframes * sizeof(*fr));
+    assert_non_null(depth);
+    assert_non_null(fr);
+    for (uint32_t i = 0; i < nframes; i++)
+        assert_int_equal(tsdf_dataset_load(ds, i, depth + i * npix, npix, &fr[i]), TSDF_OK);
+    tsdf_dataset_close(ds);
+
+    tsdf_volume *cpu = make_volume(TSDF_BACKEND_CPU, 0.01f, 4.0f);
+    tsdf_volume *gpu = make_volume(TSDF_BACKEND_CUDA, 0.01f, 4.0f);
+    double cpu_ms = 0.0;
+    double *alloc_ms = malloc(nframes * sizeof(double));
+    double *update_ms = malloc(nframes * sizeof(double));
+    double *upload_ms = malloc(nframes * sizeof(double));
+    assert_non_null(alloc_ms);
+    assert_non_null(update_ms);
+    assert_non_null(upload_ms);
+    for (uint32_t i = 0; i < nframes; i++) {
+        tsdf_frame f;
+        tsdf_dataset_frame_to_tsdf(&fr[i], depth + i * npix, 0.1f, 4.0f, &f);
+        double t0 = now_ms();
+        assert_int_equal(tsdf_volume_integrate(cpu, &f), TSDF_OK);
+        cpu_ms += now_ms() - t0;
+        assert_int_equal(tsdf_volume_integrate(gpu, &f), TSDF_OK);
+        tsdf_volume_stats st;
+        assert_int_equal(tsdf_volume_get_stats(gpu, &st), TSDF_OK);
+        alloc_ms[i] = st.last_alloc_ms;
+        update_ms[i] = st.last_update_ms;
+        upload_ms[i] = st.last_upload_ms;
+    }
+    compare_volumes(cpu, gpu, "7scenes");
+    tsdf_volume_stats st;
+    assert_int_equal(tsdf_volume_get_stats(gpu, &st), TSDF_OK);
+    double sum_a = 0, sum_u = 0;
+    for (uint32_t i = 0; i < nframes; i++) {
+        sum_a += alloc_ms[i];
+        sum_u += update_ms[i];
+    }
+    printf("[7scenes] %u frames 640x480, 1 cm voxels, 4 cm truncation: %lu blocks, %lu slots, "
+           "load %.3f, max probe %u, mean probe %.3f, %lu growth events, %.1f MiB on the GPU\n",
+           nframes, (unsigned long)st.blocks_allocated, (unsigned long)st.capacity_slots,
+           st.load_factor, st.max_probe, st.mean_probe, (unsigned long)st.growth_events,
+           st.memory_bytes / 1048576.0);
+    printf("[7scenes] GPU per frame (CUDA events): upload median %.4f ms, allocate mean %.4f / "
+           "median %.4f ms, update mean %.4f / median %.4f ms; CPU reference %.2f ms/frame\n",
+           median(upload_ms, nframes), sum_a / nframes, median(alloc_ms, nframes),
+           sum_u / nframes, median(update_ms, nframes), cpu_ms / nframes);
+
+    /* Throughput: a second GPU volume, no stats calls in the loop, one sync
+     * at the end: wall time per frame including upload and host work. */
+    {
+        tsdf_volume *g2 = make_volume(TSDF_BACKEND_CUDA, 0.01f, 4.0f);
+        double t0 = now_ms();
+        for (uint32_t i = 0; i < nframes; i++) {
+            tsdf_frame f;
+            tsdf_dataset_frame_to_tsdf(&fr[i], depth + i * npix, 0.1f, 4.0f, &f);
+            assert_int_equal(tsdf_volume_integrate(g2, &f), TSDF_OK);
+        }
+        assert_int_equal(tsdf_volume_sync(g2), TSDF_OK);
+        double wall = now_ms() - t0;
+        printf("[7scenes] GPU integrate wall time, %u frames back to back: %.4f ms/frame "
+               "(host copy + upload + allocate + update)\n",
+               nframes, wall / nframes);
+        tsdf_volume_destroy(g2);
+    }
+
+    /* Meshes and raycasts agree; then their timings. */
+    compare_meshes(cpu, gpu, NULL, 0.01f, "7scenes");
+    const uint32_t probe_frames[3] = {0, nframes / 2, nframes - 1};
+    for (int k = 0; k < 3; k++)
+        compare_raycast(cpu, gpu, info.width, info.height, &info.K,
+                        fr[probe_frames[k]].T_world_cam, 4.0f, "7scenes");
+    {
+        enum { REPS = 20 };
+        double ray_k[REPS], ray_w[REPS], mesh_k[REPS], mesh_w[REPS];
+        float *d = malloc(npix * sizeof(float)), *nrm = malloc(3 * npix * sizeof(float));
+        assert_non_null(d);
+        assert_non_null(nrm);
+        tsdf_raycast_params rp;
+        memset(&rp, 0, sizeof rp);
+        rp.width = info.width;
+        rp.height = info.height;
+        rp.K = info.K;
+        memcpy(rp.T_world_cam, fr[nframes / 2].T_world_cam, sizeof rp.T_world_cam);
+        rp.min_depth_m = 0.1f;
+        rp.max_depth_m = 4.0f;
+        tsdf_raycast_output out = {d, nrm, NULL};
+        for (int r = 0; r < REPS; r++) {
+            double t0 = now_ms();
+            assert_int_equal(tsdf_volume_raycast(gpu, &rp, &out), TSDF_OK);
+            ray_w[r] = now_ms() - t0;
+            assert_int_equal(tsdf_volume_get_stats(gpu, &st), TSDF_OK);
+            ray_k[r] = st.last_raycast_ms;
+            tsdf_mesh m;
+            tsdf_mesh_init(&m);
+            t0 = now_ms();
+            assert_int_equal(tsdf_volume_mesh(gpu, NULL, &m), TSDF_OK);
+            mesh_w[r] = now_ms() - t0;
+            assert_int_equal(tsdf_volume_get_stats(gpu, &st), TSDF_OK);
+            mesh_k[r] = st.last_mesh_ms;
+            tsdf_mesh_fini(&m);
+        }
+        printf("[7scenes] raycast 640x480 (depth + normals): kernel median %.4f ms, call median "
+               "%.4f ms; mesh (all blocks): GPU-side median %.4f ms, call median %.4f ms\n",
+               median(ray_k, REPS), median(ray_w, REPS), median(mesh_k, REPS),
+               median(mesh_w, REPS));
+        free(d);
+        free(nrm);
+    }
+    tsdf_volume_destroy(cpu);
+    tsdf_volume_destroy(gpu);
+    free(alloc_ms);
+    free(update_ms);
+    free(upload_ms);
+    free(depth);
+    free(fr);
+}
+
+int main(void)
+{
+    if (!tsdf_cuda_available())
+        tsdf_test_skip_program("no usable GPU");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sphere_f32),
+        cmocka_unit_test(test_room_u16_rgb),
+        cmocka_unit_test(test_demo_f32_rgb),
+        cmocka_unit_test(test_7scenes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

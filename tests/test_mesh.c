@@ -1,0 +1,551 @@
+/*
+ * test_mesh.c - marching cubes, raycast and the PLY writer of the CPU
+ * reference backend, on synthetic scenes with exact depth (scenes/tsdf_synth):
+ * mesh vertices lie on the true surface, a closed object gives a closed,
+ * outward-facing mesh without duplicate vertices, a raycast of the fused
+ * volume matches the exact render, and the PLY file reads back.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "tsdf_math.h"
+#include "tsdf_mc_tables.h"
+#include "tsdf_synth.h"
+#include "tsdf_volume.h"
+
+#define VOXEL_M 0.01f
+
+typedef struct {
+    tsdf_synth_sequence seq;
+    tsdf_volume *vol;
+    double ms_per_frame;
+} fused_scene;
+
+/* Fuses every frame of the named sequence at w x h into a CPU volume. */
+static void fuse(fused_scene *fs, const char *name, uint32_t w, uint32_t h, int with_rgb)
+{
+    tsdf_volume_params p;
+    float *depth;
+    uint8_t *rgb = NULL;
+    double total_ms = 0.0;
+    assert_int_equal(tsdf_synth_sequence_init(&fs->seq, name), TSDF_OK);
+    assert_int_equal(tsdf_synth_sequence_set_resolution(&fs->seq, w, h), TSDF_OK);
+    tsdf_volume_params_default(&p);
+    p.backend = TSDF_BACKEND_CPU;
+    p.voxel_size_m = VOXEL_M;
+    p.initial_capacity_blocks = 4096;
+    assert_int_equal(tsdf_volume_create(&p, &fs->vol), TSDF_OK);
+    depth = malloc((size_t)w * h * sizeof(float));
+    assert_non_null(depth);
+    if (with_rgb) {
+        rgb = malloc((size_t)w * h * 3);
+        assert_non_null(rgb);
+    }
+    for (uint32_t i = 0; i < fs->seq.frame_count; i++) {
+        tsdf_frame f;
+        tsdf_volume_stats st;
+        assert_int_equal(tsdf_synth_sequence_frame(&fs->seq, i, depth, rgb, &f), TSDF_OK);
+        assert_int_equal(tsdf_volume_integrate(fs->vol, &f), TSDF_OK);
+        assert_int_equal(tsdf_volume_get_stats(fs->vol, &st), TSDF_OK);
+        total_ms += st.last_alloc_ms + st.last_update_ms;
+    }
+    fs->ms_per_frame = total_ms / (double)fs->seq.frame_count;
+    free(depth);
+    free(rgb);
+}
+
+/* 1 when p lies within r of an edge of an axis-aligned box or room
+ * primitive (both are boxes with centre_m and half_m). */
+static int near_box_edge(const tsdf_primitive *pr, const float p[3], float r)
+{
+    if (pr->type != TSDF_PRIM_BOX && pr->type != TSDF_PRIM_ROOM)
+        return 0;
+    for (int a = 0; a < 3; a++) {
+        int b = (a + 1) % 3, c = (a + 2) % 3;
+        if (fabsf(p[a] - pr->center_m[a]) <= pr->half_m[a] + r &&
+            fabsf(fabsf(p[b] - pr->center_m[b]) - pr->half_m[b]) <= r &&
+            fabsf(fabsf(p[c] - pr->center_m[c]) - pr->half_m[c]) <= r)
+            return 1;
+    }
+    return 0;
+}
+
+/* The smallest weight of the 8 voxels around world point p, from an
+ * exported block set (sorted by key); 0 where a voxel is missing. */
+static float min_cell_weight(const tsdf_block_set *bs, const uint64_t *keys, const float p[3])
+{
+    int32_t base[3];
+    float w_min = INFINITY;
+    for (int a = 0; a < 3; a++)
+        base[a] = (int32_t)floorf(p[a] / VOXEL_M - 0.5f);
+    for (int k = 0; k < 8; k++) {
+        int32_t g[3] = {base[0] + (k & 1), base[1] + ((k >> 1) & 1), base[2] + ((k >> 2) & 1)};
+        uint64_t key =
+            tsdf_block_key(tsdf_floor_div8(g[0]), tsdf_floor_div8(g[1]), tsdf_floor_div8(g[2]));
+        size_t lo = 0, hi = bs->count;
+        float w = 0.0f;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (keys[mid] < key)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < bs->count && keys[lo] == key)
+            w = bs->voxels[lo * TSDF_BLOCK_VOXELS + tsdf_voxel_index(g[0] & 7, g[1] & 7, g[2] & 7)]
+                    .weight;
+        if (w < w_min)
+            w_min = w;
+    }
+    return w_min;
+}
+
+/* Distance of the mesh vertices of a fused volume to the true surface, in
+ * voxels: the mean over all vertices, the maximum over all vertices, and
+ * the maximum over the "well-determined" ones: farther than edge_r_m from
+ * every box edge and in a cell whose 8 voxels were each seen by at least
+ * min_weight frames.
+ *
+ * Why the two exclusions: (1) at a convex edge, a voxel just outside one
+ * face lies behind the other face as seen from cameras on that side, so the
+ * projective TSDF gives it a negative value (within trunc behind the
+ * observed surface) although it is in free space; that is inherent to
+ * projective fusion, moves the zero crossing outward by up to about trunc/2
+ * within a few voxels of the edge, and does not happen on smooth surfaces.
+ * (2) a voxel seen by one frame only carries that frame's nearest-pixel
+ * sampling error (half a pixel across an oblique surface, about half a
+ * voxel at 320 x 240 on the far walls); averaging over frames removes it
+ * elsewhere. The mean covers every vertex. */
+static void vertex_error(tsdf_volume *vol, const tsdf_scene *scene, const tsdf_mesh *m,
+                         float edge_r_m, float min_weight, double *mean_vox, double *max_vox,
+                         double *max_good_vox, size_t *good)
+{
+    double sum = 0.0, mx = 0.0, mx_good = 0.0;
+    tsdf_block_set bs;
+    uint64_t *keys;
+    tsdf_block_set_init(&bs);
+    assert_int_equal(tsdf_volume_export_blocks(vol, &bs), TSDF_OK);
+    keys = malloc((bs.count + 1) * sizeof(*keys));
+    assert_non_null(keys);
+    for (size_t i = 0; i < bs.count; i++)
+        keys[i] = tsdf_block_key(bs.coords[3 * i], bs.coords[3 * i + 1], bs.coords[3 * i + 2]);
+    *good = 0;
+    for (size_t i = 0; i < m->vertex_count; i++) {
+        const float *p = &m->positions[3 * i];
+        double e = fabs((double)tsdf_scene_sdf(scene, p)) / VOXEL_M;
+        int excluded = 0;
+        sum += e;
+        if (e > mx)
+            mx = e;
+        for (uint32_t k = 0; k < scene->count && !excluded; k++)
+            excluded = near_box_edge(&scene->prims[k], p, edge_r_m);
+        if (!excluded && min_weight > 0.0f)
+            excluded = min_cell_weight(&bs, keys, p) < min_weight;
+        if (excluded)
+            continue;
+        (*good)++;
+        if (e > mx_good)
+            mx_good = e;
+    }
+    *mean_vox = m->vertex_count != 0 ? sum / (double)m->vertex_count : 0.0;
+    *max_vox = mx;
+    *max_good_vox = mx_good;
+    free(keys);
+    tsdf_block_set_fini(&bs);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_pos(const void *a, const void *b)
+{
+    const float *p = a, *q = b;
+    for (int i = 0; i < 3; i++)
+        if (p[i] != q[i])
+            return p[i] < q[i] ? -1 : 1;
+    return 0;
+}
+
+/* Every undirected edge is shared by exactly two triangles (a closed
+ * 2-manifold edge structure); returns the number of edges that are not. */
+static size_t open_edges(const tsdf_mesh *m)
+{
+    size_t n = 3 * m->triangle_count, bad = 0;
+    uint64_t *e = malloc(n * sizeof(*e));
+    assert_non_null(e);
+    for (size_t t = 0; t < m->triangle_count; t++) {
+        for (int k = 0; k < 3; k++) {
+            uint64_t a = m->indices[3 * t + k], b = m->indices[3 * t + (k + 1) % 3];
+            e[3 * t + k] = a < b ? (a << 32 | b) : (b << 32 | a);
+        }
+    }
+    qsort(e, n, sizeof(*e), cmp_u64);
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && e[j] == e[i])
+            j++;
+        bad += (j - i) != 2;
+        i = j;
+    }
+    free(e);
+    return bad;
+}
+
+static size_t duplicate_positions(const tsdf_mesh *m)
+{
+    size_t dup = 0;
+    float *p = malloc(3 * m->vertex_count * sizeof(float));
+    assert_non_null(p);
+    memcpy(p, m->positions, 3 * m->vertex_count * sizeof(float));
+    qsort(p, m->vertex_count, 3 * sizeof(float), cmp_pos);
+    for (size_t i = 1; i < m->vertex_count; i++)
+        dup += cmp_pos(&p[3 * i - 3], &p[3 * i]) == 0;
+    free(p);
+    return dup;
+}
+
+/* ---- the tables ------------------------------------------------------------- */
+
+/* Each table row uses exactly the crossed edges of its case, each crossed
+ * edge at least once, and each triangle faces the outside. */
+static void test_mc_tables(void **state)
+{
+    (void)state;
+    for (int cube = 0; cube < 256; cube++) {
+        uint16_t mask = tsdf_mc_edge_mask(cube), used = 0;
+        float c8[8];
+        int i;
+        for (int e = 0; e < 12; e++) {
+            int c0 = tsdf_mc_edge_corner0(e), c1 = tsdf_mc_edge_corner1(e);
+            int crossed = ((cube >> c0) & 1) != ((cube >> c1) & 1);
+            assert_int_equal((mask >> e) & 1, crossed);
+            assert_int_equal(c1 - c0, 1 << tsdf_mc_edge_axis(e));
+        }
+        for (int c = 0; c < 8; c++)
+            c8[c] = ((cube >> c) & 1) ? -1.0f : 1.0f;
+        for (i = 0; i < TSDF_MC_TRI_ROW && tsdf_mc_tri(cube, i) >= 0; i += 3) {
+            float p[3][3], centroid[3] = {0, 0, 0}, n[3], g[3], u[3], v[3];
+            for (int j = 0; j < 3; j++) {
+                int e = tsdf_mc_tri(cube, i + j), off[3];
+                assert_true(e < 12);
+                assert_true((mask >> e) & 1);
+                used |= (uint16_t)(1u << e);
+                tsdf_mc_edge_start(e, off);
+                for (int a = 0; a < 3; a++)
+                    p[j][a] = (float)off[a];
+                p[j][tsdf_mc_edge_axis(e)] += 0.5f;
+                for (int a = 0; a < 3; a++)
+                    centroid[a] += p[j][a] / 3.0f;
+            }
+            for (int a = 0; a < 3; a++) {
+                u[a] = p[1][a] - p[0][a];
+                v[a] = p[2][a] - p[0][a];
+            }
+            n[0] = u[1] * v[2] - u[2] * v[1];
+            n[1] = u[2] * v[0] - u[0] * v[2];
+            n[2] = u[0] * v[1] - u[1] * v[0];
+            /* Outward = up the gradient of the cell's trilinear field with
+             * -1 at inside corners and +1 at outside ones. */
+            tsdf_trilinear_grad(c8, centroid[0], centroid[1], centroid[2], g);
+            assert_true(n[0] * g[0] + n[1] * g[1] + n[2] * g[2] > 0.0f);
+        }
+        assert_true(i <= 3 * TSDF_MC_MAX_TRIS);
+        assert_int_equal(used, mask);
+        assert_int_equal(i == 0, mask == 0);
+    }
+}
+
+/* ---- sphere ------------------------------------------------------------------ */
+
+static void test_sphere_mesh(void **state)
+{
+    fused_scene fs;
+    tsdf_mesh m;
+    double mean_vox, max_vox, max_good_vox;
+    size_t good;
+    size_t inward = 0;
+    const float *c;
+    (void)state;
+    fuse(&fs, "sphere", 160, 120, 1);
+    tsdf_mesh_init(&m);
+    assert_int_equal(tsdf_volume_mesh(fs.vol, NULL, &m), TSDF_OK);
+    assert_true(m.vertex_count > 1000);
+    assert_true(m.triangle_count > 2000);
+    assert_non_null(m.colors);
+    vertex_error(fs.vol, &fs.seq.scene, &m, 0.0f, 0.0f, &mean_vox, &max_vox, &max_good_vox, &good);
+    assert_int_equal(good, m.vertex_count);
+    print_message("sphere: %zu vertices %zu triangles, |sdf| mean %.4f max %.4f voxel, "
+                  "%.1f ms/frame (160x120)\n",
+                  m.vertex_count, m.triangle_count, mean_vox, max_vox, fs.ms_per_frame);
+    assert_true(mean_vox <= 0.1);
+    /* A sphere has no edge: the bound holds for every vertex. */
+    assert_true(max_vox <= 0.5);
+    /* Closed, without duplicate vertices. */
+    assert_int_equal(open_edges(&m), 0);
+    assert_int_equal(duplicate_positions(&m), 0);
+    /* Euler characteristic of a sphere: V - E + F = 2, E = 3F / 2. */
+    assert_int_equal(
+        (long)m.vertex_count - (long)(3 * m.triangle_count / 2) + (long)m.triangle_count, 2);
+    /* Normals and winding point out of the sphere. */
+    c = fs.seq.scene.prims[0].center_m;
+    for (size_t i = 0; i < m.vertex_count; i++) {
+        const float *p = &m.positions[3 * i], *n = &m.normals[3 * i];
+        float d = (p[0] - c[0]) * n[0] + (p[1] - c[1]) * n[1] + (p[2] - c[2]) * n[2];
+        float len = sqrtf(n[0] * n[0] + n[1] * n[1] + n[2] * n[2]);
+        assert_float_equal(len, 1.0f, 1e-4f);
+        inward += d <= 0.0f;
+    }
+    assert_int_equal(inward, 0);
+    for (size_t t = 0; t < m.triangle_count; t++) {
+        const float *a = &m.positions[3 * m.indices[3 * t]];
+        const float *b = &m.positions[3 * m.indices[3 * t + 1]];
+        const float *d = &m.positions[3 * m.indices[3 * t + 2]];
+        float u[3], v[3], n[3], g[3];
+        for (int k = 0; k < 3; k++) {
+            u[k] = b[k] - a[k];
+            v[k] = d[k] - a[k];
+            g[k] = (a[k] + b[k] + d[k]) / 3.0f - c[k];
+        }
+        n[0] = u[1] * v[2] - u[2] * v[1];
+        n[1] = u[2] * v[0] - u[0] * v[2];
+        n[2] = u[0] * v[1] - u[1] * v[0];
+        assert_true(n[0] * g[0] + n[1] * g[1] + n[2] * g[2] > 0.0f);
+    }
+
+    /* Box selection: only blocks meeting the box, a strict, non-empty part. */
+    {
+        tsdf_mesh part;
+        tsdf_mesh_params mp;
+        memset(&mp, 0, sizeof(mp));
+        mp.use_box = 1;
+        mp.box.min[0] = 0.1f;
+        mp.box.min[1] = -1.0f;
+        mp.box.min[2] = -1.0f;
+        mp.box.max[0] = 1.0f;
+        mp.box.max[1] = 1.0f;
+        mp.box.max[2] = 1.0f;
+        tsdf_mesh_init(&part);
+        assert_int_equal(tsdf_volume_mesh(fs.vol, &mp, &part), TSDF_OK);
+        assert_true(part.triangle_count > 0);
+        assert_true(part.triangle_count < m.triangle_count);
+        for (size_t i = 0; i < part.vertex_count; i++)
+            assert_true(part.positions[3 * i] >= 0.1f - 8 * VOXEL_M - VOXEL_M);
+        /* A box in empty space selects nothing; a reversed box is refused. */
+        mp.box.min[0] = 5.0f;
+        mp.box.max[0] = 6.0f;
+        assert_int_equal(tsdf_volume_mesh(fs.vol, &mp, &part), TSDF_OK);
+        assert_int_equal(part.triangle_count, 0);
+        mp.box.max[0] = 4.0f;
+        assert_int_equal(tsdf_volume_mesh(fs.vol, &mp, &part), TSDF_EINVAL);
+        tsdf_mesh_fini(&part);
+    }
+
+    /* since_version: nothing changed after the current version; one more
+     * frame changes part of the surface. */
+    {
+        tsdf_mesh part;
+        tsdf_mesh_params mp;
+        tsdf_volume_stats st;
+        float *depth = malloc((size_t)fs.seq.width * fs.seq.height * sizeof(float));
+        tsdf_frame f;
+        assert_non_null(depth);
+        assert_int_equal(tsdf_volume_get_stats(fs.vol, &st), TSDF_OK);
+        memset(&mp, 0, sizeof(mp));
+        mp.since_version = st.version;
+        tsdf_mesh_init(&part);
+        assert_int_equal(tsdf_volume_mesh(fs.vol, &mp, &part), TSDF_OK);
+        assert_int_equal(part.triangle_count, 0);
+        assert_int_equal(tsdf_synth_sequence_frame(&fs.seq, 0, depth, NULL, &f), TSDF_OK);
+        assert_int_equal(tsdf_volume_integrate(fs.vol, &f), TSDF_OK);
+        assert_int_equal(tsdf_volume_mesh(fs.vol, &mp, &part), TSDF_OK);
+        assert_true(part.triangle_count > 0);
+        assert_true(part.triangle_count < m.triangle_count);
+        tsdf_mesh_fini(&part);
+        free(depth);
+    }
+    tsdf_mesh_fini(&m);
+    tsdf_volume_destroy(fs.vol);
+}
+
+/* ---- room -------------------------------------------------------------------- */
+
+static void test_room_mesh_and_raycast(void **state)
+{
+    fused_scene fs;
+    tsdf_mesh m;
+    double mean_vox, max_vox, max_good_vox;
+    size_t good;
+    (void)state;
+    /* 320 x 240: at 160 x 120 a pixel covers 2 cm on the far walls, twice
+     * the voxel, and nearest-pixel sampling alone costs a voxel of error. */
+    fuse(&fs, "room", 320, 240, 0);
+    tsdf_mesh_init(&m);
+    assert_int_equal(tsdf_volume_mesh(fs.vol, NULL, &m), TSDF_OK);
+    assert_true(m.vertex_count > 10000);
+    assert_null(m.colors);
+    vertex_error(fs.vol, &fs.seq.scene, &m, 4.0f * VOXEL_M, 3.0f, &mean_vox, &max_vox,
+                 &max_good_vox, &good);
+    print_message("room: %zu vertices %zu triangles, |sdf| mean %.4f voxel, max %.4f voxel; "
+                  "max %.4f voxel over the %.1f%% of vertices away from box edges and seen "
+                  ">= 3 times; %.1f ms/frame (320x240)\n",
+                  m.vertex_count, m.triangle_count, mean_vox, max_vox, max_good_vox,
+                  100.0 * (double)good / (double)m.vertex_count, fs.ms_per_frame);
+    assert_true(mean_vox <= 0.1);
+    assert_true(max_good_vox <= 0.5);
+    assert_true((double)good >= 0.8 * (double)m.vertex_count);
+    /* Even at the edges the error stays within the truncation band. */
+    assert_true(max_vox <= 4.0);
+    assert_int_equal(duplicate_positions(&m), 0);
+    tsdf_mesh_fini(&m);
+
+    /* Raycast from poses between the fused ones against the exact render. */
+    {
+        const uint32_t w = fs.seq.width, h = fs.seq.height;
+        float *exact = malloc((size_t)w * h * sizeof(float));
+        float *cast = malloc((size_t)w * h * sizeof(float));
+        float *normals = malloc((size_t)w * h * 3 * sizeof(float));
+        size_t both = 0, close = 0, only_exact = 0;
+        double ms = 0.0;
+        assert_non_null(exact);
+        assert_non_null(cast);
+        assert_non_null(normals);
+        for (uint32_t i = 3; i < fs.seq.frame_count; i += 11) {
+            tsdf_raycast_params rp;
+            tsdf_raycast_output ro = {cast, normals, NULL};
+            tsdf_volume_stats st;
+            memset(&rp, 0, sizeof(rp));
+            rp.width = w;
+            rp.height = h;
+            rp.K = fs.seq.K;
+            assert_int_equal(tsdf_synth_sequence_pose(&fs.seq, i, rp.T_world_cam), TSDF_OK);
+            /* Move the camera a little off the fused trajectory. */
+            rp.T_world_cam[3] += 0.037f;
+            rp.T_world_cam[7] -= 0.021f;
+            rp.min_depth_m = fs.seq.min_depth_m;
+            rp.max_depth_m = fs.seq.max_depth_m;
+            assert_int_equal(
+                tsdf_scene_render(&fs.seq.scene, w, h, &rp.K, rp.T_world_cam, exact, NULL),
+                TSDF_OK);
+            assert_int_equal(tsdf_volume_raycast(fs.vol, &rp, &ro), TSDF_OK);
+            assert_int_equal(tsdf_volume_get_stats(fs.vol, &st), TSDF_OK);
+            ms += st.last_raycast_ms;
+            for (size_t k = 0; k < (size_t)w * h; k++) {
+                int he = exact[k] > 0.0f, hc = !isnan(cast[k]);
+                if (he && hc) {
+                    both++;
+                    close += fabsf(cast[k] - exact[k]) <= 0.5f * VOXEL_M;
+                    assert_float_equal(normals[3 * k] * normals[3 * k] +
+                                           normals[3 * k + 1] * normals[3 * k + 1] +
+                                           normals[3 * k + 2] * normals[3 * k + 2],
+                                       1.0f, 1e-3f);
+                } else if (he) {
+                    only_exact++;
+                }
+            }
+        }
+        print_message("room raycast: %zu pixels with depth in both, %.3f%% within 0.5 voxel, "
+                      "%zu only in the exact render, %.1f ms per 320x240 raycast\n",
+                      both, 100.0 * (double)close / (double)both, only_exact, ms / 5.0);
+        assert_true(both > 50000);
+        assert_true((double)close >= 0.99 * (double)both);
+        /* The room is fully seen; nearly every exact hit is found. */
+        assert_true((double)only_exact <= 0.02 * (double)(both + only_exact));
+        free(exact);
+        free(cast);
+        free(normals);
+    }
+    tsdf_volume_destroy(fs.vol);
+}
+
+/* ---- PLY ---------------------------------------------------------------------- */
+
+static void test_ply_roundtrip(void **state)
+{
+    fused_scene fs;
+    tsdf_mesh m;
+    char path[512], line[256];
+    FILE *fp;
+    size_t nv = 0, nf = 0, header_bytes;
+    int saw_format = 0, saw_red = 0, saw_list = 0, props = 0;
+    long file_size;
+    (void)state;
+    fuse(&fs, "sphere", 80, 60, 1);
+    tsdf_mesh_init(&m);
+    assert_int_equal(tsdf_volume_mesh(fs.vol, NULL, &m), TSDF_OK);
+    assert_true(m.triangle_count > 0);
+    snprintf(path, sizeof(path), "%s/sphere.ply", tsdf_test_tmpdir());
+    assert_int_equal(tsdf_mesh_write_ply(&m, path), TSDF_OK);
+
+    fp = fopen(path, "rb");
+    assert_non_null(fp);
+    assert_non_null(fgets(line, sizeof(line), fp));
+    assert_string_equal(line, "ply\n");
+    for (;;) {
+        assert_non_null(fgets(line, sizeof(line), fp));
+        if (strcmp(line, "end_header\n") == 0)
+            break;
+        if (strcmp(line, "format binary_little_endian 1.0\n") == 0)
+            saw_format = 1;
+        sscanf(line, "element vertex %zu", &nv);
+        sscanf(line, "element face %zu", &nf);
+        props += strncmp(line, "property float ", 15) == 0;
+        saw_red |= strcmp(line, "property uchar red\n") == 0;
+        saw_list |= strcmp(line, "property list uchar int vertex_indices\n") == 0;
+    }
+    header_bytes = (size_t)ftell(fp);
+    assert_true(saw_format && saw_red && saw_list);
+    assert_int_equal(props, 6);
+    assert_int_equal(nv, m.vertex_count);
+    assert_int_equal(nf, m.triangle_count);
+    /* The body: 6 floats + 3 bytes per vertex, 1 + 3 * 4 bytes per face. */
+    {
+        unsigned char rec[27];
+        float xyz[6];
+        assert_int_equal(fread(rec, 1, 27, fp), 27);
+        memcpy(xyz, rec, sizeof(xyz)); /* the test host is little-endian */
+        assert_memory_equal(xyz, m.positions, 3 * sizeof(float));
+        assert_memory_equal(xyz + 3, m.normals, 3 * sizeof(float));
+        assert_memory_equal(rec + 24, m.colors, 3);
+        assert_int_equal(fseek(fp, (long)(header_bytes + 27 * m.vertex_count), SEEK_SET), 0);
+        for (size_t t = 0; t < m.triangle_count; t++) {
+            unsigned char frec[13];
+            int32_t idx[3];
+            assert_int_equal(fread(frec, 1, 13, fp), 13);
+            assert_int_equal(frec[0], 3);
+            memcpy(idx, frec + 1, sizeof(idx));
+            for (int k = 0; k < 3; k++)
+                assert_int_equal((uint32_t)idx[k], m.indices[3 * t + k]);
+        }
+    }
+    assert_int_equal(fseek(fp, 0, SEEK_END), 0);
+    file_size = ftell(fp);
+    assert_int_equal((size_t)file_size, header_bytes + 27 * nv + 13 * nf);
+    fclose(fp);
+
+    /* An unwritable path is an I/O error, and leaves nothing behind. */
+    assert_int_equal(tsdf_mesh_write_ply(&m, "/nonexistent-dir/x.ply"), TSDF_EIO);
+    /* An index past the vertices is refused before anything is written. */
+    m.indices[0] = (uint32_t)m.vertex_count;
+    assert_int_equal(tsdf_mesh_write_ply(&m, path), TSDF_EINVAL);
+    tsdf_mesh_fini(&m);
+    assert_null(m.positions);
+    tsdf_volume_destroy(fs.vol);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mc_tables),
+        cmocka_unit_test(test_sphere_mesh),
+        cmocka_unit_test(test_room_mesh_and_raycast),
+        cmocka_unit_test(test_ply_roundtrip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,452 @@
+/*
+ * test_queue.c - the bounded two-lane frame queue (daemon/queue.h) and the
+ * drop counters it feeds (daemon/dstats.h).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "testutil.h"
+
+#include "dstats.h"
+#include "queue.h"
+#include "tsdf_error.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Items are small integers cast to pointers: the queue never dereferences them. */
+#define ITEM(i) ((void *)(uintptr_t)(i))
+#define VAL(p) ((int)(uintptr_t)(p))
+
+static void test_init_rejects_bad_args(void **state)
+{
+    frame_queue q;
+    (void)state;
+    assert_int_equal(queue_init(&q, 0, 4, QUEUE_BLOCK), TSDF_EINVAL);
+    assert_int_equal(queue_init(&q, 4, 0, QUEUE_BLOCK), TSDF_EINVAL);
+    assert_int_equal(queue_init(&q, 4, 4, (queue_policy)7), TSDF_EINVAL);
+}
+
+static void test_fifo_and_bound_block(void **state)
+{
+    frame_queue q;
+    void *item, *dropped;
+    int is_query;
+    queue_stats st;
+    (void)state;
+
+    assert_int_equal(queue_init(&q, 3, 2, QUEUE_BLOCK), TSDF_OK);
+    for (int i = 1; i <= 3; i++)
+        assert_int_equal(queue_push_frame(&q, ITEM(i), 0, 0, &dropped), TSDF_OK);
+    /* Full, no wait: refused, nothing evicted. */
+    assert_int_equal(queue_push_frame(&q, ITEM(4), 0, 0, &dropped), TSDF_EQUEUE_FULL);
+    assert_null(dropped);
+    queue_get_stats(&q, &st);
+    assert_int_equal(st.depth, 3);
+    assert_int_equal(st.depth_max, 3);
+    assert_int_equal(st.frames_pushed, 3);
+    assert_int_equal(st.push_timeouts, 1);
+    for (int i = 1; i <= 3; i++) {
+        assert_int_equal(queue_pop(&q, &item, &is_query, 0), TSDF_OK);
+        assert_int_equal(VAL(item), i);
+        assert_false(is_query);
+    }
+    assert_int_equal(queue_pop(&q, &item, &is_query, 0), TSDF_ETIMEOUT);
+    queue_get_stats(&q, &st);
+    assert_int_equal(st.frames_popped, 3);
+    assert_int_equal(st.depth, 0);
+    queue_fini(&q);
+}
+
+static void test_block_times_out(void **state)
+{
+    frame_queue q;
+    void *dropped;
+    (void)state;
+
+    assert_int_equal(queue_init(&q, 1, 1, QUEUE_BLOCK), TSDF_OK);
+    assert_int_equal(queue_push_frame(&q, ITEM(1), 0, 0, &dropped), TSDF_OK);
+    double t0 = now_ms();
+    assert_int_equal(queue_push_frame(&q, ITEM(2), 0, 150, &dropped), TSDF_EQUEUE_FULL);
+    double waited = now_ms() - t0;
+    assert_true(waited >= 140.0);
+    assert_true(waited < 2000.0);
+    queue_stats st;
+    queue_get_stats(&q, &st);
+    assert_int_equal(st.push_timeouts, 1);
+    assert_int_equal(st.blocked_waits, 1);
+    queue_fini(&q);
+}
+
+typedef struct {
+    frame_queue *q;
+    int delay_ms;
+    int popped;
+} popper_arg;
+
+static void *popper(void *arg)
+{
+    popper_arg *a = arg;
+    struct timespec ts = {0, (long)a->delay_ms * 1000000L};
+    void *item;
+    int is_query;
+    nanosleep(&ts, NULL);
+    if (queue_pop(a->q, &item, &is_query, 1000) == TSDF_OK)
+        a->popped = VAL(item);
+    return NULL;
+}
+
+static void test_block_waits_for_room(void **state)
+{
+    frame_queue q;
+    void *dropped, *item;
+    int is_query;
+    pthread_t t;
+    popper_arg a;
+    (void)state;
+
+    assert_int_equal(queue_init(&q, 1, 1, QUEUE_BLOCK), TSDF_OK);
+    assert_int_equal(queue_push_frame(&q, ITEM(1), 0, 0, &dropped), TSDF_OK);
+    a.q = &q;
+    a.delay_ms = 100;
+    a.popped = 0;
+    assert_int_equal(pthread_create(&t, NULL, popper, &a), 0);
+    double t0 = now_ms();
+    /* The consumer makes room after ~100 ms: the push waits, then succeeds. */
+    assert_int_equal(queue_push_frame(&q, ITEM(2), 0, 5000, &dropped), TSDF_OK);
+    double waited = now_ms() - t0;
+    pthread_join(t, NULL);
+    assert_int_equal(a.popped, 1);
+    assert_true(waited >= 80.0);
+    assert_true(waited < 4000.0);
+    assert_int_equal(queue_pop(&q, &item, &is_query, 0), TSDF_OK);
+    assert_int_equal(VAL(item), 2);
+    queue_fini(&q);
+}
+
+static void test_drop_oldest_same_sensor(void **state)
+{
+    frame_queue q;
+    void *dropped, *item;
+    int is_query;
+    (void)state;
+
+    assert_int_equal(queue_init(&q, 3, 1, QUEUE_DROP_OLDEST), TSDF_OK);
+    /* Sensors: A=10, B=20. Queue: A1 B1 A2 */
+    assert_int_equal(queue_push_frame(&q, ITEM(101), 10, 0, &dropped), TSDF_OK);
+    assert_null(dropped);
+    assert_int_equal(queue_push_frame(&q, ITEM(201), 20, 0, &dropped), TSDF_OK);
+    assert_int_equal(queue_push_frame(&q, ITEM(102), 10, 0, &dropped), TSDF_OK);
+    /* B2 evicts B1 (the oldest of its own sensor), not A1 (the oldest). */
+    assert_int_equal(queue_push_frame(&q, ITEM(202), 20, 0, &dropped), TSDF_OK);
+    assert_non_null(dropped);
+    assert_int_equal(VAL(dropped), 201);
+    /* C1 (sensor 30, none queued) evicts the oldest overall: A1. */
+    assert_int_equal(queue_push_frame(&q, ITEM(301), 30, 0, &dropped), TSDF_OK);
+    assert_int_equal(VAL(dropped), 101);
+    /* The rest keeps its order: A2 B2 C1. */
+    int expect[] = {102, 202, 301};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(queue_pop(&q, &item, &is_query, 0), TSDF_OK);
+        assert_int_equal(VAL(item), expect[i]);
+    }
+    queue_stats st;
+    queue_get_stats(&q, &st);
+    assert_int_equal(st.dropped_oldest, 2);
+    assert_int_equal(st.frames_pushed, 5);
+    assert_int_equal(st.push_timeouts, 0);
+    queue_fini(&q);
+}
+
+static void test_queries_first_and_bounded(void **state)
+{
+    frame_queue q;
+    void *dropped, *item;
+    int is_query;
+    (void)state;
+
+    assert_int_equal(queue_init(&q, 4, 2, QUEUE_BLOCK), TSDF_OK);
+    assert_int_equal(queue_push_frame(&q, ITEM(1), 0, 0, &dropped), TSDF_OK);
+    assert_int_equal(queue_push_query(&q, ITEM(50)), TSDF_OK);
+    assert_int_equal(queue_push_query(&q, ITEM(51)), TSDF_OK);
+    assert_int_equal(queue_push_query(&q, ITEM(52)), TSDF_EBUSY);
+    assert_int_equal(queue_pop(&q, &item, &is_query, 0), TSDF_OK);
+    assert_true(is_query);
+    assert_int_equal(VAL(item), 50);
+    assert_int_equal(queue_pop(&q, &item, &is_query, 0), TSDF_OK);
+    assert_true(is_query);
+    assert_int_equal(VAL(item), 51);
+    assert_int_equal(queue_pop(&q, &item, &is_query, 0), TSDF_OK);
+    assert_false(is_query);
+    assert_int_equal(VAL(item), 1);
+    queue_stats st;
+    queue_get_stats(&q, &st);
+    assert_int_equal(st.queries_pushed, 2);
+    assert_int_equal(st.queries_refused, 1);
+    queue_fini(&q);
+}
+
+static void count_item(void *item, void *arg)
+{
+    int *sum = arg;
+    *sum += VAL(item);
+}
+
+static void test_close_and_drain(void **state)
+{
+    frame_queue q;
+    void *dropped, *item;
+    int is_query;
+    (void)state;
+
+    assert_int_equal(queue_init(&q, 4, 2, QUEUE_BLOCK), TSDF_OK);
+    assert_int_equal(queue_push_frame(&q, ITEM(1), 0, 0, &dropped), TSDF_OK);
+    assert_int_equal(queue_push_frame(&q, ITEM(2), 0, 0, &dropped), TSDF_OK);
+    assert_int_equal(queue_push_frame(&q, ITEM(3), 0, 0, &dropped), TSDF_OK);
+    queue_close(&q);
+    assert_int_equal(queue_push_frame(&q, ITEM(4), 0, 0, &dropped), TSDF_ESHUTDOWN);
+    assert_int_equal(queue_push_query(&q, ITEM(5)), TSDF_ESHUTDOWN);
+    /* Still delivers what was queued... */
+    assert_int_equal(queue_pop(&q, &item, &is_query, 0), TSDF_OK);
+    assert_int_equal(VAL(item), 1);
+    /* ...and the rest can be drained in one go. */
+    int sum = 0;
+    queue_drain_frames(&q, count_item, &sum);
+    assert_int_equal(sum, 5);
+    assert_int_equal(queue_pop(&q, &item, &is_query, 100), TSDF_ECLOSED);
+    queue_stats st;
+    queue_get_stats(&q, &st);
+    assert_int_equal(st.push_closed, 1);
+    queue_fini(&q);
+}
+
+typedef struct {
+    frame_queue *q;
+    int rc;
+} blocked_arg;
+
+static void *blocked_pusher(void *arg)
+{
+    blocked_arg *a = arg;
+    void *dropped;
+    a->rc = queue_push_frame(a->q, ITEM(9), 0, -1, &dropped);
+    return NULL;
+}
+
+static void test_close_wakes_blocked_pusher(void **state)
+{
+    frame_queue q;
+    void *dropped;
+    pthread_t t;
+    blocked_arg a;
+    (void)state;
+
+    assert_int_equal(queue_init(&q, 1, 1, QUEUE_BLOCK), TSDF_OK);
+    assert_int_equal(queue_push_frame(&q, ITEM(1), 0, 0, &dropped), TSDF_OK);
+    a.q = &q;
+    a.rc = 1;
+    assert_int_equal(pthread_create(&t, NULL, blocked_pusher, &a), 0);
+    struct timespec ts = {0, 50 * 1000000L};
+    nanosleep(&ts, NULL);
+    queue_close(&q);
+    pthread_join(t, NULL);
+    assert_int_equal(a.rc, TSDF_ESHUTDOWN);
+    queue_fini(&q);
+}
+
+/* Many producers against one consumer: nothing lost, nothing doubled. */
+typedef struct {
+    frame_queue *q;
+    int base;
+    int n;
+    long long dropped_sum;
+    int dropped_count;
+    int failures; /* pushes that did not return TSDF_OK (asserted on the main thread) */
+    atomic_int done;
+} producer_arg;
+
+static void *producer(void *arg)
+{
+    producer_arg *a = arg;
+    for (int i = 0; i < a->n; i++) {
+        void *dropped = NULL;
+        int rc = queue_push_frame(a->q, ITEM(a->base + i), (uint64_t)a->base, 5000, &dropped);
+        if (rc != TSDF_OK)
+            a->failures++;
+        if (dropped != NULL) {
+            a->dropped_sum += VAL(dropped);
+            a->dropped_count++;
+        }
+    }
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+static void run_concurrent(queue_policy policy)
+{
+    enum { P = 4, N = 2000 };
+    frame_queue q;
+    pthread_t t[P];
+    producer_arg a[P];
+    long long sum = 0, expect = 0, dropped_sum = 0;
+    int got = 0, dropped_count = 0;
+
+    assert_int_equal(queue_init(&q, 8, 1, policy), TSDF_OK);
+    for (int p = 0; p < P; p++) {
+        memset(&a[p], 0, sizeof a[p]);
+        a[p].q = &q;
+        a[p].base = (p + 1) * 100000;
+        a[p].n = N;
+        atomic_init(&a[p].done, 0);
+        assert_int_equal(pthread_create(&t[p], NULL, producer, &a[p]), 0);
+        for (int i = 0; i < N; i++)
+            expect += (p + 1) * 100000 + i;
+    }
+    int done_producers = 0;
+    while (done_producers < P) {
+        void *item;
+        int is_query;
+        int rc = queue_pop(&q, &item, &is_query, 50);
+        if (rc == TSDF_OK) {
+            sum += VAL(item);
+            got++;
+            continue;
+        }
+        /* Idle: are all producers done? */
+        done_producers = 0;
+        for (int p = 0; p < P; p++)
+            done_producers += atomic_load(&a[p].done);
+    }
+    for (int p = 0; p < P; p++)
+        pthread_join(t[p], NULL);
+    void *item;
+    int is_query;
+    while (queue_pop(&q, &item, &is_query, 0) == TSDF_OK) {
+        sum += VAL(item);
+        got++;
+    }
+    for (int p = 0; p < P; p++) {
+        assert_int_equal(a[p].failures, 0);
+        dropped_sum += a[p].dropped_sum;
+        dropped_count += a[p].dropped_count;
+    }
+    queue_stats st;
+    queue_get_stats(&q, &st);
+    /* Every item was either consumed or handed back as dropped, once. */
+    assert_int_equal(got + dropped_count, P * N);
+    assert_true(sum + dropped_sum == expect);
+    assert_int_equal(st.dropped_oldest, (uint64_t)dropped_count);
+    assert_int_equal(st.frames_popped, (uint64_t)got);
+    if (policy == QUEUE_BLOCK)
+        assert_int_equal(dropped_count, 0);
+    queue_fini(&q);
+}
+
+static void test_concurrent_block(void **state)
+{
+    (void)state;
+    run_concurrent(QUEUE_BLOCK);
+}
+
+static void test_concurrent_drop_oldest(void **state)
+{
+    (void)state;
+    run_concurrent(QUEUE_DROP_OLDEST);
+}
+
+/* ---- dstats: drops and rejections counted by reason and per sensor ------ */
+
+static void test_dstats_reasons_and_sensors(void **state)
+{
+    dstats s;
+    ds_totals t;
+    ds_sensor sn;
+    tsdf_proto_sensor a = {0}, b = {0}, c = {0};
+    (void)state;
+
+    assert_int_equal(dstats_init(&s, 2, 16), TSDF_OK);
+    a.is_id = 0;
+    strcpy(a.name, "robotA");
+    b.is_id = 1;
+    b.id = 7;
+    c.is_id = 0;
+    strcpy(c.name, "robotC");
+    uint32_t ia = dstats_sensor_index(&s, &a);
+    uint32_t ib = dstats_sensor_index(&s, &b);
+    uint32_t ic = dstats_sensor_index(&s, &c); /* beyond max_sensors = 2 */
+    assert_int_equal(dstats_sensor_index(&s, &a), ia);
+    assert_int_not_equal(ia, ib);
+    assert_int_equal(ic, DS_SENSOR_OTHER);
+
+    for (int i = 0; i < 5; i++)
+        dstats_frame_received(&s, ia);
+    dstats_frame_outcome(&s, ia, DS_INTEGRATED);
+    dstats_frame_outcome(&s, ia, DS_INTEGRATED);
+    dstats_frame_outcome(&s, ia, dstats_outcome_for_error(TSDF_EQUEUE_FULL));
+    dstats_frame_outcome(&s, ia, dstats_outcome_for_error(TSDF_EBAD_POSE));
+    dstats_frame_outcome(&s, ia, dstats_outcome_for_error(TSDF_ECAPACITY));
+    dstats_frame_received(&s, ib);
+    dstats_frame_outcome(&s, ib, dstats_outcome_for_error(TSDF_EDROPPED));
+    dstats_frame_received(&s, ic);
+    dstats_frame_outcome(&s, ic, dstats_outcome_for_error(TSDF_EFORMAT));
+
+    dstats_get_totals(&s, &t);
+    assert_int_equal(t.received, 7);
+    assert_int_equal(t.integrated, 2);
+    assert_int_equal(t.dropped, 2);
+    assert_int_equal(t.rejected, 3);
+    assert_int_equal(t.received, t.integrated + t.dropped + t.rejected);
+    assert_int_equal(t.outcome[DS_DROP_QUEUE_FULL], 2);
+    assert_int_equal(t.outcome[DS_REJ_INVALID_FRAME], 1);
+    assert_int_equal(t.outcome[DS_REJ_CAPACITY], 1);
+    assert_int_equal(t.outcome[DS_REJ_DECODE_ERROR], 1);
+    assert_int_equal(t.sensors_overflow, 1);
+
+    assert_true(dstats_sensor_at(&s, ia, &sn));
+    assert_string_equal(sn.name, "robotA");
+    assert_int_equal(sn.received, 5);
+    assert_int_equal(sn.outcome[DS_INTEGRATED], 2);
+    assert_int_equal(sn.outcome[DS_DROP_QUEUE_FULL], 1);
+    assert_true(dstats_sensor_at(&s, ib, &sn));
+    assert_string_equal(sn.name, "#7");
+    assert_int_equal(sn.outcome[DS_DROP_QUEUE_FULL], 1);
+    assert_true(dstats_sensor_at(&s, DS_SENSOR_OTHER, &sn));
+    assert_string_equal(sn.name, "(other)");
+    assert_int_equal(sn.outcome[DS_REJ_DECODE_ERROR], 1);
+
+    assert_string_equal(dstats_outcome_name(DS_DROP_QUEUE_FULL), "queue_full");
+    assert_string_equal(dstats_outcome_name(DS_REJ_DECODE_ERROR), "decode_error");
+    assert_string_equal(dstats_outcome_name(DS_REJ_INVALID_FRAME), "invalid_frame");
+    assert_string_equal(dstats_outcome_name(DS_REJ_CAPACITY), "capacity");
+    assert_int_equal(dstats_outcome_for_error(TSDF_ESHUTDOWN), DS_DROP_SHUTDOWN);
+    assert_int_equal(dstats_outcome_for_error(TSDF_ELIMIT), DS_REJ_NO_MAP);
+    assert_int_equal(dstats_outcome_for_error(TSDF_ECUDA), DS_REJ_ENGINE);
+    dstats_fini(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_init_rejects_bad_args),
+        cmocka_unit_test(test_fifo_and_bound_block),
+        cmocka_unit_test(test_block_times_out),
+        cmocka_unit_test(test_block_waits_for_room),
+        cmocka_unit_test(test_drop_oldest_same_sensor),
+        cmocka_unit_test(test_queries_first_and_bounded),
+        cmocka_unit_test(test_close_and_drain),
+        cmocka_unit_test(test_close_wakes_blocked_pusher),
+        cmocka_unit_test(test_concurrent_block),
+        cmocka_unit_test(test_concurrent_drop_oldest),
+        cmocka_unit_test(test_dstats_reasons_and_sensors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,520 @@
+/*
+ * test_snapshot.c - snapshot files (daemon/snapshot.c): round trips, the
+ * atomic write, pruning, and refusal of every truncated or bit-flipped file.
+ */
+#define _GNU_SOURCE
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "snapshot.h"
+#include "testutil.h"
+#include "tsdf_error.h"
+#include "tsdf_synth.h"
+#include "tsdf_volume.h"
+
+/* A deterministic generator (xorshift64*), so failures reproduce. */
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545F4914F6CDD1Dull;
+}
+
+static void fill_map(snap_map *m, const char *name, size_t blocks, uint64_t version)
+{
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", name);
+    tsdf_volume_params_default(&m->params);
+    m->params.voxel_size_m = 0.02f;
+    m->params.memory_cap_bytes = 1ull << 33;
+    m->version = version;
+    tsdf_block_set_init(&m->blocks);
+    m->blocks.count = blocks;
+    if (blocks == 0)
+        return;
+    m->blocks.coords = malloc(3 * blocks * sizeof *m->blocks.coords);
+    m->blocks.versions = malloc(blocks * sizeof *m->blocks.versions);
+    m->blocks.voxels = calloc(blocks * TSDF_BLOCK_VOXELS, sizeof *m->blocks.voxels);
+    assert_non_null(m->blocks.coords);
+    assert_non_null(m->blocks.versions);
+    assert_non_null(m->blocks.voxels);
+    for (size_t i = 0; i < blocks; i++) {
+        m->blocks.coords[3 * i + 0] = (int32_t)i - 7;
+        m->blocks.coords[3 * i + 1] = -(int32_t)(rng() % 1000);
+        m->blocks.coords[3 * i + 2] = (int32_t)(rng() % 1000);
+        m->blocks.versions[i] = rng() % (version + 1);
+        for (size_t j = 0; j < TSDF_BLOCK_VOXELS; j++) {
+            tsdf_voxel *v = &m->blocks.voxels[i * TSDF_BLOCK_VOXELS + j];
+            v->sdf_m = (float)((double)(rng() % 2001) / 1000.0 - 1.0) * 0.08f;
+            v->weight = (float)(rng() % 65);
+            v->rgb[0] = (uint8_t)rng();
+            v->rgb[1] = (uint8_t)rng();
+            v->rgb[2] = (uint8_t)rng();
+        }
+    }
+}
+
+static void free_maps(snap_map *maps, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        tsdf_block_set_fini(&maps[i].blocks);
+}
+
+static void assert_maps_equal(const snap_map *a, const snap_map *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        assert_string_equal(a[i].name, b[i].name);
+        assert_int_equal(a[i].version, b[i].version);
+        assert_memory_equal(&a[i].params.voxel_size_m, &b[i].params.voxel_size_m, sizeof(float));
+        assert_true(a[i].params.trunc_vox == b[i].params.trunc_vox);
+        assert_true(a[i].params.max_weight == b[i].params.max_weight);
+        assert_true(a[i].params.max_load_factor == b[i].params.max_load_factor);
+        assert_int_equal(a[i].params.initial_capacity_blocks, b[i].params.initial_capacity_blocks);
+        assert_int_equal(a[i].params.memory_cap_bytes, b[i].params.memory_cap_bytes);
+        assert_int_equal(a[i].params.backend, b[i].params.backend);
+        assert_int_equal(a[i].params.cuda_device, b[i].params.cuda_device);
+        size_t c = a[i].blocks.count;
+        assert_int_equal(c, b[i].blocks.count);
+        if (c == 0)
+            continue;
+        assert_memory_equal(a[i].blocks.coords, b[i].blocks.coords, 3 * c * sizeof(int32_t));
+        assert_memory_equal(a[i].blocks.versions, b[i].blocks.versions, c * sizeof(uint64_t));
+        assert_memory_equal(a[i].blocks.voxels, b[i].blocks.voxels,
+                            c * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+    }
+}
+
+/* A fresh, empty directory under the test's scratch dir. */
+static const char *fresh_dir(const char *name)
+{
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/%s", tsdf_test_tmpdir(), name);
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    assert_int_equal(system(cmd), 0);
+    return path;
+}
+
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+static unsigned char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *p = malloc((size_t)n + 1);
+    assert_non_null(p);
+    assert_int_equal(fread(p, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return p;
+}
+
+static void spit(const char *path, const unsigned char *p, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(p, 1, len, f), len);
+    fclose(f);
+}
+
+static void test_round_trip(void **state)
+{
+    const char *dir = fresh_dir("roundtrip");
+    snap_map maps[3];
+    fill_map(&maps[0], "default", 40, 1234);
+    fill_map(&maps[1], "empty", 0, 0);
+    fill_map(&maps[2], "robot-2/kitchen", 3, 77);
+    maps[2].params.backend = TSDF_BACKEND_CUDA;
+    maps[2].params.cuda_device = 1;
+
+    char path[4096];
+    assert_int_equal(snap_write(dir, maps, 3, path, sizeof path), TSDF_OK);
+    assert_non_null(strstr(path, "/snap-"));
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal((uint64_t)st.st_size, snap_file_size(maps, 3));
+    assert_int_equal(st.st_mode & 0777, 0640);
+    /* Nothing but the snapshot: the temporary file was renamed away. */
+    assert_int_equal(count_entries(dir), 1);
+
+    snap_map *got = NULL;
+    size_t n = 99;
+    assert_int_equal(snap_read(path, &got, &n), TSDF_OK);
+    assert_int_equal(n, 3);
+    assert_maps_equal(maps, got, 3);
+    snap_maps_free(got, n);
+
+    /* A file of no maps is valid too (a daemon that has none yet). */
+    assert_int_equal(snap_write(dir, NULL, 0, path, sizeof path), TSDF_OK);
+    assert_int_equal(snap_read(path, &got, &n), TSDF_OK);
+    assert_int_equal(n, 0);
+    snap_maps_free(got, n);
+    free_maps(maps, 3);
+}
+
+static void test_write_refuses_bad_input(void **state)
+{
+    const char *dir = fresh_dir("badinput");
+    snap_map maps[2];
+    fill_map(&maps[0], "same", 1, 1);
+    fill_map(&maps[1], "same", 1, 1);
+    char path[4096];
+    assert_int_equal(snap_write(dir, maps, 2, path, sizeof path), TSDF_EINVAL);
+    maps[1].name[0] = '\0';
+    assert_int_equal(snap_write(dir, maps, 2, path, sizeof path), TSDF_EINVAL);
+    memset(maps[1].name, 'x', sizeof maps[1].name); /* not terminated */
+    assert_int_equal(snap_write(dir, maps, 2, path, sizeof path), TSDF_EINVAL);
+    snprintf(maps[1].name, sizeof maps[1].name, "other");
+    int32_t *coords = maps[1].blocks.coords;
+    maps[1].blocks.coords = NULL;
+    assert_int_equal(snap_write(dir, maps, 2, path, sizeof path), TSDF_EINVAL);
+    maps[1].blocks.coords = coords;
+    assert_int_equal(snap_write(dir, maps, SNAP_MAX_MAPS + 1, path, sizeof path), TSDF_EINVAL);
+    assert_int_equal(snap_write(NULL, maps, 2, path, sizeof path), TSDF_EINVAL);
+    char tiny[8];
+    assert_int_equal(snap_write(dir, maps, 2, tiny, sizeof tiny), TSDF_ETOO_LARGE);
+    assert_int_equal(snap_write(dir, maps, 2, path, sizeof path), TSDF_OK);
+
+    /* A "directory" that is a file: the write fails cleanly with EIO. */
+    char file_dir[4200];
+    snprintf(file_dir, sizeof file_dir, "%s/not-a-dir", dir);
+    spit(file_dir, (const unsigned char *)"x", 1);
+    assert_int_equal(snap_write(file_dir, maps, 2, path, sizeof path), TSDF_EIO);
+    free_maps(maps, 2);
+}
+
+static void test_list_prune_and_order(void **state)
+{
+    const char *dir = fresh_dir("prune");
+    snap_map m;
+    char paths[5][4096];
+    for (int i = 0; i < 5; i++) {
+        fill_map(&m, "default", 1, (uint64_t)i + 1);
+        assert_int_equal(snap_write(dir, &m, 1, paths[i], sizeof paths[i]), TSDF_OK);
+        free_maps(&m, 1);
+    }
+    char names[8][SNAP_FILE_NAME_LEN];
+    size_t count = 0;
+    assert_int_equal(snap_list(dir, names, 8, &count), TSDF_OK);
+    assert_int_equal(count, 5);
+    /* Newest first, and "newest" is the order they were written in. */
+    for (int i = 0; i < 5; i++)
+        assert_non_null(strstr(paths[4 - i], names[i]));
+
+    /* A crash mid-write leaves a temporary file; prune removes it. */
+    char stale[4200];
+    snprintf(stale, sizeof stale, "%s/.snap-abcdef.tmp", dir);
+    spit(stale, (const unsigned char *)"partial", 7);
+    /* Files that are not snapshots are left alone. */
+    char other[4200];
+    snprintf(other, sizeof other, "%s/notes.txt", dir);
+    spit(other, (const unsigned char *)"keep me", 7);
+
+    assert_int_equal(snap_prune(dir, 2), 3 + 1);
+    assert_int_equal(access(stale, F_OK), -1);
+    assert_int_equal(access(other, F_OK), 0);
+    assert_int_equal(snap_list(dir, names, 8, &count), TSDF_OK);
+    assert_int_equal(count, 2);
+    assert_non_null(strstr(paths[4], names[0]));
+    assert_non_null(strstr(paths[3], names[1]));
+    assert_int_equal(snap_prune(dir, 2), 0);
+    assert_int_equal(snap_prune(dir, 0), 0); /* keep 0: keep all */
+    assert_int_equal(snap_list(dir, names, 8, &count), TSDF_OK);
+    assert_int_equal(count, 2);
+
+    /* snap_save prunes after it writes. */
+    fill_map(&m, "default", 2, 9);
+    char p[4096];
+    assert_int_equal(snap_save(dir, &m, 1, 1, p, sizeof p), TSDF_OK);
+    free_maps(&m, 1);
+    assert_int_equal(snap_list(dir, names, 8, &count), TSDF_OK);
+    assert_int_equal(count, 1);
+    assert_non_null(strstr(p, names[0]));
+
+    assert_int_equal(snap_list(fresh_dir("missing"), names, 8, &count), TSDF_ENOT_FOUND);
+}
+
+/* Every refusal must be one of the documented codes and return nothing. */
+static void assert_refused(const char *path, const char *what, size_t at)
+{
+    snap_map *got = (snap_map *)(uintptr_t)1;
+    size_t n = 12345;
+    int r = snap_read(path, &got, &n);
+    if (!(r == TSDF_EFORMAT || r == TSDF_ECHECKSUM || r == TSDF_EVERSION))
+        fail_msg("%s at %zu: snap_read returned %d (%s)", what, at, r, tsdf_strerror(r));
+    assert_null(got);
+    assert_int_equal(n, 0);
+}
+
+static void test_every_truncation_is_refused(void **state)
+{
+    const char *dir = fresh_dir("trunc");
+    snap_map maps[2];
+    fill_map(&maps[0], "a", 2, 5);
+    fill_map(&maps[1], "b", 1, 6);
+    char path[4096], bad[4200];
+    assert_int_equal(snap_write(dir, maps, 2, path, sizeof path), TSDF_OK);
+    size_t len;
+    unsigned char *bytes = slurp(path, &len);
+    snprintf(bad, sizeof bad, "%s/bad.bin", dir);
+    /* Every proper prefix of the file, from empty to one byte short. */
+    tsdf_log_set_level(TSDF_LOG_ERROR); /* thousands of refusals: keep the log short */
+    for (size_t cut = 0; cut < len; cut++) {
+        spit(bad, bytes, cut);
+        assert_refused(bad, "truncated", cut);
+    }
+    /* And a file with extra bytes appended. */
+    unsigned char *longer = malloc(len + 16);
+    memcpy(longer, bytes, len);
+    memset(longer + len, 0, 16);
+    spit(bad, longer, len + 16);
+    assert_refused(bad, "extended", len);
+    /* The intact copy still reads. */
+    spit(bad, bytes, len);
+    snap_map *got;
+    size_t n;
+    assert_int_equal(snap_read(bad, &got, &n), TSDF_OK);
+    assert_maps_equal(maps, got, 2);
+    snap_maps_free(got, n);
+    tsdf_log_set_level(TSDF_LOG_INFO);
+    free(longer);
+    free(bytes);
+    free_maps(maps, 2);
+}
+
+static void test_every_header_bit_and_random_bits_flipped(void **state)
+{
+    const char *dir = fresh_dir("flip");
+    snap_map maps[2];
+    fill_map(&maps[0], "a", 3, 5);
+    fill_map(&maps[1], "b", 2, 6);
+    char path[4096], bad[4200];
+    assert_int_equal(snap_write(dir, maps, 2, path, sizeof path), TSDF_OK);
+    size_t len;
+    unsigned char *bytes = slurp(path, &len);
+    snprintf(bad, sizeof bad, "%s/bad.bin", dir);
+    tsdf_log_set_level(TSDF_LOG_ERROR);
+    /* Every bit of the header (32 + 2 * 136 + 4 bytes) and of the trailer. */
+    size_t header = 32 + 2 * 136 + 4;
+    for (size_t bit = 0; bit < 8 * header; bit++) {
+        bytes[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+        spit(bad, bytes, len);
+        assert_refused(bad, "header bit flip", bit);
+        bytes[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+    }
+    for (size_t bit = 8 * (len - 20); bit < 8 * len; bit++) {
+        bytes[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+        spit(bad, bytes, len);
+        assert_refused(bad, "trailer bit flip", bit);
+        bytes[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+    }
+    /* 3000 random single-bit flips anywhere (payload mostly). */
+    for (int k = 0; k < 3000; k++) {
+        size_t bit = (size_t)(rng() % (8 * len));
+        bytes[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+        spit(bad, bytes, len);
+        assert_refused(bad, "random bit flip", bit);
+        bytes[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+    }
+    tsdf_log_set_level(TSDF_LOG_INFO);
+    free(bytes);
+    free_maps(maps, 2);
+}
+
+static void test_distinct_codes(void **state)
+{
+    const char *dir = fresh_dir("codes");
+    snap_map m;
+    fill_map(&m, "a", 1, 1);
+    char path[4096], bad[4200];
+    assert_int_equal(snap_write(dir, &m, 1, path, sizeof path), TSDF_OK);
+    size_t len;
+    unsigned char *bytes = slurp(path, &len);
+    snprintf(bad, sizeof bad, "%s/bad.bin", dir);
+    snap_map *got;
+    size_t n;
+
+    bytes[8] = 2; /* format version 2 */
+    spit(bad, bytes, len);
+    assert_int_equal(snap_read(bad, &got, &n), TSDF_EVERSION);
+    bytes[8] = 1;
+
+    bytes[0] = 'X'; /* magic */
+    spit(bad, bytes, len);
+    assert_int_equal(snap_read(bad, &got, &n), TSDF_EFORMAT);
+    bytes[0] = 'T';
+
+    bytes[len / 2] ^= 0x10; /* payload */
+    spit(bad, bytes, len);
+    assert_int_equal(snap_read(bad, &got, &n), TSDF_ECHECKSUM);
+    bytes[len / 2] ^= 0x10;
+
+    spit(bad, bytes, len - 1);
+    assert_int_equal(snap_read(bad, &got, &n), TSDF_EFORMAT);
+
+    char missing[4200];
+    snprintf(missing, sizeof missing, "%s/none.tsdfsnap", dir);
+    assert_int_equal(snap_read(missing, &got, &n), TSDF_ENOT_FOUND);
+    assert_int_equal(snap_read(dir, &got, &n), TSDF_EIO); /* a directory */
+    assert_int_equal(snap_read(NULL, &got, &n), TSDF_EINVAL);
+    free(bytes);
+    free_maps(&m, 1);
+}
+
+static void test_find_latest_valid_skips_corrupt(void **state)
+{
+    const char *dir = fresh_dir("latest");
+    snap_map older, newer;
+    fill_map(&older, "default", 4, 10);
+    fill_map(&newer, "default", 5, 20);
+    char p_old[4096], p_new[4096], found[4096];
+    assert_int_equal(snap_write(dir, &older, 1, p_old, sizeof p_old), TSDF_OK);
+    assert_int_equal(snap_write(dir, &newer, 1, p_new, sizeof p_new), TSDF_OK);
+
+    snap_map *got;
+    size_t n;
+    assert_int_equal(snap_find_latest_valid(dir, found, sizeof found, &got, &n), TSDF_OK);
+    assert_string_equal(found, p_new);
+    assert_int_equal(n, 1);
+    assert_maps_equal(&newer, got, 1);
+    snap_maps_free(got, n);
+
+    /* Corrupt the newest: the older one is used. */
+    size_t len;
+    unsigned char *bytes = slurp(p_new, &len);
+    bytes[len - 100] ^= 1;
+    spit(p_new, bytes, len);
+    free(bytes);
+    assert_int_equal(snap_find_latest_valid(dir, found, sizeof found, &got, &n), TSDF_OK);
+    assert_string_equal(found, p_old);
+    assert_maps_equal(&older, got, 1);
+    snap_maps_free(got, n);
+
+    /* Truncate the older one too: none left. */
+    assert_int_equal(truncate(p_old, 100), 0);
+    got = (snap_map *)(uintptr_t)1;
+    assert_int_equal(snap_find_latest_valid(dir, found, sizeof found, &got, &n), TSDF_ENOT_FOUND);
+    assert_null(got);
+    assert_int_equal(n, 0);
+    assert_int_equal(snap_find_latest_valid(fresh_dir("nodir"), NULL, 0, &got, &n),
+                     TSDF_ENOT_FOUND);
+    free_maps(&older, 1);
+    free_maps(&newer, 1);
+}
+
+/* The real use: export a fused volume, save, load, import into a new
+ * volume, and get the very same blocks back. */
+static void test_engine_round_trip(void **state)
+{
+    tsdf_volume_params p;
+    tsdf_volume_params_default(&p);
+    p.backend = TSDF_BACKEND_CPU;
+    p.voxel_size_m = 0.02f;
+    tsdf_volume *v = NULL;
+    assert_int_equal(tsdf_volume_create(&p, &v), TSDF_OK);
+
+    tsdf_scene scene;
+    tsdf_scene_init(&scene);
+    const float c[3] = {0, 0, 0};
+    assert_int_equal(tsdf_scene_add_sphere(&scene, c, 0.3f, NULL), TSDF_OK);
+    enum { W = 80, H = 60 };
+    tsdf_intrinsics K = {.fx = 70, .fy = 70, .cx = 40, .cy = 30};
+    float *depth = calloc(W * H, sizeof *depth);
+    assert_non_null(depth);
+    const float eye[3] = {0, -1.2f, 0.2f};
+    tsdf_frame f;
+    memset(&f, 0, sizeof f);
+    assert_int_equal(tsdf_synth_look_at(eye, c, NULL, f.T_world_cam), TSDF_OK);
+    assert_int_equal(tsdf_scene_render(&scene, W, H, &K, f.T_world_cam, depth, NULL), TSDF_OK);
+    f.width = W;
+    f.height = H;
+    f.K = K;
+    f.depth_format = TSDF_DEPTH_F32;
+    f.depth = depth;
+    f.min_depth_m = 0.1f;
+    f.max_depth_m = 5.0f;
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+
+    snap_map m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.name, sizeof m.name, "default");
+    m.params = *tsdf_volume_get_params(v);
+    tsdf_block_set_init(&m.blocks);
+    assert_int_equal(tsdf_volume_export_blocks(v, &m.blocks), TSDF_OK);
+    assert_true(m.blocks.count > 10);
+    tsdf_volume_stats st;
+    assert_int_equal(tsdf_volume_get_stats(v, &st), TSDF_OK);
+    m.version = st.version;
+
+    const char *dir = fresh_dir("engine");
+    char path[4096];
+    assert_int_equal(snap_write(dir, &m, 1, path, sizeof path), TSDF_OK);
+    snap_map *got;
+    size_t n;
+    assert_int_equal(snap_read(path, &got, &n), TSDF_OK);
+    assert_int_equal(n, 1);
+    assert_maps_equal(&m, got, 1);
+
+    tsdf_volume *w = NULL;
+    assert_int_equal(tsdf_volume_create(&got[0].params, &w), TSDF_OK);
+    assert_int_equal(tsdf_volume_import_blocks(w, &got[0].blocks), TSDF_OK);
+    tsdf_block_set again;
+    tsdf_block_set_init(&again);
+    assert_int_equal(tsdf_volume_export_blocks(w, &again), TSDF_OK);
+    assert_int_equal(again.count, m.blocks.count);
+    assert_memory_equal(again.coords, m.blocks.coords, 3 * again.count * sizeof(int32_t));
+    assert_memory_equal(again.voxels, m.blocks.voxels,
+                        again.count * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+
+    tsdf_block_set_fini(&again);
+    snap_maps_free(got, n);
+    tsdf_block_set_fini(&m.blocks);
+    tsdf_volume_destroy(w);
+    tsdf_volume_destroy(v);
+    free(depth);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_write_refuses_bad_input),
+        cmocka_unit_test(test_list_prune_and_order),
+        cmocka_unit_test(test_every_truncation_is_refused),
+        cmocka_unit_test(test_every_header_bit_and_random_bits_flipped),
+        cmocka_unit_test(test_distinct_codes),
+        cmocka_unit_test(test_find_latest_valid_skips_corrupt),
+        cmocka_unit_test(test_engine_round_trip),
+    };
+    int r = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tsdf_test_tmpdir());
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tsdf_test_tmpdir());
+    return r;
+}

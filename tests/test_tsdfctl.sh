@@ -1,0 +1,113 @@
+#!/bin/sh
+# tsdfctl against a real tsdfd started from the build tree on private ipc://
+# addresses: every subcommand once, its output and exit status checked.
+#
+#   test_tsdfctl.sh TSDFD TSDFCTL
+set -u
+
+TSDFD=${1:?tsdfd binary}
+CTL=${2:?tsdfctl binary}
+
+fail() {
+    echo "FAIL: $*"
+    [ -f "$WORK/tsdfd.log" ] && tail -n 30 "$WORK/tsdfd.log"
+    exit 1
+}
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tsdf-ctltest.XXXXXX")
+DAEMON_PID=""
+cleanup() {
+    if [ -n "$DAEMON_PID" ]; then
+        kill "$DAEMON_PID" 2>/dev/null
+        wait "$DAEMON_PID" 2>/dev/null
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+REQ="ipc://$WORK/tsdfd.sock"
+PUSH="ipc://$WORK/frames.sock"
+C="$CTL --url $REQ --push-url $PUSH --timeout-ms 30000"
+
+# Before the daemon runs: a clear failure, exit status 1; usage errors are 2.
+$C ping >"$WORK/out" 2>&1
+[ $? -eq 1 ] || fail "ping without a daemon should exit 1"
+grep -q "CONNREFUSED" "$WORK/out" || fail "ping without a daemon: $(cat "$WORK/out")"
+$C mesh >/dev/null 2>&1
+[ $? -eq 2 ] || fail "mesh without OUT.ply should exit 2"
+$C frobnicate >/dev/null 2>&1
+[ $? -eq 2 ] || fail "an unknown command should exit 2"
+for cmd in replay mesh raycast stats save load reset maps ping; do
+    $C $cmd --help | grep -q "tsdfctl $cmd" || fail "$cmd --help"
+done
+
+mkdir -p "$WORK/state"
+: >"$WORK/tsdfd.conf"
+"$TSDFD" --config "$WORK/tsdfd.conf" --foreground --backend cpu --listen "$REQ" \
+    --frames-listen "$PUSH" --state-dir "$WORK/state" >"$WORK/tsdfd.log" 2>&1 &
+DAEMON_PID=$!
+i=0
+while [ ! -S "$WORK/tsdfd.sock" ] || [ ! -S "$WORK/frames.sock" ]; do
+    kill -0 "$DAEMON_PID" 2>/dev/null || { DAEMON_PID=""; fail "tsdfd exited at start"; }
+    i=$((i + 1))
+    [ $i -le 200 ] || fail "tsdfd did not listen within 20 s"
+    sleep 0.1
+done
+
+$C ping | grep -q "tsdfd" || fail "ping"
+
+# Acknowledged replay of a synthetic sphere at a small size.
+$C replay --synthetic sphere --ack --map s --size 160 120 >"$WORK/out" 2>&1 ||
+    fail "replay --ack: $(cat "$WORK/out")"
+grep -q "frames sent 48, acked 48, failed 0" "$WORK/out" || fail "replay summary: $(cat "$WORK/out")"
+
+# Fire-and-forget replay into another map; then wait for the integration.
+$C replay --synthetic box --map b --size 160 120 --rate 200 >"$WORK/out" 2>&1 ||
+    fail "replay: $(cat "$WORK/out")"
+grep -q "frames sent 48" "$WORK/out" || fail "replay summary: $(cat "$WORK/out")"
+i=0
+until $C stats --map b --json | grep -q '"frames_integrated": 48'; do
+    i=$((i + 1))
+    [ $i -le 100 ] || fail "the pushed frames were not integrated: $($C stats --map b)"
+    sleep 0.1
+done
+
+$C maps >"$WORK/maps" || fail "maps"
+grep -qx s "$WORK/maps" && grep -qx b "$WORK/maps" || fail "maps: $(cat "$WORK/maps")"
+
+$C stats --map s >"$WORK/stats" || fail "stats"
+grep -q "frames_integrated *48" "$WORK/stats" || fail "stats table: $(cat "$WORK/stats")"
+$C stats --map s --json | grep -q '"engine": {"backend": "cpu"' || fail "stats --json"
+
+# The mesh of the sphere: a closed surface has T = 2V - 4.
+$C mesh "$WORK/s.ply" --map s >"$WORK/out" || fail "mesh: $(cat "$WORK/out")"
+V=$(sed -n 's/.*: \([0-9]*\) vertices.*/\1/p' "$WORK/out")
+T=$(sed -n 's/.* \([0-9]*\) triangles.*/\1/p' "$WORK/out")
+[ -n "$V" ] && [ "$V" -gt 1000 ] || fail "mesh too small: $(cat "$WORK/out")"
+head -c 3 "$WORK/s.ply" | grep -q ply || fail "not a PLY file"
+VER=$(sed -n 's/.*map version \([0-9]*\).*/\1/p' "$WORK/out")
+$C mesh "$WORK/s2.ply" --map s --since "$VER" | grep -q ": 0 vertices" || fail "mesh --since"
+$C mesh "$WORK/s3.ply" --map s --box 0 0 0 1 1 1 >"$WORK/out" || fail "mesh --box"
+V3=$(sed -n 's/.*: \([0-9]*\) vertices.*/\1/p' "$WORK/out")
+[ "$V3" -gt 0 ] && [ "$V3" -lt "$V" ] || fail "mesh --box should give part of the sphere ($V3 of $V)"
+echo "mesh: $V vertices, $T triangles; box: $V3"
+
+# Raycast from 1 m on -y towards the sphere at the origin.
+printf '1 0 0 0\n0 0 1 -1\n0 -1 0 0\n0 0 0 1\n' >"$WORK/pose.txt"
+$C raycast --pose "$WORK/pose.txt" --map s --width 160 --height 120 "$WORK/r.png" \
+    >"$WORK/out" || fail "raycast: $(cat "$WORK/out")"
+head -c 4 "$WORK/r.png" | grep -q PNG || fail "raycast wrote no PNG"
+grep -q "surface in" "$WORK/out" || fail "raycast output"
+printf '2 0 0 0\n0 2 0 0\n0 0 2 0\n0 0 0 1\n' >"$WORK/bad.txt"
+$C raycast --pose "$WORK/bad.txt" "$WORK/x.png" >/dev/null 2>&1
+[ $? -eq 1 ] || fail "a non-rigid pose file should fail"
+
+# Snapshots: save, reset, load.
+$C save --map s >"$WORK/out" || fail "save: $(cat "$WORK/out")"
+$C reset --map s >/dev/null || fail "reset"
+$C stats --map s | grep -q "blocks_allocated *0$" || fail "reset left blocks"
+$C load --map s >"$WORK/out" || fail "load: $(cat "$WORK/out")"
+$C stats --map s | grep -q "blocks_allocated *0$" && fail "load restored nothing"
+$C reset --map nosuchmap >"$WORK/out" 2>&1
+[ $? -eq 1 ] && grep -q NOT_FOUND "$WORK/out" || fail "reset of a missing map: $(cat "$WORK/out")"
+echo "OK"

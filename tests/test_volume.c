@@ -1,0 +1,900 @@
+/*
+ * test_volume.c - the volume API on the CPU reference backend: fusion
+ * accuracy, weights, argument checks, the memory cap, reset, export/import,
+ * and the shared per-voxel maths of gpu/tsdf_math.h (block walk, projection).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "tsdf_math.h"
+#include "tsdf_volume.h"
+
+/* A small camera: 160 x 120, 60 degrees-ish field of view. */
+#define W 160
+#define H 120
+static const tsdf_intrinsics K_TEST = {150.0f, 150.0f, 79.5f, 59.5f};
+
+static void pose_translation(float T[16], float tx, float ty, float tz)
+{
+    memset(T, 0, 16 * sizeof(float));
+    T[0] = T[5] = T[10] = T[15] = 1.0f;
+    T[3] = tx;
+    T[7] = ty;
+    T[11] = tz;
+}
+
+/* A fronto-parallel wall: the camera looks along world +z (identity
+ * rotation) at the plane z = plane_z_m, so every pixel measures the same
+ * depth plane_z_m - tz. */
+static void plane_frame(tsdf_frame *f, float *depth, float plane_z_m, float tx, float ty, float tz)
+{
+    for (int i = 0; i < W * H; i++)
+        depth[i] = plane_z_m - tz;
+    memset(f, 0, sizeof(*f));
+    f->width = W;
+    f->height = H;
+    f->K = K_TEST;
+    pose_translation(f->T_world_cam, tx, ty, tz);
+    f->depth_format = TSDF_DEPTH_F32;
+    f->depth = depth;
+    f->depth_scale = 1.0f;
+    f->min_depth_m = 0.1f;
+    f->max_depth_m = 5.0f;
+    f->rgb = NULL;
+}
+
+static tsdf_volume *make_volume(float voxel_m, float max_weight, uint64_t cap_bytes,
+                                uint32_t capacity)
+{
+    tsdf_volume_params p;
+    tsdf_volume *v = NULL;
+    tsdf_volume_params_default(&p);
+    p.backend = TSDF_BACKEND_CPU;
+    p.voxel_size_m = voxel_m;
+    p.max_weight = max_weight;
+    p.memory_cap_bytes = cap_bytes;
+    p.initial_capacity_blocks = capacity;
+    assert_int_equal(tsdf_volume_create(&p, &v), TSDF_OK);
+    assert_non_null(v);
+    assert_int_equal(tsdf_volume_backend(v), TSDF_BACKEND_CPU);
+    return v;
+}
+
+static tsdf_volume_stats get_stats(tsdf_volume *v)
+{
+    tsdf_volume_stats st;
+    assert_int_equal(tsdf_volume_get_stats(v, &st), TSDF_OK);
+    return st;
+}
+
+/* Two block sets hold the same blocks with bit-identical voxels. */
+static void assert_sets_equal(const tsdf_block_set *a, const tsdf_block_set *b)
+{
+    assert_int_equal(a->count, b->count);
+    if (a->count == 0)
+        return;
+    assert_memory_equal(a->coords, b->coords, 3 * a->count * sizeof(int32_t));
+    assert_memory_equal(a->voxels, b->voxels, a->count * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+}
+
+/* ---- names and parameters ------------------------------------------------ */
+
+static void test_backend_names_and_params(void **state)
+{
+    tsdf_backend b;
+    tsdf_volume_params p;
+    tsdf_volume *v = NULL;
+    (void)state;
+    assert_string_equal(tsdf_backend_name(TSDF_BACKEND_AUTO), "auto");
+    assert_string_equal(tsdf_backend_name(TSDF_BACKEND_CPU), "cpu");
+    assert_string_equal(tsdf_backend_name(TSDF_BACKEND_CUDA), "cuda");
+    assert_string_equal(tsdf_backend_name((tsdf_backend)7), "unknown");
+    assert_int_equal(tsdf_backend_parse("cpu", &b), TSDF_OK);
+    assert_int_equal(b, TSDF_BACKEND_CPU);
+    assert_int_equal(tsdf_backend_parse("cuda", &b), TSDF_OK);
+    assert_int_equal(b, TSDF_BACKEND_CUDA);
+    assert_int_equal(tsdf_backend_parse("auto", &b), TSDF_OK);
+    assert_int_equal(b, TSDF_BACKEND_AUTO);
+    assert_int_equal(tsdf_backend_parse("gpu", &b), TSDF_EINVAL);
+
+    tsdf_volume_params_default(&p);
+    assert_true(p.voxel_size_m == 0.01f && p.trunc_vox == 4.0f && p.max_weight == 64.0f);
+    assert_int_equal(p.initial_capacity_blocks, 65536);
+    assert_true(p.max_load_factor == 0.5f);
+    assert_int_equal(tsdf_volume_params_check(&p), TSDF_OK);
+
+    /* Each bad parameter is refused by check and by create. */
+    {
+        tsdf_volume_params bad[7];
+        for (int i = 0; i < 7; i++)
+            bad[i] = p;
+        bad[0].voxel_size_m = 0.0f;
+        bad[1].voxel_size_m = NAN;
+        bad[2].trunc_vox = -1.0f;
+        bad[3].max_weight = INFINITY;
+        bad[4].max_load_factor = 0.99f;
+        bad[5].max_load_factor = 0.0f;
+        bad[6].initial_capacity_blocks = 0;
+        for (int i = 0; i < 7; i++) {
+            assert_int_equal(tsdf_volume_params_check(&bad[i]), TSDF_EBAD_PARAMS);
+            assert_int_equal(tsdf_volume_create(&bad[i], &v), TSDF_EBAD_PARAMS);
+            assert_null(v);
+        }
+    }
+    /* A cap smaller than the initial table. */
+    p.backend = TSDF_BACKEND_CPU;
+    p.memory_cap_bytes = 1000;
+    assert_int_equal(tsdf_volume_create(&p, &v), TSDF_ECAPACITY);
+    assert_null(v);
+#ifndef TSDF_HAVE_CUDA
+    p.memory_cap_bytes = 0;
+    p.backend = TSDF_BACKEND_CUDA;
+    assert_int_equal(tsdf_volume_create(&p, &v), TSDF_ENOT_BUILT);
+    assert_int_equal(tsdf_cuda_available(), 0);
+    /* AUTO without CUDA is the CPU backend. */
+    p.backend = TSDF_BACKEND_AUTO;
+    assert_int_equal(tsdf_volume_create(&p, &v), TSDF_OK);
+    assert_int_equal(tsdf_volume_backend(v), TSDF_BACKEND_CPU);
+    tsdf_volume_destroy(v);
+#else
+    if (!tsdf_cuda_available()) {
+        /* Built with CUDA on a machine without a usable GPU. */
+        p.memory_cap_bytes = 0;
+        p.backend = TSDF_BACKEND_CUDA;
+        assert_int_equal(tsdf_volume_create(&p, &v), TSDF_ENO_GPU);
+        assert_null(v);
+        p.backend = TSDF_BACKEND_AUTO;
+        assert_int_equal(tsdf_volume_create(&p, &v), TSDF_OK);
+        assert_int_equal(tsdf_volume_backend(v), TSDF_BACKEND_CPU);
+        tsdf_volume_destroy(v);
+    }
+#endif
+    tsdf_volume_destroy(NULL);
+}
+
+/* ---- shared maths ----------------------------------------------------------- */
+
+/* The block walk of a segment visits a connected chain of blocks (each step
+ * one face neighbour) from a's block to b's block, and contains every block
+ * that dense sampling of the segment touches. */
+static void test_block_dda_exact(void **state)
+{
+    uint64_t s = 12345;
+    (void)state;
+    for (int trial = 0; trial < 2000; trial++) {
+        float a[3], b[3];
+        const float inv_bs = 1.0f / 0.08f;
+        int32_t blk[3], prev[3], first[3], n = 0;
+        int32_t chain[512][3];
+        tsdf_block_dda dda;
+        for (int i = 0; i < 3; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            a[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            b[i] = a[i] + (float)((double)(s >> 11) / 9007199254740992.0 * 0.6 - 0.3);
+        }
+        assert_true(tsdf_block_dda_init(&dda, a, b, inv_bs));
+        while (tsdf_block_dda_next(&dda, blk)) {
+            assert_true(n < 512);
+            if (n == 0) {
+                memcpy(first, blk, sizeof(first));
+            } else {
+                int dist = abs(blk[0] - prev[0]) + abs(blk[1] - prev[1]) + abs(blk[2] - prev[2]);
+                assert_int_equal(dist, 1);
+            }
+            memcpy(chain[n++], blk, sizeof(blk));
+            memcpy(prev, blk, sizeof(prev));
+        }
+        {
+            int32_t ea[3], eb[3];
+            assert_true(tsdf_world_to_block(a, inv_bs, ea));
+            assert_true(tsdf_world_to_block(b, inv_bs, eb));
+            assert_memory_equal(first, ea, sizeof(ea));
+            assert_memory_equal(prev, eb, sizeof(eb));
+        }
+        /* Dense samples, away from block faces by a hair (where rounding
+         * may legitimately pick either side). */
+        for (int k = 0; k <= 1000; k++) {
+            float t = (float)k / 1000.0f, p[3], q[3];
+            int32_t pb[3] = {0, 0, 0}, found = 0;
+            int near_face = 0;
+            for (int i = 0; i < 3; i++) {
+                p[i] = a[i] + (b[i] - a[i]) * t;
+                q[i] = p[i] * inv_bs;
+                near_face |= fabsf(q[i] - floorf(q[i] + 0.5f)) < 1e-4f;
+            }
+            if (near_face)
+                continue;
+            assert_true(tsdf_world_to_block(p, inv_bs, pb));
+            for (int j = 0; j < n && !found; j++)
+                found = chain[j][0] == pb[0] && chain[j][1] == pb[1] && chain[j][2] == pb[2];
+            assert_true(found);
+        }
+    }
+    /* Out of range or not finite: nothing to walk. */
+    {
+        tsdf_block_dda dda;
+        float a[3] = {0, 0, 0}, b[3] = {1e9f, 0, 0}, c[3] = {NAN, 0, 0};
+        assert_false(tsdf_block_dda_init(&dda, a, b, 12.5f));
+        assert_false(tsdf_block_dda_init(&dda, c, a, 12.5f));
+    }
+}
+
+static void test_projection_and_coords(void **state)
+{
+    uint32_t u, v;
+    int32_t vox[3] = {0, 0, 0}, b[3];
+    int local[3];
+    (void)state;
+    /* The principal point projects to pixel (80, 60) (79.5 rounds up). */
+    {
+        float p[3] = {0.0f, 0.0f, 2.0f};
+        assert_true(tsdf_project_nearest(&K_TEST, W, H, p, &u, &v));
+        assert_int_equal(u, 80);
+        assert_int_equal(v, 60);
+    }
+    /* A pixel's own ray projects back onto it. */
+    for (uint32_t py = 0; py < H; py += 7) {
+        for (uint32_t px = 0; px < W; px += 5) {
+            float r[3];
+            tsdf_pixel_ray_cam(&K_TEST, (float)px, (float)py, r);
+            for (int i = 0; i < 3; i++)
+                r[i] *= 1.7f;
+            assert_true(tsdf_project_nearest(&K_TEST, W, H, r, &u, &v));
+            assert_int_equal(u, px);
+            assert_int_equal(v, py);
+        }
+    }
+    {
+        float behind[3] = {0.0f, 0.0f, -1.0f}, outside[3] = {10.0f, 0.0f, 1.0f};
+        assert_false(tsdf_project_nearest(&K_TEST, W, H, behind, &u, &v));
+        assert_false(tsdf_project_nearest(&K_TEST, W, H, outside, &u, &v));
+    }
+    /* Floor for negatives: world -0.001 m is voxel -1, block -1, local 7. */
+    {
+        float p[3] = {-0.001f, 0.085f, 0.0f};
+        assert_true(tsdf_world_to_voxel(p, 100.0f, vox));
+        assert_int_equal(vox[0], -1);
+        assert_int_equal(vox[1], 8);
+        assert_int_equal(vox[2], 0);
+        tsdf_voxel_to_block(vox, b, local);
+        assert_int_equal(b[0], -1);
+        assert_int_equal(local[0], 7);
+        assert_int_equal(b[1], 1);
+        assert_int_equal(local[1], 0);
+    }
+    /* Trilinear interpolation reproduces a linear function and its gradient. */
+    {
+        float c8[8], g[3];
+        for (int c = 0; c < 8; c++)
+            c8[c] = 1.0f + 2.0f * (float)(c & 1) - 3.0f * (float)((c >> 1) & 1) +
+                    0.5f * (float)((c >> 2) & 1);
+        assert_float_equal(tsdf_trilinear(c8, 0.25f, 0.5f, 0.75f), 1.0f + 0.5f - 1.5f + 0.375f,
+                           1e-6f);
+        tsdf_trilinear_grad(c8, 0.3f, 0.6f, 0.1f, g);
+        assert_float_equal(g[0], 2.0f, 1e-6f);
+        assert_float_equal(g[1], -3.0f, 1e-6f);
+        assert_float_equal(g[2], 0.5f, 1e-6f);
+    }
+}
+
+/* ---- fusion accuracy ------------------------------------------------------- */
+
+/* Noise-free frames of a fronto-parallel wall fused from several camera
+ * positions: every observed voxel holds the true signed distance (clamped
+ * to the truncation band) within 0.1 voxel.
+ *
+ * Why a fronto-parallel wall: the projective TSDF stores the depth
+ * difference along the camera's z axis (measured depth - voxel depth), which
+ * equals the Euclidean distance to the surface only where the view direction
+ * is along the surface normal. Seen obliquely, a voxel at distance d from a
+ * surface gets d / cos(angle) instead: the zero crossing stays right (the
+ * mesh and raycast tests check that) but the band's values are stretched.
+ * With the camera axis along the wall's normal and a wall that fills the
+ * image, every pixel measures the same depth and the projective value is
+ * exact across the whole band, so a band-wide comparison is meaningful. */
+static void test_fusion_plane_band_accuracy(void **state)
+{
+    const float s = 0.01f, trunc = 4.0f * s, plane_z = 1.013f;
+    float *depth = malloc(W * H * sizeof(float));
+    tsdf_volume *v = make_volume(s, 64.0f, 0, 1024);
+    tsdf_block_set set;
+    tsdf_frame f;
+    size_t checked = 0, in_band = 0;
+    double max_err = 0.0, sum_err = 0.0;
+    tsdf_volume_stats st;
+    (void)state;
+    assert_non_null(depth);
+    for (int i = 0; i < 10; i++) {
+        plane_frame(&f, depth, plane_z, 0.013f * (float)i, -0.007f * (float)i,
+                    0.02f * (float)(i % 3));
+        assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+    }
+    st = get_stats(v);
+    assert_int_equal(st.frames_integrated, 10);
+    assert_int_equal(st.version, 10);
+    assert_true(st.blocks_allocated > 100);
+    assert_true(st.load_factor <= 0.5);
+    print_message("plane: %llu blocks, %.2f ms alloc + %.2f ms update for the last frame\n",
+                  (unsigned long long)st.blocks_allocated, st.last_alloc_ms, st.last_update_ms);
+
+    tsdf_block_set_init(&set);
+    assert_int_equal(tsdf_volume_export_blocks(v, &set), TSDF_OK);
+    assert_int_equal(set.count, st.blocks_allocated);
+    for (size_t bi = 0; bi < set.count; bi++) {
+        for (int k = 0; k < TSDF_BLOCK_VOXELS; k++) {
+            const tsdf_voxel *vx = &set.voxels[bi * TSDF_BLOCK_VOXELS + k];
+            int x, y, z;
+            float p[3], truth, err;
+            if (vx->weight <= 0.0f)
+                continue;
+            tsdf_voxel_index_unpack(k, &x, &y, &z);
+            tsdf_block_voxel_center(&set.coords[3 * bi], x, y, z, s, p);
+            truth = plane_z - p[2];
+            truth = truth > trunc ? trunc : truth;
+            /* Voxels more than trunc behind the surface are never updated. */
+            assert_true(truth >= -trunc - 1e-5f);
+            err = fabsf(vx->sdf_m - truth);
+            checked++;
+            in_band += fabsf(truth) < trunc;
+            sum_err += err;
+            if (err > max_err)
+                max_err = err;
+            assert_true(vx->weight <= 10.0f);
+        }
+    }
+    print_message("plane: %zu observed voxels (%zu inside the band), mean |err| %.4f vox, "
+                  "max %.4f vox\n",
+                  checked, in_band, sum_err / (double)checked / s, max_err / s);
+    assert_true(in_band > 50000);
+    assert_true(max_err <= 0.1 * s);
+    tsdf_block_set_fini(&set);
+    tsdf_volume_destroy(v);
+    free(depth);
+}
+
+/* uint16 millimetre depth gives the same volume as the same depth in float
+ * metres when the values are exactly representable. */
+static void test_u16_equals_f32(void **state)
+{
+    float *depth = malloc(W * H * sizeof(float));
+    uint16_t *mm = malloc(W * H * sizeof(uint16_t));
+    tsdf_volume *a = make_volume(0.02f, 64.0f, 0, 1024), *b = make_volume(0.02f, 64.0f, 0, 1024);
+    tsdf_block_set sa, sb;
+    tsdf_frame f;
+    (void)state;
+    plane_frame(&f, depth, 1.25f, 0.0f, 0.0f, 0.0f);
+    assert_int_equal(tsdf_volume_integrate(a, &f), TSDF_OK);
+    for (int i = 0; i < W * H; i++)
+        mm[i] = 1250;
+    f.depth_format = TSDF_DEPTH_U16;
+    f.depth = mm;
+    f.depth_scale = 0.001f;
+    assert_int_equal(tsdf_volume_integrate(b, &f), TSDF_OK);
+    tsdf_block_set_init(&sa);
+    tsdf_block_set_init(&sb);
+    assert_int_equal(tsdf_volume_export_blocks(a, &sa), TSDF_OK);
+    assert_int_equal(tsdf_volume_export_blocks(b, &sb), TSDF_OK);
+    assert_true(sa.count > 0);
+    assert_int_equal(sa.count, sb.count);
+    assert_memory_equal(sa.coords, sb.coords, 3 * sa.count * sizeof(int32_t));
+    for (size_t i = 0; i < sa.count * TSDF_BLOCK_VOXELS; i++) {
+        assert_float_equal(sa.voxels[i].sdf_m, sb.voxels[i].sdf_m, 1e-6f);
+        assert_true(sa.voxels[i].weight == sb.voxels[i].weight);
+    }
+    tsdf_block_set_fini(&sa);
+    tsdf_block_set_fini(&sb);
+    tsdf_volume_destroy(a);
+    tsdf_volume_destroy(b);
+    free(depth);
+    free(mm);
+}
+
+/* Weights stop at max_weight; the average keeps moving with a fixed
+ * window; colour is averaged. */
+static void test_weight_clamp_and_color(void **state)
+{
+    float *depth = malloc(W * H * sizeof(float));
+    uint8_t *rgb = malloc(W * H * 3);
+    tsdf_volume *v = make_volume(0.02f, 5.0f, 0, 1024);
+    tsdf_block_set set;
+    tsdf_frame f;
+    size_t at_max = 0;
+    (void)state;
+    for (int i = 0; i < W * H; i++) {
+        rgb[3 * i] = 200;
+        rgb[3 * i + 1] = 100;
+        rgb[3 * i + 2] = 10;
+    }
+    for (int i = 0; i < 8; i++) {
+        plane_frame(&f, depth, 1.0f, 0.0f, 0.0f, 0.0f);
+        f.rgb = rgb;
+        assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+    }
+    assert_true(get_stats(v).has_color);
+    tsdf_block_set_init(&set);
+    assert_int_equal(tsdf_volume_export_blocks(v, &set), TSDF_OK);
+    for (size_t i = 0; i < set.count * TSDF_BLOCK_VOXELS; i++) {
+        const tsdf_voxel *vx = &set.voxels[i];
+        assert_true(vx->weight <= 5.0f);
+        if (vx->weight == 5.0f) {
+            at_max++;
+            assert_int_equal(vx->rgb[0], 200);
+            assert_int_equal(vx->rgb[1], 100);
+            assert_int_equal(vx->rgb[2], 10);
+        }
+    }
+    /* All voxels of the band seen by all 8 frames are at the clamp. */
+    assert_true(at_max > 10000);
+
+    /* Past the clamp, a new observation moves the mean by 1/(w+1). */
+    {
+        float before = 0.0f, after = 0.0f;
+        size_t probe_idx = SIZE_MAX;
+        tsdf_block_set s2;
+        for (size_t i = 0; i < set.count * TSDF_BLOCK_VOXELS && probe_idx == SIZE_MAX; i++)
+            if (set.voxels[i].weight == 5.0f && fabsf(set.voxels[i].sdf_m) < 0.03f)
+                probe_idx = i;
+        assert_true(probe_idx != SIZE_MAX);
+        before = set.voxels[probe_idx].sdf_m;
+        plane_frame(&f, depth, 1.01f, 0.0f, 0.0f, 0.0f);
+        assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+        tsdf_block_set_init(&s2);
+        assert_int_equal(tsdf_volume_export_blocks(v, &s2), TSDF_OK);
+        assert_int_equal(s2.count, set.count);
+        after = s2.voxels[probe_idx].sdf_m;
+        assert_float_equal(after, (before * 5.0f + (before + 0.01f)) / 6.0f, 1e-5f);
+        assert_true(s2.voxels[probe_idx].weight == 5.0f);
+        tsdf_block_set_fini(&s2);
+    }
+    tsdf_block_set_fini(&set);
+    tsdf_volume_destroy(v);
+    free(depth);
+    free(rgb);
+}
+
+/* A raycast of a fused fronto-parallel wall from a fused pose gives the
+ * wall's depth and a normal facing the camera; an empty volume gives no
+ * surface anywhere. */
+static void test_raycast_plane(void **state)
+{
+    const float s = 0.01f, plane_z = 1.013f;
+    float *depth = malloc(W * H * sizeof(float)), *cast = malloc(W * H * sizeof(float));
+    float *normals = malloc(3 * W * H * sizeof(float));
+    uint8_t *rgb_in = malloc(3 * W * H), *rgb_out = malloc(3 * W * H);
+    tsdf_volume *v = make_volume(s, 64.0f, 0, 1024);
+    tsdf_raycast_params rp;
+    tsdf_raycast_output ro = {cast, normals, rgb_out};
+    tsdf_frame f;
+    size_t hits = 0;
+    double max_err = 0.0;
+    (void)state;
+    assert_non_null(depth);
+    assert_non_null(cast);
+    assert_non_null(normals);
+    assert_non_null(rgb_in);
+    assert_non_null(rgb_out);
+    memset(&rp, 0, sizeof(rp));
+    rp.width = W;
+    rp.height = H;
+    rp.K = K_TEST;
+    pose_translation(rp.T_world_cam, 0.0f, 0.0f, 0.0f);
+    rp.min_depth_m = 0.1f;
+    rp.max_depth_m = 4.0f;
+
+    /* Empty volume: nothing. */
+    assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_OK);
+    for (int i = 0; i < W * H; i++) {
+        assert_true(isnan(cast[i]));
+        assert_true(isnan(normals[3 * i]));
+        assert_int_equal(rgb_out[3 * i], 0);
+    }
+
+    for (int i = 0; i < W * H; i++) {
+        rgb_in[3 * i] = 10;
+        rgb_in[3 * i + 1] = 20;
+        rgb_in[3 * i + 2] = 30;
+    }
+    for (int i = 0; i < 5; i++) {
+        plane_frame(&f, depth, plane_z, 0.01f * (float)i, 0.0f, 0.0f);
+        f.rgb = rgb_in;
+        assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+    }
+    assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_OK);
+    for (int i = 0; i < W * H; i++) {
+        double err;
+        if (isnan(cast[i]))
+            continue;
+        hits++;
+        err = fabs((double)cast[i] - (double)plane_z);
+        if (err > max_err)
+            max_err = err;
+        /* The wall's normal points back at the camera: world -z. */
+        assert_float_equal(normals[3 * i + 2], -1.0f, 1e-3f);
+        if (rgb_out[3 * i] != 10) print_message("pix %d %d depth %.6f rgb %d %d %d\n", i % W, i / W, cast[i], rgb_out[3*i], rgb_out[3*i+1], rgb_out[3*i+2]);
+        assert_int_equal(rgb_out[3 * i], 10);
+        assert_int_equal(rgb_out[3 * i + 1], 20);
+        assert_int_equal(rgb_out[3 * i + 2], 30);
+    }
+    print_message("plane raycast: %zu of %d pixels hit, max depth error %.5f voxel\n", hits, W * H,
+                  max_err / s);
+    /* Every pixel but a rim (where a cell reaches past the observed part)
+     * sees the wall, at its exact depth. */
+    assert_true(hits >= (size_t)(0.95 * W * H));
+    assert_true(max_err <= 0.01 * s);
+
+    /* A depth range that stops short of the wall finds nothing. */
+    rp.max_depth_m = 0.9f;
+    assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_OK);
+    for (int i = 0; i < W * H; i++)
+        assert_true(isnan(cast[i]));
+
+    tsdf_volume_destroy(v);
+    free(depth);
+    free(cast);
+    free(normals);
+    free(rgb_in);
+    free(rgb_out);
+}
+
+/* ---- argument checks ----------------------------------------------------- */
+
+static void test_bad_frames_distinct_codes(void **state)
+{
+    float *depth = malloc(W * H * sizeof(float));
+    tsdf_volume *v = make_volume(0.02f, 64.0f, 0, 1024);
+    tsdf_block_set before, after;
+    tsdf_frame good, f;
+    tsdf_volume_stats st0, st1;
+    int codes[12], n = 0;
+    (void)state;
+    plane_frame(&good, depth, 1.0f, 0.0f, 0.0f, 0.0f);
+    assert_int_equal(tsdf_frame_check(&good), TSDF_OK);
+    assert_int_equal(tsdf_volume_integrate(v, &good), TSDF_OK);
+    tsdf_block_set_init(&before);
+    tsdf_block_set_init(&after);
+    assert_int_equal(tsdf_volume_export_blocks(v, &before), TSDF_OK);
+    st0 = get_stats(v);
+
+#define EXPECT_REJECT(mutation, code)                                                              \
+    do {                                                                                           \
+        f = good;                                                                                  \
+        mutation;                                                                                  \
+        assert_int_equal(tsdf_frame_check(&f), code);                                              \
+        assert_int_equal(tsdf_volume_integrate(v, &f), code);                                      \
+        codes[n++] = code;                                                                         \
+    } while (0)
+
+    EXPECT_REJECT(f.K.fx = 0.0f, TSDF_EBAD_INTRINSICS);
+    EXPECT_REJECT(f.K.fy = NAN, TSDF_EBAD_INTRINSICS);
+    EXPECT_REJECT(f.K.cx = INFINITY, TSDF_EBAD_INTRINSICS);
+    /* A scaled rotation is not rigid; nor is a broken last row. */
+    EXPECT_REJECT(f.T_world_cam[0] = 1.5f, TSDF_EBAD_POSE);
+    EXPECT_REJECT(f.T_world_cam[14] = 0.5f, TSDF_EBAD_POSE);
+    EXPECT_REJECT(f.T_world_cam[3] = NAN, TSDF_EBAD_POSE);
+    /* A reflection (det -1) is orthonormal but not a rotation. */
+    EXPECT_REJECT(f.T_world_cam[0] = -1.0f, TSDF_EBAD_POSE);
+    EXPECT_REJECT(f.width = 0, TSDF_EEMPTY_IMAGE);
+    EXPECT_REJECT(f.height = 0, TSDF_EEMPTY_IMAGE);
+    /* Sizes beyond the limits (the size check runs before any buffer is
+     * read, so the small buffer is never overrun). */
+    EXPECT_REJECT(f.width = TSDF_MAX_IMAGE_DIM + 1, TSDF_ETOO_LARGE);
+    EXPECT_REJECT((f.width = 4100, f.height = 4100), TSDF_ETOO_LARGE);
+    EXPECT_REJECT(f.max_depth_m = f.min_depth_m, TSDF_EBAD_DEPTH_RANGE);
+#undef EXPECT_REJECT
+    assert_int_equal(n, 12);
+
+    f = good;
+    f.min_depth_m = -1.0f;
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_EBAD_DEPTH_RANGE);
+    f = good;
+    f.max_depth_m = NAN;
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_EBAD_DEPTH_RANGE);
+    f = good;
+    f.depth_format = TSDF_DEPTH_U16;
+    f.depth_scale = 0.0f;
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_EBAD_DEPTH_RANGE);
+    f = good;
+    f.depth = NULL;
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_EINVAL);
+    f = good;
+    f.depth_format = (tsdf_depth_format)9;
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_EINVAL);
+    assert_int_equal(tsdf_volume_integrate(v, NULL), TSDF_EINVAL);
+
+    /* The five fault classes have five different codes. */
+    {
+        const int classes[] = {TSDF_EBAD_INTRINSICS, TSDF_EBAD_POSE,        TSDF_EEMPTY_IMAGE,
+                               TSDF_ETOO_LARGE,      TSDF_EBAD_DEPTH_RANGE, TSDF_EINVAL};
+        for (size_t i = 0; i < 6; i++)
+            for (size_t j = i + 1; j < 6; j++)
+                assert_int_not_equal(classes[i], classes[j]);
+        for (int i = 0; i < n; i++)
+            assert_true(codes[i] < 0);
+    }
+
+    /* Nothing changed but the count of rejected frames. */
+    st1 = get_stats(v);
+    assert_int_equal(st1.version, st0.version);
+    assert_int_equal(st1.blocks_allocated, st0.blocks_allocated);
+    assert_int_equal(st1.frames_integrated, st0.frames_integrated);
+    assert_int_equal(st1.frames_rejected, st0.frames_rejected + 12 + 6);
+    assert_int_equal(tsdf_volume_export_blocks(v, &after), TSDF_OK);
+    assert_sets_equal(&before, &after);
+
+    /* Raycast checks its parameters the same way. */
+    {
+        float out_depth[W * H];
+        tsdf_raycast_params rp;
+        tsdf_raycast_output ro = {out_depth, NULL, NULL};
+        memset(&rp, 0, sizeof(rp));
+        rp.width = W;
+        rp.height = H;
+        rp.K = K_TEST;
+        memcpy(rp.T_world_cam, good.T_world_cam, sizeof(rp.T_world_cam));
+        rp.min_depth_m = 0.1f;
+        rp.max_depth_m = 3.0f;
+        assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_OK);
+        rp.K.fx = -1.0f;
+        assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_EBAD_INTRINSICS);
+        rp.K = K_TEST;
+        rp.T_world_cam[5] = 2.0f;
+        assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_EBAD_POSE);
+        rp.T_world_cam[5] = 1.0f;
+        rp.width = 0;
+        assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_EEMPTY_IMAGE);
+        rp.width = W;
+        rp.min_depth_m = 0.0f;
+        assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_EBAD_DEPTH_RANGE);
+        rp.min_depth_m = 0.1f;
+        ro.depth_m = NULL;
+        assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_EINVAL);
+    }
+    assert_int_equal(get_stats(v).version, st0.version);
+
+    tsdf_block_set_fini(&before);
+    tsdf_block_set_fini(&after);
+    tsdf_volume_destroy(v);
+    free(depth);
+}
+
+/* ---- memory cap ------------------------------------------------------------ */
+
+static void test_memory_cap(void **state)
+{
+    float *depth = malloc(W * H * sizeof(float));
+    tsdf_volume *free_v = make_volume(0.01f, 64.0f, 0, 1024), *v;
+    tsdf_volume_stats st, st_free;
+    tsdf_block_set before, after;
+    tsdf_frame f;
+    uint64_t block_bytes, cap;
+    (void)state;
+    /* How many blocks the first frame needs, and what that costs. */
+    plane_frame(&f, depth, 1.0f, 0.0f, 0.0f, 0.0f);
+    assert_int_equal(tsdf_volume_integrate(free_v, &f), TSDF_OK);
+    st_free = get_stats(free_v);
+    assert_true(st_free.blocks_allocated > 50);
+
+    /* A cap that holds the initial table and a few blocks: the frame does
+     * not fit, nothing is integrated, the failure is counted. */
+    block_bytes = TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel);
+    cap = 1024 * 12 + 10 * (block_bytes + 16);
+    v = make_volume(0.01f, 64.0f, cap, 1024);
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_ECAPACITY);
+    st = get_stats(v);
+    assert_int_equal(st.blocks_allocated, 0);
+    assert_int_equal(st.version, 0);
+    assert_int_equal(st.frames_integrated, 0);
+    assert_int_equal(st.frames_rejected, 1);
+    assert_int_equal(st.insert_failures, st_free.blocks_allocated);
+    assert_int_equal(st.memory_cap_bytes, cap);
+    assert_true(st.memory_bytes <= cap);
+    tsdf_volume_destroy(v);
+
+    /* A cap that holds the first frame but not a second one further away:
+     * the second is refused and the volume keeps the first, unchanged. */
+    cap = 2048 * 12 + (st_free.blocks_allocated + 20) * (block_bytes + 16);
+    v = make_volume(0.01f, 64.0f, cap, 1024);
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+    st = get_stats(v);
+    assert_true(st.memory_bytes <= cap);
+    tsdf_block_set_init(&before);
+    tsdf_block_set_init(&after);
+    assert_int_equal(tsdf_volume_export_blocks(v, &before), TSDF_OK);
+    plane_frame(&f, depth, 2.0f, 0.5f, 0.0f, 0.0f);
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_ECAPACITY);
+    {
+        tsdf_volume_stats st2 = get_stats(v);
+        assert_int_equal(st2.version, st.version);
+        assert_int_equal(st2.blocks_allocated, st.blocks_allocated);
+        assert_int_equal(st2.frames_rejected, 1);
+        assert_true(st2.insert_failures > 0);
+        assert_true(st2.memory_bytes <= cap);
+    }
+    assert_int_equal(tsdf_volume_export_blocks(v, &after), TSDF_OK);
+    assert_sets_equal(&before, &after);
+    /* The first frame again needs no new block and still integrates. */
+    plane_frame(&f, depth, 1.0f, 0.0f, 0.0f, 0.0f);
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+
+    tsdf_block_set_fini(&before);
+    tsdf_block_set_fini(&after);
+    tsdf_volume_destroy(v);
+    tsdf_volume_destroy(free_v);
+    free(depth);
+}
+
+/* The table grows under load and keeps every block. */
+static void test_growth_keeps_blocks(void **state)
+{
+    float *depth = malloc(W * H * sizeof(float));
+    tsdf_volume *small = make_volume(0.01f, 64.0f, 0, 16),
+                *big = make_volume(0.01f, 64.0f, 0, 1 << 16);
+    tsdf_block_set a, b;
+    tsdf_frame f;
+    tsdf_volume_stats st;
+    (void)state;
+    for (int i = 0; i < 4; i++) {
+        plane_frame(&f, depth, 1.0f + 0.3f * (float)i, 0.1f * (float)i, 0.0f, 0.0f);
+        assert_int_equal(tsdf_volume_integrate(small, &f), TSDF_OK);
+        assert_int_equal(tsdf_volume_integrate(big, &f), TSDF_OK);
+    }
+    st = get_stats(small);
+    assert_true(st.growth_events >= 4);
+    assert_true(st.load_factor <= 0.5);
+    assert_int_equal(get_stats(big).growth_events, 0);
+    assert_true(st.mean_probe < 2.0);
+    tsdf_block_set_init(&a);
+    tsdf_block_set_init(&b);
+    assert_int_equal(tsdf_volume_export_blocks(small, &a), TSDF_OK);
+    assert_int_equal(tsdf_volume_export_blocks(big, &b), TSDF_OK);
+    assert_sets_equal(&a, &b);
+    /* Sorted by packed key, ascending. */
+    for (size_t i = 1; i < a.count; i++)
+        assert_true(tsdf_block_key(a.coords[3 * i - 3], a.coords[3 * i - 2], a.coords[3 * i - 1]) <
+                    tsdf_block_key(a.coords[3 * i], a.coords[3 * i + 1], a.coords[3 * i + 2]));
+    tsdf_block_set_fini(&a);
+    tsdf_block_set_fini(&b);
+    tsdf_volume_destroy(small);
+    tsdf_volume_destroy(big);
+    free(depth);
+}
+
+/* ---- reset, export, import ------------------------------------------------ */
+
+static void test_reset(void **state)
+{
+    float *depth = malloc(W * H * sizeof(float));
+    tsdf_volume *v = make_volume(0.01f, 64.0f, 0, 64);
+    tsdf_volume_stats st;
+    tsdf_frame f;
+    (void)state;
+    plane_frame(&f, depth, 1.0f, 0.0f, 0.0f, 0.0f);
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+    st = get_stats(v);
+    assert_true(st.blocks_allocated > 0);
+    assert_true(st.capacity_slots > 64);
+    assert_int_equal(tsdf_volume_reset(v), TSDF_OK);
+    st = get_stats(v);
+    assert_int_equal(st.blocks_allocated, 0);
+    assert_int_equal(st.capacity_slots, 64);
+    assert_int_equal(st.version, 2);
+    assert_int_equal(st.frames_integrated, 1);
+    assert_true(st.growth_events > 0);
+    /* An empty volume renders nothing and meshes nothing. */
+    {
+        tsdf_mesh m;
+        tsdf_mesh_init(&m);
+        assert_int_equal(tsdf_volume_mesh(v, NULL, &m), TSDF_OK);
+        assert_int_equal(m.vertex_count, 0);
+        assert_int_equal(m.triangle_count, 0);
+        tsdf_mesh_fini(&m);
+    }
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+    assert_true(get_stats(v).blocks_allocated > 0);
+    tsdf_volume_destroy(v);
+    free(depth);
+}
+
+static void test_export_import_roundtrip(void **state)
+{
+    float *depth = malloc(W * H * sizeof(float));
+    tsdf_volume *a = make_volume(0.01f, 64.0f, 0, 1024), *b = make_volume(0.01f, 64.0f, 0, 16);
+    tsdf_block_set sa, sb, bad;
+    tsdf_frame f;
+    (void)state;
+    for (int i = 0; i < 3; i++) {
+        plane_frame(&f, depth, 1.0f, 0.02f * (float)i, 0.0f, 0.0f);
+        assert_int_equal(tsdf_volume_integrate(a, &f), TSDF_OK);
+    }
+    /* b holds something else first; import replaces it. */
+    plane_frame(&f, depth, 2.0f, 0.0f, 0.0f, 0.0f);
+    assert_int_equal(tsdf_volume_integrate(b, &f), TSDF_OK);
+
+    tsdf_block_set_init(&sa);
+    tsdf_block_set_init(&sb);
+    tsdf_block_set_init(&bad);
+    assert_int_equal(tsdf_volume_export_blocks(a, &sa), TSDF_OK);
+    assert_int_equal(tsdf_volume_import_blocks(b, &sa), TSDF_OK);
+    assert_int_equal(tsdf_volume_export_blocks(b, &sb), TSDF_OK);
+    assert_sets_equal(&sa, &sb);
+    assert_int_equal(get_stats(b).blocks_allocated, sa.count);
+    assert_int_equal(get_stats(b).version, 2);
+
+    /* Invalid sets are refused and leave b as it was. */
+    {
+        tsdf_block_set cur;
+        bad.count = sa.count;
+        bad.coords = malloc(3 * sa.count * sizeof(int32_t));
+        bad.voxels = malloc(sa.count * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+        assert_non_null(bad.coords);
+        assert_non_null(bad.voxels);
+
+#define RESET_BAD()                                                                                \
+    do {                                                                                           \
+        memcpy(bad.coords, sa.coords, 3 * sa.count * sizeof(int32_t));                             \
+        memcpy(bad.voxels, sa.voxels, sa.count *TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));           \
+    } while (0)
+        RESET_BAD();
+        assert_int_equal(tsdf_volume_import_blocks(b, &bad), TSDF_OK);
+        RESET_BAD();
+        memcpy(&bad.coords[3], &bad.coords[0], 3 * sizeof(int32_t)); /* duplicate */
+        assert_int_equal(tsdf_volume_import_blocks(b, &bad), TSDF_EINVAL);
+        RESET_BAD();
+        bad.coords[4] = TSDF_BLOCK_COORD_MAX + 1;
+        assert_int_equal(tsdf_volume_import_blocks(b, &bad), TSDF_EINVAL);
+        RESET_BAD();
+        bad.voxels[77].sdf_m = NAN;
+        assert_int_equal(tsdf_volume_import_blocks(b, &bad), TSDF_EINVAL);
+        RESET_BAD();
+        bad.voxels[78].sdf_m = 1.0f; /* beyond the 4 cm band */
+        assert_int_equal(tsdf_volume_import_blocks(b, &bad), TSDF_EINVAL);
+        RESET_BAD();
+        bad.voxels[79].weight = 65.0f;
+        assert_int_equal(tsdf_volume_import_blocks(b, &bad), TSDF_EINVAL);
+        RESET_BAD();
+        bad.voxels[80].weight = -1.0f;
+        assert_int_equal(tsdf_volume_import_blocks(b, &bad), TSDF_EINVAL);
+#undef RESET_BAD
+        tsdf_block_set_init(&cur);
+        assert_int_equal(tsdf_volume_export_blocks(b, &cur), TSDF_OK);
+        assert_sets_equal(&sa, &cur);
+        tsdf_block_set_fini(&cur);
+    }
+
+    /* An empty set empties the volume. */
+    {
+        tsdf_block_set empty;
+        tsdf_block_set_init(&empty);
+        assert_int_equal(tsdf_volume_import_blocks(b, &empty), TSDF_OK);
+        assert_int_equal(get_stats(b).blocks_allocated, 0);
+    }
+    tsdf_block_set_fini(&sa);
+    tsdf_block_set_fini(&sb);
+    tsdf_block_set_fini(&bad);
+    tsdf_volume_destroy(a);
+    tsdf_volume_destroy(b);
+    free(depth);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backend_names_and_params),
+        cmocka_unit_test(test_block_dda_exact),
+        cmocka_unit_test(test_projection_and_coords),
+        cmocka_unit_test(test_fusion_plane_band_accuracy),
+        cmocka_unit_test(test_u16_equals_f32),
+        cmocka_unit_test(test_weight_clamp_and_color),
+        cmocka_unit_test(test_raycast_plane),
+        cmocka_unit_test(test_bad_frames_distinct_codes),
+        cmocka_unit_test(test_memory_cap),
+        cmocka_unit_test(test_growth_keeps_blocks),
+        cmocka_unit_test(test_reset),
+        cmocka_unit_test(test_export_import_roundtrip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
