@@ -179,6 +179,47 @@ static void progress(uint64_t done, uint64_t total, double elapsed_s, uint64_t f
     fflush(stderr);
 }
 
+/* Frames the map has integrated or rejected so far (0 when it does not
+ * exist yet); -1 when stats cannot be read. */
+static int64_t map_frames_done(tsdf_client *c, const char *map)
+{
+    tsdf_rep_stats *s = malloc(sizeof(*s));
+    if (s == NULL)
+        return -1;
+    int64_t n = -1;
+    if (tsdf_client_stats(c, map, s, TSDF_CLIENT_TIMEOUT_DEFAULT) == TSDF_OK)
+        n = s->has_engine ? (int64_t)(s->engine.frames_integrated + s->engine.frames_rejected) : 0;
+    free(s);
+    return n;
+}
+
+/* Fire-and-forget frames may still sit in the PUSH buffer or the daemon's
+ * queue, and nng drops what is buffered when the socket closes: wait until
+ * the map has taken `sent` more frames than at the start, until it makes no
+ * progress for 2 s, or until the timeout. Returns the frames seen done (the
+ * map's counters, so frames of other senders to the same map count too). */
+static uint64_t wait_for_map(tsdf_client *c, const char *map, int64_t before, uint64_t sent,
+                             int timeout_ms)
+{
+    double start = now_s(), last_progress = start;
+    int64_t done = 0;
+    while (!g_interrupted) {
+        int64_t n = map_frames_done(c, map);
+        if (n < 0)
+            break;
+        if (n - before > done) {
+            done = n - before;
+            last_progress = now_s();
+        }
+        if (done >= (int64_t)sent || now_s() - last_progress > 2.0 ||
+            (now_s() - start) * 1000.0 > timeout_ms)
+            break;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return done > 0 ? (uint64_t)done : 0;
+}
+
 static int cmd_replay(const global_opts *g, int argc, char **argv)
 {
     replay_opts o = {0};
@@ -295,6 +336,7 @@ static int cmd_replay(const global_opts *g, int argc, char **argv)
 
     if (open_client(g, !o.ack, &c) != TSDF_OK)
         goto out;
+    int64_t done_before = o.ack ? 0 : map_frames_done(c, o.map);
 
     signal(SIGINT, on_sigint);
     int tty = isatty(STDERR_FILENO);
@@ -351,15 +393,25 @@ static int cmd_replay(const global_opts *g, int argc, char **argv)
     double secs = now_s() - t0;
     if (tty)
         fputc('\n', stderr);
-    if (o.ack)
+    if (o.ack) {
         printf("frames sent %llu, acked %llu, failed %llu, %.2f s, %.1f fps\n",
                (unsigned long long)sent, (unsigned long long)acked, (unsigned long long)failed,
                secs, secs > 0 ? (double)(acked) / secs : 0.0);
-    else
-        printf("frames sent %llu, acked - (fire-and-forget; see `tsdfctl stats`), failed %llu, "
-               "%.2f s, %.1f fps\n",
-               (unsigned long long)sent, (unsigned long long)failed, secs,
-               secs > 0 ? (double)sent / secs : 0.0);
+    } else {
+        uint64_t taken = 0;
+        if (sent > 0 && done_before >= 0)
+            taken = wait_for_map(c, o.map, done_before, sent, g->timeout_ms);
+        double all_s = now_s() - t0;
+        printf("frames sent %llu, integrated %llu (fire-and-forget, from the map's counters), "
+               "failed %llu, %.2f s, %.1f fps sent, %.1f fps integrated\n",
+               (unsigned long long)sent, (unsigned long long)taken, (unsigned long long)failed,
+               secs, secs > 0 ? (double)sent / secs : 0.0, all_s > 0 ? (double)taken / all_s : 0.0);
+        if (taken < sent)
+            fprintf(stderr,
+                    "tsdfctl: replay: the daemon took %llu of %llu frames so far (dropped by "
+                    "its backpressure policy or still queued; see `tsdfctl stats`)\n",
+                    (unsigned long long)taken, (unsigned long long)sent);
+    }
     if (g_interrupted)
         fprintf(stderr, "tsdfctl: replay: interrupted\n");
     exit_code = failed == 0 && !g_interrupted ? EXIT_SUCCESS : EXIT_FAILURE;

@@ -66,6 +66,8 @@ int dstats_init(dstats *s, size_t max_sensors, size_t latency_window)
         rc = lat_window_init(&s->lat_queue_wait, latency_window);
     for (int t = 0; rc == TSDF_OK && t < DS_MSG_TYPES; t++)
         rc = lat_window_init(&s->lat_request[t], latency_window);
+    for (int t = 0; rc == TSDF_OK && t < DS_STAGE_COUNT; t++)
+        rc = lat_window_init(&s->lat_stage[t], latency_window);
     if (rc != TSDF_OK)
         goto fail_lat;
     s->sensor_capacity = max_sensors + 2;
@@ -78,8 +80,8 @@ int dstats_init(dstats *s, size_t max_sensors, size_t latency_window)
         rc = TSDF_ENOMEM;
         goto fail_lock;
     }
-    snprintf(s->sensors[DS_SENSOR_UNKNOWN].name, DS_SENSOR_NAME_LEN, "(unknown)");
-    snprintf(s->sensors[DS_SENSOR_OTHER].name, DS_SENSOR_NAME_LEN, "(other)");
+    snprintf(s->sensors[DS_SENSOR_UNKNOWN].name, DS_SENSOR_NAME_LEN, "(no sensor)");
+    snprintf(s->sensors[DS_SENSOR_OTHER].name, DS_SENSOR_NAME_LEN, "(other sensors)");
     s->sensor_count = 2;
     return TSDF_OK;
 
@@ -91,6 +93,8 @@ fail_lat:
     lat_window_fini(&s->lat_queue_wait);
     for (int t = 0; t < DS_MSG_TYPES; t++)
         lat_window_fini(&s->lat_request[t]);
+    for (int t = 0; t < DS_STAGE_COUNT; t++)
+        lat_window_fini(&s->lat_stage[t]);
     memset(s, 0, sizeof *s);
     return rc;
 }
@@ -105,13 +109,15 @@ void dstats_fini(dstats *s)
     lat_window_fini(&s->lat_queue_wait);
     for (int t = 0; t < DS_MSG_TYPES; t++)
         lat_window_fini(&s->lat_request[t]);
+    for (int t = 0; t < DS_STAGE_COUNT; t++)
+        lat_window_fini(&s->lat_stage[t]);
     memset(s, 0, sizeof *s);
 }
 
 void dstats_sensor_name(const tsdf_proto_sensor *sensor, char *out, size_t len)
 {
     if (sensor->is_id)
-        snprintf(out, len, "#%" PRIu64, sensor->id);
+        snprintf(out, len, "id %" PRIu64, sensor->id);
     else
         snprintf(out, len, "%s", sensor->name);
 }

@@ -10,10 +10,11 @@
  * (frames still queued or being integrated are "in flight" until then).
  *
  * Sensors: the first max_sensors distinct sensors get their own counters;
- * later ones share the "(other)" bucket (counted in sensors_overflow), and
- * frames whose sensor could not be decoded count under "(unknown)". Both
- * names contain characters a wire sensor name cannot have, so they never
- * collide with a real sensor.
+ * later ones share the "(other sensors)" bucket (counted in
+ * sensors_overflow), and frames whose sensor could not be decoded count
+ * under "(no sensor)". A numeric wire sensor id N is named "id N". Wire
+ * sensor names never contain a space, so none of these names can collide
+ * with a real sensor's.
  *
  * Threads: every function is thread-safe (one mutex; the counters move a
  * few hundred times a second at most, far from contention).
@@ -56,8 +57,8 @@ const char *dstats_outcome_name(ds_outcome o);
 /* The outcome for an engine or codec error code. */
 ds_outcome dstats_outcome_for_error(int err);
 
-#define DS_SENSOR_UNKNOWN 0u /* index of "(unknown)" */
-#define DS_SENSOR_OTHER 1u   /* index of "(other)" */
+#define DS_SENSOR_UNKNOWN 0u /* index of "(no sensor)" */
+#define DS_SENSOR_OTHER 1u   /* index of "(other sensors)" */
 #define DS_SENSOR_NAME_LEN (TSDF_PROTO_MAX_NAME_LEN + 2)
 
 typedef struct {
@@ -65,6 +66,21 @@ typedef struct {
     uint64_t received;
     uint64_t outcome[DS_OUTCOME_COUNT];
 } ds_sensor;
+
+/* Pipeline stages with a latency window each, in the order of the
+ * tsdfd_stage_latency_seconds metric (prom_stage_names). decode: a frame
+ * message into a validated frame (every frame); upload, allocate, update:
+ * the engine's times of an integrated frame (sampled: see worker.c);
+ * raycast, mesh: the engine's times of every such query. */
+typedef enum {
+    DS_STAGE_DECODE = 0,
+    DS_STAGE_UPLOAD,
+    DS_STAGE_ALLOCATE,
+    DS_STAGE_UPDATE,
+    DS_STAGE_RAYCAST,
+    DS_STAGE_MESH,
+    DS_STAGE_COUNT
+} ds_stage;
 
 /* Request counters by message type (index = tsdf_msg_type). */
 #define DS_MSG_TYPES 12
@@ -82,6 +98,7 @@ typedef struct {
     lat_window lat_integrate;             /* tsdf_volume_integrate (+ sync for acks) */
     lat_window lat_queue_wait;            /* frame queued -> worker starts it */
     lat_window lat_request[DS_MSG_TYPES]; /* request received -> reply ready, by type */
+    lat_window lat_stage[DS_STAGE_COUNT]; /* pipeline stages (ds_stage) */
 } dstats;
 
 /* A copy of the totals (sensors are read with dstats_sensor_at). */
@@ -101,11 +118,11 @@ typedef struct {
 int dstats_init(dstats *s, size_t max_sensors, size_t latency_window);
 void dstats_fini(dstats *s);
 
-/* The counter index of a wire sensor (name or numeric id "#<id>"); creates
+/* The counter index of a wire sensor (name, or "id <N>" for a numeric id); creates
  * it on first sight, or returns DS_SENSOR_OTHER once max_sensors are taken. */
 uint32_t dstats_sensor_index(dstats *s, const tsdf_proto_sensor *sensor);
 
-/* Writes the display name of a wire sensor ("robot1" or "#7"). */
+/* Writes the display name of a wire sensor ("robot1" or "id 7"). */
 void dstats_sensor_name(const tsdf_proto_sensor *sensor, char *out, size_t len);
 
 void dstats_frame_received(dstats *s, uint32_t sensor);

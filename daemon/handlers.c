@@ -138,10 +138,12 @@ void handle_frame(daemon_ctx *d, nng_msg *msg)
     }
     memset(&perr, 0, sizeof perr);
     size_t len = nng_msg_len(msg);
+    int64_t t0 = worker_now_ns();
     if (len > d->max_message_bytes)
         rc = TSDF_ETOO_LARGE;
     else
         rc = tsdf_proto_decode_request(nng_msg_body(msg), len, &j->req, &perr);
+    lat_window_add(&d->stats->lat_stage[DS_STAGE_DECODE], (double)(worker_now_ns() - t0) / 1e6);
     if (rc == TSDF_OK && !is_frame_type(j->req.type)) {
         rc = TSDF_EPROTO_TYPE;
         snprintf(perr.message, sizeof perr.message,
@@ -655,6 +657,7 @@ void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out)
         goto done;
     }
     memset(&perr, 0, sizeof perr);
+    memset(req, 0, sizeof *req);
     size_t len = nng_msg_len(msg);
     const void *data = nng_msg_body(msg);
     if (len > d->max_message_bytes) {
@@ -668,6 +671,9 @@ void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out)
         req->id = id;
     } else {
         rc = tsdf_proto_decode_request(data, len, req, &perr);
+        if (req->type == TSDF_MSG_INTEGRATE)
+            lat_window_add(&d->stats->lat_stage[DS_STAGE_DECODE],
+                           (double)(worker_now_ns() - t0) / 1e6);
     }
     if (rc == TSDF_OK && req->type == TSDF_MSG_FRAME) {
         rc = TSDF_EPROTO_TYPE;

@@ -131,76 +131,93 @@ static void on_autosave(uv_timer_t *t)
 
 /* ---- metrics ------------------------------------------------------------ */
 
-/* Renders on the loop thread from thread-safe counters only: it never waits
- * for a map's worker. */
+/* Renders on the loop thread from thread-safe counters and the maps'
+ * cached statistics only: it never waits for a map's worker. The families
+ * are those of docs/OPERATIONS.md ("Metrics"), each one contiguous. */
 static int render_metrics(void *arg, prom_buf *b)
 {
     tsdfd_main *m = arg;
     ds_totals t;
-    char labels[160];
+    char labels[192];
+    char esc[160];
     dmap *all[TSDF_PROTO_MAX_MAPS];
+    const char *names[TSDF_PROTO_MAX_MAPS];
+    static tsdf_volume_stats vstats[TSDF_PROTO_MAX_MAPS]; /* loop thread only */
 
+    prom_tsdfd_process_families(b, "0.1.0", tsdf_backend_name(m->maps.backend),
+                                (double)(worker_now_ns() - m->d.start_ns) / 1e9);
     dstats_get_totals(&m->stats, &t);
-    prom_counter(b, "tsdfd_frames_received_total", "Frames received (stream and integrate).", NULL,
-                 (double)t.received);
-    for (int o = 0; o < DS_OUTCOME_COUNT; o++) {
-        const char *kind = o == DS_INTEGRATED ? NULL : o < DS_FIRST_REJECT ? "dropped" : "rejected";
-        if (kind == NULL) {
-            prom_counter(b, "tsdfd_frames_integrated_total", "Frames integrated.", NULL,
-                         (double)t.outcome[o]);
-            continue;
+
+    /* Per sensor: the "(no sensor)" bucket holds frames whose sensor could
+     * not be read, so the series sum to the daemon's totals. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < t.sensor_count; i++) {
+            ds_sensor sn;
+            if (!dstats_sensor_at(&m->stats, i, &sn) || sn.received == 0)
+                continue;
+            prom_label_escape(esc, sizeof esc, sn.name);
+            snprintf(labels, sizeof labels, "sensor=\"%s\"", esc);
+            if (pass == 0)
+                prom_counter(b, "tsdfd_frames_received_total",
+                             "Frames received (pushed frames and integrate requests).", labels,
+                             (double)sn.received);
+            else
+                prom_counter(b, "tsdfd_frames_integrated_total", "Frames fused into a volume.",
+                             labels, (double)sn.outcome[DS_INTEGRATED]);
         }
+    }
+    for (int o = DS_FIRST_DROP; o < DS_FIRST_REJECT; o++) {
         snprintf(labels, sizeof labels, "reason=\"%s\"", dstats_outcome_name((ds_outcome)o));
-        prom_counter(
-            b, o < DS_FIRST_REJECT ? "tsdfd_frames_dropped_total" : "tsdfd_frames_rejected_total",
-            o < DS_FIRST_REJECT ? "Frames dropped, by reason." : "Frames rejected, by reason.",
-            labels, (double)t.outcome[o]);
+        prom_counter(b, "tsdfd_frames_dropped_total",
+                     "Valid frames not integrated because of backpressure or shutdown.", labels,
+                     (double)t.outcome[o]);
     }
-    for (size_t i = 0; i < t.sensor_count; i++) {
-        ds_sensor s;
-        char esc[128];
-        if (!dstats_sensor_at(&m->stats, i, &s) || s.received == 0)
-            continue;
-        prom_label_escape(esc, sizeof esc, s.name);
-        snprintf(labels, sizeof labels, "sensor=\"%s\"", esc);
-        prom_counter(b, "tsdfd_sensor_frames_received_total", "Frames received per sensor.", labels,
-                     (double)s.received);
+    for (int o = DS_FIRST_REJECT; o < DS_OUTCOME_COUNT; o++) {
+        snprintf(labels, sizeof labels, "reason=\"%s\"", dstats_outcome_name((ds_outcome)o));
+        prom_counter(b, "tsdfd_frames_rejected_total", "Frames refused as invalid or not fitting.",
+                     labels, (double)t.outcome[o]);
     }
-    for (size_t i = 0; i < t.sensor_count; i++) {
-        ds_sensor s;
-        char esc[128];
-        if (!dstats_sensor_at(&m->stats, i, &s) || s.received == 0)
-            continue;
-        prom_label_escape(esc, sizeof esc, s.name);
-        snprintf(labels, sizeof labels, "sensor=\"%s\"", esc);
-        prom_counter(b, "tsdfd_sensor_frames_integrated_total", "Frames integrated per sensor.",
-                     labels, (double)s.outcome[DS_INTEGRATED]);
-    }
+
     size_t n = maps_list(&m->maps, all, TSDF_PROTO_MAX_MAPS);
-    prom_gauge(b, "tsdfd_maps", "Maps in the registry.", NULL, (double)n);
     for (size_t i = 0; i < n; i++) {
         queue_stats q;
         queue_get_stats(&all[i]->queue, &q);
-        snprintf(labels, sizeof labels, "map=\"%s\"", all[i]->name);
-        prom_gauge(b, "tsdfd_queue_depth", "Frames queued per map.", labels, (double)q.depth);
+        prom_label_escape(esc, sizeof esc, all[i]->name);
+        snprintf(labels, sizeof labels, "map=\"%s\"", esc);
+        prom_gauge(b, "tsdfd_queue_depth", "Frames waiting in the map's queue.", labels,
+                   (double)q.depth);
     }
     for (size_t i = 0; i < n; i++) {
-        snprintf(labels, sizeof labels, "map=\"%s\"", all[i]->name);
-        prom_gauge(b, "tsdfd_map_version", "Version of each map's volume.", labels,
-                   (double)atomic_load(&all[i]->version));
+        names[i] = all[i]->name;
+        maps_cached_stats(all[i], &vstats[i]);
     }
+    prom_tsdfd_volume_families(b, names, vstats, n);
+    for (size_t i = 0; i < n; i++) {
+        prom_label_escape(esc, sizeof esc, all[i]->name);
+        snprintf(labels, sizeof labels, "map=\"%s\"", esc);
+        prom_gauge(b, "tsdfd_map_version", "Version of the map's volume (bumps on every change).",
+                   labels, (double)atomic_load(&all[i]->version));
+    }
+
+    lat_window *stages[PROM_STAGE_COUNT];
+    for (int i = 0; i < PROM_STAGE_COUNT; i++)
+        stages[i] = &m->stats.lat_stage[i];
+    prom_tsdfd_stage_latency(b, stages);
     lat_summary ls;
-    lat_window_summary(&m->stats.lat_integrate, &ls);
-    prom_summary(b, "tsdfd_integrate_seconds", "Integration time per frame.", NULL, &ls);
     lat_window_summary(&m->stats.lat_queue_wait, &ls);
-    prom_summary(b, "tsdfd_queue_wait_seconds", "Time frames wait in the queue.", NULL, &ls);
+    prom_summary(b, "tsdfd_queue_wait_seconds", "Time a frame waits in its map's queue.", NULL,
+                 &ls);
     for (int ty = TSDF_MSG_INTEGRATE; ty <= TSDF_MSG_PING; ty++) {
         lat_window_summary(&m->stats.lat_request[ty], &ls);
         snprintf(labels, sizeof labels, "type=\"%s\"", tsdf_msg_type_name((tsdf_msg_type)ty));
-        prom_summary(b, "tsdfd_request_seconds", "Request service time by type.", labels, &ls);
+        prom_summary(b, "tsdfd_request_seconds", "Request service time, by request type.", labels,
+                     &ls);
     }
     return prom_buf_error(b);
 }
+
+/* The stage windows are indexed like the metric's stage names. */
+_Static_assert(DS_STAGE_COUNT == PROM_STAGE_COUNT, "ds_stage must follow prom_stage_names");
 
 /* ---- shutdown ----------------------------------------------------------- */
 

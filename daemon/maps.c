@@ -37,6 +37,13 @@ static int map_create_locked(map_registry *r, const char *name, const tsdf_volum
     rc = tsdf_volume_create(&p, &m->vol);
     if (rc != TSDF_OK)
         goto fail_volume;
+    /* The first statistics are taken here, before the worker owns the
+     * volume, so that the metrics show the map from its creation on. */
+    if (pthread_mutex_init(&m->stats_lock, NULL) != 0) {
+        rc = TSDF_ENOMEM;
+        goto fail_stats;
+    }
+    tsdf_volume_get_stats(m->vol, &m->cached_stats);
     rc = queue_init(&m->queue, cfg->queue_length, query_capacity(cfg),
                     cfg->queue_policy == CFG_POLICY_DROP_OLDEST ? QUEUE_DROP_OLDEST : QUEUE_BLOCK);
     if (rc != TSDF_OK)
@@ -54,6 +61,8 @@ static int map_create_locked(map_registry *r, const char *name, const tsdf_volum
 fail_worker:
     queue_fini(&m->queue);
 fail_queue:
+    pthread_mutex_destroy(&m->stats_lock);
+fail_stats:
     tsdf_volume_destroy(m->vol);
 fail_volume:
     free(m);
@@ -148,6 +157,13 @@ int maps_get(map_registry *r, const char *name, int create, dmap **out)
     return rc;
 }
 
+void maps_cached_stats(dmap *m, tsdf_volume_stats *out)
+{
+    pthread_mutex_lock(&m->stats_lock);
+    *out = m->cached_stats;
+    pthread_mutex_unlock(&m->stats_lock);
+}
+
 size_t maps_list(map_registry *r, dmap **out, size_t max)
 {
     pthread_mutex_lock(&r->lock);
@@ -197,6 +213,7 @@ void maps_fini(map_registry *r)
         dmap *m = r->maps[i];
         tsdf_volume_destroy(m->vol);
         queue_fini(&m->queue);
+        pthread_mutex_destroy(&m->stats_lock);
         free(m);
     }
     pthread_mutex_destroy(&r->lock);

@@ -45,7 +45,18 @@ typedef struct dmap {
     atomic_int abort_drain;            /* set: drop the frames left instead of integrating */
     atomic_uint_least64_t version;     /* the volume's version after the worker's last job */
     atomic_uint_least64_t frames_done; /* frames integrated by this map */
+    /* The volume's statistics as last taken by the worker (after queries,
+     * and after frames at most every MAPS_STATS_PERIOD_MS), for readers
+     * that must not wait for the worker (the /metrics render). */
+    pthread_mutex_t stats_lock;
+    tsdf_volume_stats cached_stats;
+    int64_t stats_at_ns; /* CLOCK_MONOTONIC of cached_stats; worker only */
 } dmap;
+
+#define MAPS_STATS_PERIOD_MS 200
+
+/* Copies m's cached volume statistics; any thread, never waits for the worker. */
+void maps_cached_stats(dmap *m, tsdf_volume_stats *out);
 
 typedef struct map_registry {
     pthread_mutex_t lock;

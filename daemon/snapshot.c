@@ -7,10 +7,12 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,6 +36,8 @@
 #define TMP_PREFIX ".snap-"
 #define TMP_SUFFIX ".tmp"
 #define SEQ_DIGITS 20
+/* Temporary files younger than this are never pruned (see snap_prune). */
+#define SNAP_TMP_GRACE_S 60
 
 /* ---- little-endian encoding ------------------------------------------- */
 
@@ -239,6 +243,28 @@ static uint64_t newest_sequence(const char *dir)
 
 /* ---- writing ---------------------------------------------------------- */
 
+/* The last sequence this process handed out: two saves in the same
+ * microsecond (an autosave and a client's save) still get distinct names. */
+static _Atomic uint64_t last_sequence;
+
+/* A sequence above the clock, every file in dir and every earlier one of
+ * this process. */
+static uint64_t next_sequence(const char *dir)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t seq = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
+    uint64_t newest = newest_sequence(dir);
+    if (seq <= newest)
+        seq = newest + 1;
+    uint64_t last = atomic_load(&last_sequence);
+    for (;;) {
+        uint64_t want = seq > last ? seq : last + 1;
+        if (atomic_compare_exchange_weak(&last_sequence, &last, want))
+            return want;
+    }
+}
+
 static int check_maps(const snap_map *maps, size_t n)
 {
     if (n > SNAP_MAX_MAPS || (n > 0 && !maps))
@@ -359,12 +385,7 @@ int snap_write(const char *dir, const snap_map *maps, size_t n, char *path_out, 
     if ((size_t)snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX "XXXXXX" TMP_SUFFIX, dir) >= sizeof tmp)
         return TSDF_ETOO_LARGE;
 
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    uint64_t seq = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
-    uint64_t newest = newest_sequence(dir);
-    if (seq <= newest)
-        seq = newest + 1;
+    uint64_t seq = next_sequence(dir);
     if ((size_t)snprintf(final, sizeof final, "%s/" FILE_PREFIX "%020" PRIu64 FILE_SUFFIX, dir,
                          seq) >= sizeof final)
         return TSDF_ETOO_LARGE;
@@ -376,9 +397,16 @@ int snap_write(const char *dir, const snap_map *maps, size_t n, char *path_out, 
         TSDF_LOG(TSDF_LOG_ERROR, "snapshot: cannot create a file in %s: %s", dir, strerror(errno));
         return TSDF_EIO;
     }
+    /* The lock marks the temporary file as in use: snap_prune, which
+     * deletes temporary files left by a crash, skips locked ones, so a save
+     * running at the same time (an autosave and a client's save) keeps its
+     * file. The lock dies with the process, so a crash's file is unlocked. */
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+        TSDF_LOG(TSDF_LOG_WARN, "snapshot: cannot lock %s: %s", tmp, strerror(errno));
     /* Snapshots are readable by the daemon's group (backups, tsdfctl on
      * the host), never by the world: the map is the robot's surroundings. */
-    fchmod(fd, 0640);
+    if (fchmod(fd, 0640) != 0)
+        TSDF_LOG(TSDF_LOG_WARN, "snapshot: cannot chmod %s: %s", tmp, strerror(errno));
     FILE *f = fdopen(fd, "w+b");
     if (!f) {
         close(fd);
@@ -400,11 +428,8 @@ int snap_write(const char *dir, const snap_map *maps, size_t n, char *path_out, 
         r = TSDF_EIO;
     }
     int saved_errno = errno;
-    if (fclose(f) != 0 && r == TSDF_OK) {
-        saved_errno = errno;
-        step = "close";
-        r = TSDF_EIO;
-    }
+    /* Renamed while still open, so that the lock keeps snap_prune away
+     * from the file until it has its final name. */
     if (r == TSDF_OK && rename(tmp, final) != 0) {
         saved_errno = errno;
         step = "rename";
@@ -414,8 +439,12 @@ int snap_write(const char *dir, const snap_map *maps, size_t n, char *path_out, 
         TSDF_LOG(TSDF_LOG_ERROR, "snapshot: %s of %s failed: %s (%s)", step, tmp,
                  r == TSDF_EIO ? strerror(saved_errno) : tsdf_strerror(r), tsdf_strerror(r));
         unlink(tmp);
+        fclose(f);
         return r;
     }
+    /* Everything was flushed and synced above; a failing close loses nothing. */
+    if (fclose(f) != 0)
+        TSDF_LOG(TSDF_LOG_WARN, "snapshot: close of %s: %s", final, strerror(errno));
     /* The rename itself is durable only once the directory is synced. */
     if (fsync_dir(dir) != TSDF_OK) {
         TSDF_LOG(TSDF_LOG_ERROR, "snapshot: fsync of directory %s failed: %s", dir,
@@ -679,18 +708,27 @@ int snap_prune(const char *dir, size_t keep)
     DIR *d = opendir(dir);
     if (!d)
         return errno == ENOENT ? 0 : TSDF_EIO;
-    /* Temporary files are written and renamed within one snap_write; one
-     * found here was left by a crash (one writer per directory). */
+    /* Temporary files are written and renamed within one snap_write,
+     * which holds a lock on its file; an unlocked one was left by a crash. */
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         if (!is_temp_name(de->d_name))
             continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        if (unlink(path) == 0) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+            continue; /* renamed or removed meanwhile */
+        /* A file modified in the last minute may belong to a save that has
+         * created it but not locked it yet: it is left for a later prune. */
+        struct stat st;
+        int in_use = fstat(fd, &st) != 0 || st.st_mtime + SNAP_TMP_GRACE_S > time(NULL) ||
+                     flock(fd, LOCK_EX | LOCK_NB) != 0;
+        if (!in_use && unlink(path) == 0) {
             removed++;
             TSDF_LOG(TSDF_LOG_INFO, "snapshot: removed stale temporary file %s", path);
         }
+        close(fd);
     }
     closedir(d);
     if (keep == 0)

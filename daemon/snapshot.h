@@ -22,9 +22,11 @@
  * (tsdf_volume_export_blocks) and returns block sets for the caller to
  * import (tsdf_volume_import_blocks); it never touches a volume.
  *
- * Threads: the functions keep no global state and may run on any thread
- * (the daemon runs saves off its event loop). At most one writer per
- * directory at a time: the daemon serialises its saves.
+ * Threads: every function may run on any thread (the daemon runs saves off
+ * its event loop), and saves into one directory may run concurrently (an
+ * autosave and a client's save): each gets its own sequence number, and
+ * snap_prune never deletes the temporary file of a save in progress (it is
+ * locked with flock). One daemon per state directory.
  *
  * Errors: TSDF_OK or negative tsdf_errno codes. Reading distinguishes
  * TSDF_EIO (cannot open or read), TSDF_EFORMAT (not a snapshot, truncated,
@@ -91,7 +93,8 @@ int snap_read(const char *path, snap_map **maps, size_t *n);
 void snap_maps_free(snap_map *maps, size_t n);
 
 /* Deletes all but the newest `keep` snapshot files of dir (keep 0: delete
- * none), and any stale temporary file a crash left behind. Returns the
+ * none), and any stale temporary file a crash left behind (unlocked and
+ * untouched for a minute: a save in progress keeps its file). Returns the
  * number of files deleted, or TSDF_EIO (dir unreadable) / TSDF_EINVAL. */
 int snap_prune(const char *dir, size_t keep);
 

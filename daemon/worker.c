@@ -131,11 +131,34 @@ void job_complete(worker_job *j, int status)
         job_free(j);
 }
 
-static void worker_update_version(dmap *m)
+/*
+ * Takes the volume's statistics into the map's cache (for readers that may
+ * not wait for this thread) and its version. frame_stages: also record the
+ * engine's upload / allocate / update times of the last frame. On the CUDA
+ * backend this waits for the queued work, so streamed frames call it at
+ * most every MAPS_STATS_PERIOD_MS: the stage latencies are samples, and
+ * the GPU stays fed back to back in between.
+ */
+static int refresh_stats(dmap *m, int frame_stages, tsdf_volume_stats *out)
 {
     tsdf_volume_stats st;
-    if (tsdf_volume_get_stats(m->vol, &st) == TSDF_OK)
-        atomic_store(&m->version, st.version);
+    dstats *ds = m->reg->stats;
+    int rc = tsdf_volume_get_stats(m->vol, &st);
+    if (rc != TSDF_OK)
+        return rc;
+    atomic_store(&m->version, st.version);
+    pthread_mutex_lock(&m->stats_lock);
+    m->cached_stats = st;
+    pthread_mutex_unlock(&m->stats_lock);
+    m->stats_at_ns = worker_now_ns();
+    if (frame_stages) {
+        lat_window_add(&ds->lat_stage[DS_STAGE_UPLOAD], st.last_upload_ms);
+        lat_window_add(&ds->lat_stage[DS_STAGE_ALLOCATE], st.last_alloc_ms);
+        lat_window_add(&ds->lat_stage[DS_STAGE_UPDATE], st.last_update_ms);
+    }
+    if (out != NULL)
+        *out = st;
+    return TSDF_OK;
 }
 
 static void run_frame(dmap *m, worker_job *j)
@@ -160,12 +183,12 @@ static void run_frame(dmap *m, worker_job *j)
     }
     dstats_frame_outcome(ds, j->sensor, dstats_outcome_for_error(rc));
     j->integrate_ms = ms;
-    if (j->has_waiter) {
+    /* An ack carries the version after its frame, so it always refreshes. */
+    if (j->has_waiter ||
+        worker_now_ns() - m->stats_at_ns >= (int64_t)MAPS_STATS_PERIOD_MS * 1000000LL) {
         tsdf_volume_stats st;
-        if (tsdf_volume_get_stats(m->vol, &st) == TSDF_OK) {
+        if (refresh_stats(m, rc == TSDF_OK, &st) == TSDF_OK)
             j->version = st.version;
-            atomic_store(&m->version, st.version);
-        }
     }
     job_complete(j, rc);
 }
@@ -270,10 +293,16 @@ static void run_query(dmap *m, worker_job *j)
         rc = TSDF_EINTERNAL;
         break;
     }
-    worker_update_version(m);
-    j->version = atomic_load(&m->version);
     /* The mesh reply carries the version the mesh was made at: the worker
      * made both, so nothing can have changed in between. */
+    tsdf_volume_stats st;
+    if (refresh_stats(m, 0, &st) == TSDF_OK && rc == TSDF_OK) {
+        if (j->kind == JOB_RAYCAST)
+            lat_window_add(&m->reg->stats->lat_stage[DS_STAGE_RAYCAST], st.last_raycast_ms);
+        if (j->kind == JOB_MESH)
+            lat_window_add(&m->reg->stats->lat_stage[DS_STAGE_MESH], st.last_mesh_ms);
+    }
+    j->version = atomic_load(&m->version);
     if (j->kind == JOB_STATS && rc == TSDF_OK)
         j->version = j->vstats.version;
     job_complete(j, rc);
@@ -308,7 +337,7 @@ static void *worker_main(void *arg)
     int rc = tsdf_volume_sync(m->vol);
     if (rc != TSDF_OK)
         TSDF_LOG(TSDF_LOG_ERROR, "map %s: final sync failed: %s", m->name, tsdf_strerror(rc));
-    worker_update_version(m);
+    refresh_stats(m, 0, NULL);
     return NULL;
 }
 

@@ -197,13 +197,23 @@ static int march(block_cache *c, const float o[3], const float d[3], float z_min
              * root: the sdf is only piecewise linear along the ray. */
             ray_point(o, d, zc, pc);
             if (sample_sdf(c, pc, &sc)) {
+                float z2 = zc, p2[3], s2;
                 if (sc > 0.0f)
-                    zc = tsdf_zero_crossing(zc, sc, z, sdf);
+                    z2 = tsdf_zero_crossing(zc, sc, z, sdf);
                 else if (sc < 0.0f)
-                    zc = tsdf_zero_crossing(prev_z, prev_s, zc, sc);
+                    z2 = tsdf_zero_crossing(prev_z, prev_s, zc, sc);
+                /* The hit must lie in a known cell (its normal and colour
+                 * come from there); keep the first estimate otherwise. */
+                ray_point(o, d, z2, p2);
+                *z_hit = sample_sdf(c, p2, &s2) ? z2 : zc;
+                return 1;
             }
-            *z_hit = zc;
-            return 1;
+            /* Both samples are known but the segment between them passes
+             * a cell with an unobserved corner (at the rim of what was
+             * seen): no crossing through unknown space; march on. */
+            prev_known = 0;
+            z += min_step_z;
+            continue;
         }
         prev_known = 1;
         prev_z = z;

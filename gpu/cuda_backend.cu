@@ -187,6 +187,8 @@ static void cuda_destroy(void *impl)
     cuda_dev_free(v, v->d_voxels, (size_t)v->pool_cap * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
     cuda_dev_free(v, v->d_counters, CUDA_CTR_COUNT * sizeof(uint32_t));
     cuda_dev_free(v, v->d_ray, v->ray_cap);
+    cuda_dev_free(v, v->d_occ, v->occ_cap);
+    cuda_dev_free(v, v->d_bbox, 6 * sizeof(int32_t));
     for (int i = 0; i < CUDA_MESH_BUFFERS; i++)
         cuda_dev_free(v, v->mesh_buf[i], v->mesh_cap[i]);
     if (v->h_counters)
@@ -234,6 +236,9 @@ static int cuda_create_impl(struct cuda_volume *v)
     rc = cuda_dev_alloc(v, (void **)&v->d_counters, CUDA_CTR_COUNT * sizeof(uint32_t));
     if (rc != TSDF_OK)
         return rc;
+    rc = cuda_dev_alloc(v, (void **)&v->d_bbox, 6 * sizeof(int32_t));
+    if (rc != TSDF_OK)
+        return rc;
     CUDA_TRY(cudaHostAlloc((void **)&v->h_counters, CUDA_CTR_COUNT * sizeof(uint32_t),
                            cudaHostAllocDefault));
     CUDA_TRY(cudaMemsetAsync(v->d_counters, 0, CUDA_CTR_COUNT * sizeof(uint32_t), v->stream));
@@ -261,6 +266,15 @@ static int cuda_create(const tsdf_volume_params *p, void **impl)
         return TSDF_ENOMEM;
     v->p = *p;
     v->device = p->cuda_device;
+    /* The raycast kernel variant (cuda_raycast.cu): all give the same
+     * result; the default is the fastest measured on an H200. The
+     * environment may pick another, for measurements. */
+    v->raycast_variant = CUDA_RAYCAST_DEFAULT_VARIANT;
+    {
+        const char *e = getenv("TSDF_CUDA_RAYCAST_VARIANT");
+        if (e && e[0] >= '0' && e[0] <= '9')
+            v->raycast_variant = atoi(e);
+    }
     int rc = cuda_create_impl(v);
     if (rc != TSDF_OK) {
         cuda_destroy(v);
@@ -387,8 +401,8 @@ int cuda_timeline(struct cuda_volume *v, tsdf_frame_timeline *out, size_t max, s
     rc = cuda_sync_all(v);
     if (rc != TSDF_OK)
         return rc;
-    uint64_t have = v->timeline_frames < CUDA_TIMELINE_RING ? v->timeline_frames
-                                                             : CUDA_TIMELINE_RING;
+    uint64_t have =
+        v->timeline_frames < CUDA_TIMELINE_RING ? v->timeline_frames : CUDA_TIMELINE_RING;
     if (have > max)
         have = max;
     for (uint64_t i = 0; i < have; i++) {
@@ -634,9 +648,9 @@ extern "C" int tsdf_cuda_test_insert_keys(void *impl, const uint64_t *keys, size
     if (rc != TSDF_OK)
         return rc;
     uint32_t added = 0;
-    rc = cuda_check(cudaMemcpyAsync(d, keys, n * sizeof(uint64_t), cudaMemcpyHostToDevice,
-                                    v->stream),
-                    "test keys", __FILE__, __LINE__);
+    rc = cuda_check(
+        cudaMemcpyAsync(d, keys, n * sizeof(uint64_t), cudaMemcpyHostToDevice, v->stream),
+        "test keys", __FILE__, __LINE__);
     if (rc == TSDF_OK)
         rc = cuda_insert_keys(v, d, (uint32_t)n, &added);
     if (rc == TSDF_OK)
@@ -660,15 +674,15 @@ extern "C" int tsdf_cuda_test_find_keys(void *impl, const uint64_t *keys, size_t
     if (rc == TSDF_OK)
         rc = cuda_dev_alloc(v, (void **)&di, (n ? n : 1) * sizeof(int32_t));
     if (rc == TSDF_OK && n)
-        rc = cuda_check(cudaMemcpyAsync(d, keys, n * sizeof(uint64_t), cudaMemcpyHostToDevice,
-                                        v->stream),
-                        "find keys", __FILE__, __LINE__);
+        rc = cuda_check(
+            cudaMemcpyAsync(d, keys, n * sizeof(uint64_t), cudaMemcpyHostToDevice, v->stream),
+            "find keys", __FILE__, __LINE__);
     if (rc == TSDF_OK)
         rc = cuda_lookup(v, d, (uint32_t)n, di);
     if (rc == TSDF_OK && n)
-        rc = cuda_check(cudaMemcpyAsync(idx_out, di, n * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                        v->stream),
-                        "find keys", __FILE__, __LINE__);
+        rc = cuda_check(
+            cudaMemcpyAsync(idx_out, di, n * sizeof(int32_t), cudaMemcpyDeviceToHost, v->stream),
+            "find keys", __FILE__, __LINE__);
     if (rc == TSDF_OK)
         rc = cuda_sync_all(v);
     cuda_dev_free(v, d, (n ? n : 1) * sizeof(uint64_t));

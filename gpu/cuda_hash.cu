@@ -32,9 +32,9 @@ static __device__ __forceinline__ int64_t dev_insert(uint64_t *keys, int32_t *va
     uint32_t s = (uint32_t)tsdf_key_hash(key) & mask;
     *existing = 0;
     for (uint32_t probes = 0; probes <= mask; probes++) {
-        unsigned long long old = atomicCAS((unsigned long long *)&keys[s],
-                                           (unsigned long long)TSDF_KEY_EMPTY,
-                                           (unsigned long long)key);
+        unsigned long long old =
+            atomicCAS((unsigned long long *)&keys[s], (unsigned long long)TSDF_KEY_EMPTY,
+                      (unsigned long long)key);
         if (old == TSDF_KEY_EMPTY) {
             vals[s] = val;
             return s;
@@ -105,7 +105,8 @@ static __global__ void k_lookup(cuda_table_view t, const uint64_t *keys, uint32_
 /* Probe-length histogram: per-CTA bins in shared memory, then one atomic
  * per bin and CTA into the global counters (16 bins, max, sum). */
 static __global__ void k_probe_hist(const uint64_t *keys, uint32_t cap,
-                                    unsigned long long *hist /* 16 bins + sum */, uint32_t *max_disp)
+                                    unsigned long long *hist /* 16 bins + sum */,
+                                    uint32_t *max_disp)
 {
     __shared__ unsigned int bins[TSDF_PROBE_HIST_BINS];
     __shared__ unsigned long long sum;
@@ -211,16 +212,15 @@ static int grow_pool(struct cuda_volume *v, uint64_t need)
                                         cudaMemcpyDeviceToDevice, v->stream),
                         "copy block keys", __FILE__, __LINE__);
         if (rc == TSDF_OK)
-            rc = cuda_check(cudaMemcpyAsync(vers, v->d_block_versions,
-                                            v->blocks * sizeof(uint64_t),
+            rc = cuda_check(cudaMemcpyAsync(vers, v->d_block_versions, v->blocks * sizeof(uint64_t),
                                             cudaMemcpyDeviceToDevice, v->stream),
                             "copy block versions", __FILE__, __LINE__);
         if (rc == TSDF_OK)
-            rc = cuda_check(cudaMemcpyAsync(vox, v->d_voxels,
-                                            (size_t)v->blocks * TSDF_BLOCK_VOXELS *
-                                                sizeof(tsdf_voxel),
-                                            cudaMemcpyDeviceToDevice, v->stream),
-                            "copy voxels", __FILE__, __LINE__);
+            rc = cuda_check(
+                cudaMemcpyAsync(vox, v->d_voxels,
+                                (size_t)v->blocks * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel),
+                                cudaMemcpyDeviceToDevice, v->stream),
+                "copy voxels", __FILE__, __LINE__);
         /* The old pool is freed below, once the copies are done. */
         if (rc == TSDF_OK)
             rc = cuda_check(cudaStreamSynchronize(v->stream), "pool growth", __FILE__, __LINE__);
@@ -253,9 +253,9 @@ static int rehash(struct cuda_volume *v, uint32_t new_cap)
         v->capacity = old_cap;
         return rc;
     }
-    k_rehash<<<cuda_grid(old_cap, 256), 256, 0, v->stream>>>(
-        old_keys, old_vals, old_cap, v->d_keys, v->d_vals, new_cap - 1,
-        v->d_counters + CUDA_CTR_INSERT_FAIL);
+    k_rehash<<<cuda_grid(old_cap, 256), 256, 0, v->stream>>>(old_keys, old_vals, old_cap, v->d_keys,
+                                                             v->d_vals, new_cap - 1,
+                                                             v->d_counters + CUDA_CTR_INSERT_FAIL);
     rc = cuda_check(cudaGetLastError(), "k_rehash launch", __FILE__, __LINE__);
     if (rc != TSDF_OK) {
         /* Keep the old table: it is still complete. */
@@ -301,9 +301,9 @@ int cuda_insert_new(struct cuda_volume *v, const uint64_t *d_src, uint32_t n,
     if (n == 0)
         return TSDF_OK;
     k_insert_new<<<n, 128, 0, v->stream>>>(v->d_keys, v->d_vals, v->capacity - 1, d_src, n,
-                                            v->blocks, v->d_block_keys, v->d_block_versions,
-                                            v->d_voxels, v->version, d_block_of_out, d_out_index,
-                                            v->d_counters + CUDA_CTR_INSERT_FAIL);
+                                           v->blocks, v->d_block_keys, v->d_block_versions,
+                                           v->d_voxels, v->version, d_block_of_out, d_out_index,
+                                           v->d_counters + CUDA_CTR_INSERT_FAIL);
     CUDA_TRY_LAUNCH();
     v->blocks += n;
     return TSDF_OK;
@@ -326,8 +326,8 @@ int cuda_probe_stats(struct cuda_volume *v, tsdf_volume_stats *out)
     uint32_t *d_max = (uint32_t *)(d_hist + TSDF_PROBE_HIST_BINS + 1);
     size_t bytes = (TSDF_PROBE_HIST_BINS + 1) * sizeof(unsigned long long) + sizeof(uint32_t);
     CUDA_TRY(cudaMemsetAsync(d_hist, 0, bytes, v->stream));
-    k_probe_hist<<<cuda_grid(v->capacity, 256), 256, 0, v->stream>>>(v->d_keys, v->capacity,
-                                                                       d_hist, d_max);
+    k_probe_hist<<<cuda_grid(v->capacity, 256), 256, 0, v->stream>>>(v->d_keys, v->capacity, d_hist,
+                                                                     d_max);
     CUDA_TRY_LAUNCH();
     unsigned long long h[TSDF_PROBE_HIST_BINS + 2];
     CUDA_TRY(cudaMemcpyAsync(h, d_hist, bytes, cudaMemcpyDeviceToHost, v->stream));

@@ -73,9 +73,9 @@ static __device__ __forceinline__ void set_insert(const frame_lists &L, uint64_t
         if (k == key)
             return;
         if (k == TSDF_KEY_EMPTY) {
-            unsigned long long old = atomicCAS((unsigned long long *)&set[s],
-                                               (unsigned long long)TSDF_KEY_EMPTY,
-                                               (unsigned long long)key);
+            unsigned long long old =
+                atomicCAS((unsigned long long *)&set[s], (unsigned long long)TSDF_KEY_EMPTY,
+                          (unsigned long long)key);
             if (old == TSDF_KEY_EMPTY) {
                 uint32_t i = atomicAdd(&counters[CUDA_CTR_UNIQUE], 1u);
                 if (i < L.unique_cap) {
@@ -101,8 +101,7 @@ static __device__ __forceinline__ void set_insert(const frame_lists &L, uint64_t
     atomicAdd(&counters[CUDA_CTR_SET_OVERFLOW], 1u);
 }
 
-template <int FMT>
-static __global__ void k_enumerate(frame_args a, frame_lists L)
+template <int FMT> static __global__ void k_enumerate(frame_args a, frame_lists L)
 {
     uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x;
     uint32_t npix = a.f.width * a.f.height;
@@ -247,7 +246,7 @@ static int clear_set(struct cuda_volume *v, uint32_t unique)
     if (unique == 0)
         return TSDF_OK;
     k_clear_set<<<cuda_grid(unique, 256), 256, 0, v->stream>>>(v->d_set_keys, v->d_set_slot,
-                                                                 unique);
+                                                               unique);
     CUDA_TRY_LAUNCH();
     return TSDF_OK;
 }
@@ -311,8 +310,8 @@ static int collect_blocks(struct cuda_volume *v, const frame_args &a)
         rc = cuda_scratch_reserve(v, need);
         if (rc != TSDF_OK)
             return rc;
-        CUDA_TRY(cudaMemsetAsync(v->d_set_keys, 0xff, (size_t)v->set_cap * sizeof(uint64_t),
-                                 v->stream));
+        CUDA_TRY(
+            cudaMemsetAsync(v->d_set_keys, 0xff, (size_t)v->set_cap * sizeof(uint64_t), v->stream));
     }
 }
 

@@ -30,16 +30,22 @@
 #include "tsdf_math.h"
 #include "cuda_backend.h"
 
+/* The raycast variant used unless TSDF_CUDA_RAYCAST_VARIANT says otherwise
+ * (RC_* flags of cuda_raycast.cu: 1 fast gather, 2 two-entry cache, 4
+ * occupancy grid, 8 register cap; 0, 3, 4, 7 and 12 are built). 0 was the
+ * fastest on an H200 (figures in cuda_raycast.cu). */
+#define CUDA_RAYCAST_DEFAULT_VARIANT 0
+
 /* Frames whose events tsdf_volume_get_timeline can report. */
 #define CUDA_TIMELINE_RING 16
 
 /* Device counters, one small array read back with a single copy. */
 enum {
-    CUDA_CTR_UNIQUE = 0,      /* distinct candidate blocks of the frame */
-    CUDA_CTR_MISSING = 1,     /* of those, not yet in the table */
+    CUDA_CTR_UNIQUE = 0,       /* distinct candidate blocks of the frame */
+    CUDA_CTR_MISSING = 1,      /* of those, not yet in the table */
     CUDA_CTR_SET_OVERFLOW = 2, /* candidates the per-frame set could not hold */
-    CUDA_CTR_INSERT_FAIL = 3, /* keys that found no slot in the table (must stay 0) */
-    CUDA_CTR_AUX0 = 4,        /* per-operation scratch counters */
+    CUDA_CTR_INSERT_FAIL = 3,  /* keys that found no slot in the table (must stay 0) */
+    CUDA_CTR_AUX0 = 4,         /* per-operation scratch counters */
     CUDA_CTR_AUX1 = 5,
     CUDA_CTR_AUX2 = 6,
     CUDA_CTR_AUX3 = 7,
@@ -84,7 +90,7 @@ struct cuda_volume {
     int device;
     cudaStream_t stream;
     cudaStream_t upload_stream;
-    cudaEvent_t epoch; /* t = 0 of the timeline */
+    cudaEvent_t epoch;          /* t = 0 of the timeline */
     cudaEvent_t q_start, q_end; /* raycast / mesh timing */
 
     /* The hash table. */
@@ -102,7 +108,7 @@ struct cuda_volume {
     /* Per-frame scratch: a set of candidate keys, the list of distinct
      * candidates and the pool indices of the frame's blocks. */
     uint64_t *d_set_keys;
-    uint32_t set_cap; /* slots, a power of two */
+    uint32_t set_cap;     /* slots, a power of two */
     uint32_t *d_set_slot; /* slot of each distinct candidate, to clear the set */
     uint64_t *d_unique;
     int32_t *d_frame_blocks;
@@ -116,6 +122,16 @@ struct cuda_volume {
     /* Raycast outputs and mesh scratch, kept between calls. */
     void *d_ray;
     size_t ray_cap;
+    /* The raycast's block occupancy grid (cuda_raycast.cu), rebuilt when
+     * the volume's version changed. */
+    int32_t *d_bbox; /* 6 ints: block bounding box */
+    void *d_occ;
+    size_t occ_cap;
+    int occ_valid;
+    uint64_t occ_version;
+    uint32_t occ_blocks;
+    unsigned char occ_desc[64];
+    int raycast_variant; /* RC_* flags of cuda_raycast.cu */
 #define CUDA_MESH_BUFFERS 12
     void *mesh_buf[CUDA_MESH_BUFFERS];
     size_t mesh_cap[CUDA_MESH_BUFFERS];

@@ -107,8 +107,8 @@ static __global__ void k_select(mesh_args a, int32_t *sel, uint32_t *counters)
     if (a.since_version != 0 && a.block_versions[i] <= a.since_version) {
         int changed = 0;
         for (int k = 1; k < 8 && !changed; k++) {
-            int32_t n = find_block(a.t, b[0] + (k & 1), b[1] + ((k >> 1) & 1),
-                                   b[2] + ((k >> 2) & 1));
+            int32_t n =
+                find_block(a.t, b[0] + (k & 1), b[1] + ((k >> 1) & 1), b[2] + ((k >> 2) & 1));
             if (n >= 0)
                 changed = a.block_versions[n] > a.since_version;
         }
@@ -284,14 +284,14 @@ static __global__ void k_vertices(mesh_args a, const int32_t *touched, const uin
     int32_t g1[3] = {g0[0], g0[1], g0[2]};
     g1[axis] += 1;
     tsdf_voxel v0 = a.t.voxels[(size_t)blk * TSDF_BLOCK_VOXELS + vi];
-    int32_t b1 = find_block(a.t, tsdf_floor_div8(g1[0]), tsdf_floor_div8(g1[1]),
-                            tsdf_floor_div8(g1[2]));
+    int32_t b1 =
+        find_block(a.t, tsdf_floor_div8(g1[0]), tsdf_floor_div8(g1[1]), tsdf_floor_div8(g1[2]));
     /* A flagged edge comes from a cell with all corners known, so b1
      * exists; guard anyway rather than read out of bounds. */
     if (b1 < 0)
         return;
-    tsdf_voxel v1 =
-        a.t.voxels[(size_t)b1 * TSDF_BLOCK_VOXELS + tsdf_voxel_index(g1[0] & 7, g1[1] & 7, g1[2] & 7)];
+    tsdf_voxel v1 = a.t.voxels[(size_t)b1 * TSDF_BLOCK_VOXELS +
+                               tsdf_voxel_index(g1[0] & 7, g1[1] & 7, g1[2] & 7)];
     const float s = a.voxel_size;
     float t = tsdf_mc_edge_t(v0.sdf_m, v1.sdf_m);
     float p[3], n0[3], n1[3], nv[3];
@@ -433,8 +433,8 @@ static int mesh_impl(struct cuda_volume *v, const tsdf_mesh_params *p, tsdf_mesh
             a, d_sel, d_nbl, d_local, d_touched, d_ctr);
         CUDA_TRY_LAUNCH();
     }
-    CUDA_TRY(cudaMemcpyAsync(h_ctr, d_ctr, 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost,
-                             v->stream));
+    CUDA_TRY(
+        cudaMemcpyAsync(h_ctr, d_ctr, 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost, v->stream));
     if ((rc = cuda_sync_all(v)) != TSDF_OK)
         return rc;
     const uint32_t nsel = h_ctr[0];
@@ -456,14 +456,14 @@ static int mesh_impl(struct cuda_volume *v, const tsdf_mesh_params *p, tsdf_mesh
                                                            d_cube);
         CUDA_TRY_LAUNCH();
         k_number_edges<<<cuda_grid(nslots, 256), 256, 0, v->stream>>>(d_edge, (uint32_t)nslots,
-                                                                         d_ctr);
+                                                                      d_ctr);
         CUDA_TRY_LAUNCH();
         k_number_tris<<<cuda_grid(ncells, 256), 256, 0, v->stream>>>(d_cube, (uint32_t)ncells,
-                                                                       d_tri_off, d_ctr);
+                                                                     d_tri_off, d_ctr);
         CUDA_TRY_LAUNCH();
     }
-    CUDA_TRY(cudaMemcpyAsync(h_ctr, d_ctr, 4 * sizeof(uint32_t), cudaMemcpyDeviceToHost,
-                             v->stream));
+    CUDA_TRY(
+        cudaMemcpyAsync(h_ctr, d_ctr, 4 * sizeof(uint32_t), cudaMemcpyDeviceToHost, v->stream));
     if ((rc = cuda_sync_all(v)) != TSDF_OK)
         return rc;
     const size_t nverts = h_ctr[2], ntris = h_ctr[3];
@@ -477,14 +477,13 @@ static int mesh_impl(struct cuda_volume *v, const tsdf_mesh_params *p, tsdf_mesh
         (rc = scratch_alloc(v, s, (void **)&d_idx, ntris * 3 * sizeof(uint32_t))) != TSDF_OK)
         return rc;
     if (nverts) {
-        k_vertices<<<cuda_grid(nslots, 256), 256, 0, v->stream>>>(a, d_touched, d_edge,
-                                                                   (uint32_t)nslots, d_pos, d_nrm,
-                                                                   d_col);
+        k_vertices<<<cuda_grid(nslots, 256), 256, 0, v->stream>>>(
+            a, d_touched, d_edge, (uint32_t)nslots, d_pos, d_nrm, d_col);
         CUDA_TRY_LAUNCH();
     }
     if (ntris) {
-        k_tris<<<nsel, TSDF_BLOCK_VOXELS, 0, v->stream>>>(d_nbl, d_local, d_edge, d_cube,
-                                                          d_tri_off, d_idx);
+        k_tris<<<nsel, TSDF_BLOCK_VOXELS, 0, v->stream>>>(d_nbl, d_local, d_edge, d_cube, d_tri_off,
+                                                          d_idx);
         CUDA_TRY_LAUNCH();
     }
     CUDA_TRY(cudaEventRecord(v->q_end, v->stream));
@@ -510,9 +509,9 @@ static int mesh_impl(struct cuda_volume *v, const tsdf_mesh_params *p, tsdf_mesh
                                             cudaMemcpyDeviceToHost, v->stream),
                             "mesh normals", __FILE__, __LINE__);
         if (rc == TSDF_OK && col)
-            rc = cuda_check(cudaMemcpyAsync(col, d_col, nverts * 3, cudaMemcpyDeviceToHost,
-                                            v->stream),
-                            "mesh colours", __FILE__, __LINE__);
+            rc = cuda_check(
+                cudaMemcpyAsync(col, d_col, nverts * 3, cudaMemcpyDeviceToHost, v->stream),
+                "mesh colours", __FILE__, __LINE__);
     }
     if (rc == TSDF_OK && ntris)
         rc = cuda_check(cudaMemcpyAsync(idx, d_idx, ntris * 3 * sizeof(uint32_t),

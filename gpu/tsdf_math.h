@@ -176,13 +176,16 @@ TSDF_HD void tsdf_voxel_update_color(tsdf_voxel *v, float w_old, const uint8_t *
  *   - Pixels: integer pixel coordinates are pixel centres. The ray of pixel
  *     (u, v) passes through camera point ((u - cx) / fx, (v - cy) / fy, 1);
  *     a camera point projects to the pixel whose centre is nearest,
- *     floor(fx x / z + cx + 0.5) (same for v).
+ *     floor(fx * x * (1 / z) + cx + 0.5), evaluated in that order in float
+ *     (same for v); see tsdf_project_nearest.
  *   - Rays are parameterised by camera depth z (not by length): the point at
  *     camera depth z of pixel (u, v) is origin + z * dir with the
  *     unnormalised dir of tsdf_pixel_ray_world.
  *   - Integration touches exactly the blocks that the allocation pass yields
  *     for this frame (tsdf_band_dda_* over every valid pixel), and updates
- *     every voxel of those blocks with tsdf_integrate_voxel.
+ *     every voxel of those blocks with tsdf_integrate_voxel, which skips
+ *     samples on depth edges (tsdf_depth_edge). Other blocks, even in view,
+ *     are left alone.
  * ====================================================================== */
 
 #define TSDF_VOXEL_COORD_LIMIT 8388608.0f /* 2^23: voxel coords of valid blocks */

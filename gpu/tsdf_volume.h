@@ -125,9 +125,12 @@ const tsdf_volume_params *tsdf_volume_get_params(const tsdf_volume *v);
 int tsdf_frame_check(const tsdf_frame *f);
 
 /* Integrates one frame: allocates the blocks within the truncation band of
- * every valid sample, then updates every voxel of every block in view with
- * the projective TSDF (weight +1 per frame, clamped at max_weight; colour,
- * when given, as the weight-averaged RGB).
+ * every valid sample (pass 1), then updates every voxel of exactly those
+ * blocks (pass 2) with the projective TSDF (weight +1 per frame, clamped at
+ * max_weight; colour, when given, as the weight-averaged RGB). Blocks outside
+ * this frame's band are not touched, as in voxel hashing: the band is where
+ * the frame says anything near a surface. Samples at depth edges (a
+ * 4-neighbour more than the truncation distance away) update nothing.
  * Returns the codes of tsdf_frame_check (volume unchanged), TSDF_ECAPACITY
  * (the blocks this frame needs do not fit under the memory cap: nothing of
  * the frame is integrated, stats.insert_failures counts the blocks that did

@@ -16,7 +16,8 @@
  * TSDF_OK: the msgpack structure, the protocol version, the type, the msgpack
  * type of every known key, sizes (width * height * bytes per sample must equal
  * a payload's length), finite numbers, rigid poses, image and name limits.
- * Unknown keys are ignored, so newer peers may add keys. Each fault has its
+ * Unknown keys are ignored, so newer peers may add keys; a key whose value is
+ * nil counts as absent; a key that appears twice is an error. Each fault has its
  * own code (see the comment of tsdf_proto_decode_request). On failure the
  * decoder fills *err (when not NULL) with the offending key and a
  * human-readable message that the daemon can send back in an error reply.
@@ -53,8 +54,9 @@ extern "C" {
 #define TSDF_PROTO_VERSION 1
 /* The largest message either side encodes or accepts, in bytes. */
 #define TSDF_PROTO_MAX_MESSAGE_BYTES (64u * 1024u * 1024u)
-/* Map and sensor names: 1..64 bytes of [A-Za-z0-9_.-], not starting with '.'
- * (a map name becomes a snapshot file name). */
+/* Map names: 1..64 bytes of [A-Za-z0-9_.-], not starting with '.' (a map
+ * name may become a file name). Sensor names: 1..64 printable ASCII bytes
+ * without spaces (0x21..0x7e). */
 #define TSDF_PROTO_MAX_NAME_LEN 64u
 /* Paths in save/load: 1..1024 bytes, no NUL byte. */
 #define TSDF_PROTO_MAX_PATH_LEN 1024u

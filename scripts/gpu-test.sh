@@ -9,8 +9,15 @@
 #      and --tool racecheck with --error-exitcode (7-Scenes cut to
 #      SANITIZER_7SCENES_FRAMES frames, default 10, to keep it short),
 #   5. print a summary; the exit status is non-zero if any step failed.
-# Logs go to $BUILD_DIR/gpu-test-logs/. Set SKIP_SANITIZERS=1 to skip 4.
-# The 7-Scenes data is read from $TSDF_DATA_DIR (see tests/testutil.h).
+# If the full project does not configure or build (another module mid-change,
+# or dependencies unpacked off /usr, as .device-deps on the lent GPU machine,
+# whose cmocka.pc points at /usr/include), it falls back to a GPU-only
+# standalone project (common + engine + scenes + tests/gpu.cmake) in
+# $BUILD_DIR-standalone; GPU_TEST_STANDALONE=1 goes there directly.
+# Logs go to $BUILD_DIR/gpu-test-logs/ (GPU_TEST_LOGS overrides). Set
+# SKIP_SANITIZERS=1 to skip 4; SANITIZER_TIMEOUT (s, default 300) bounds each
+# sanitizer run. The 7-Scenes data is read from $TSDF_DATA_DIR (see
+# tests/testutil.h); without it that case is skipped with a message.
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -26,6 +26,12 @@ if(TARGET tsdf_client)
     tsdf_add_test(NAME daemon SOURCES test_daemon.c
       LIBS tsdfd_harness tsdf_client tsdf_proto tsdf_engine tsdf_scenes nng::nng Threads::Threads
       LABELS daemon TIMEOUT 600)
+    # The same end-to-end suite against a daemon on the CUDA backend (the
+    # reference volume in the test on CUDA too); skipped (77) without a GPU.
+    add_test(NAME daemon_cuda COMMAND test_daemon)
+    set_tests_properties(daemon_cuda PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
+      LABELS "gpu;daemon"
+      ENVIRONMENT "TSDF_SOURCE_DIR=${PROJECT_SOURCE_DIR};TSDF_TEST_DAEMON_BACKEND=cuda")
   endif()
 else()
   message(STATUS "tests/daemon.cmake: no tsdf_client yet; the end-to-end daemon test is not built")

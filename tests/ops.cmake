@@ -13,19 +13,24 @@ else()
   return()
 endif()
 
-tsdf_add_test(NAME latency SOURCES test_latency.c LIBS ${TSDF_OPS_LIB} Threads::Threads TIMEOUT 60)
-tsdf_add_test(NAME prom SOURCES test_prom.c LIBS ${TSDF_OPS_LIB} TIMEOUT 60)
+tsdf_add_test(NAME latency SOURCES test_latency.c LIBS ${TSDF_OPS_LIB} Threads::Threads
+  LABELS ops TIMEOUT 60)
+tsdf_add_test(NAME prom SOURCES test_prom.c LIBS ${TSDF_OPS_LIB} LABELS ops TIMEOUT 60)
 tsdf_add_test(NAME metrics_http SOURCES test_metrics_http.c
-  LIBS ${TSDF_OPS_LIB} PkgConfig::LIBUV Threads::Threads TIMEOUT 120)
+  LIBS ${TSDF_OPS_LIB} PkgConfig::LIBUV Threads::Threads LABELS ops TIMEOUT 120)
 tsdf_add_test(NAME snapshot SOURCES test_snapshot.c
-  LIBS ${TSDF_OPS_LIB} tsdf_engine tsdf_scenes TIMEOUT 300)
-if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/test_notify.c)
-  tsdf_add_test(NAME notify SOURCES test_notify.c LIBS ${TSDF_OPS_LIB} TIMEOUT 60)
+  LIBS ${TSDF_OPS_LIB} tsdf_engine tsdf_scenes Threads::Threads LABELS ops TIMEOUT 300)
+tsdf_add_test(NAME notify SOURCES test_notify.c LIBS ${TSDF_OPS_LIB} LABELS ops TIMEOUT 60)
+if(TARGET tsdfd)
+  # Its last case runs the daemon against a fake notify socket.
+  target_compile_definitions(test_notify PRIVATE TSDFD_BIN="$<TARGET_FILE:tsdfd>")
+  add_dependencies(test_notify tsdfd)
 endif()
 
 # Shell tests: exit 77 (skipped) when their tool is missing.
 add_test(NAME systemd_unit
-  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_systemd_unit.sh ${PROJECT_SOURCE_DIR}/systemd/tsdfd.service)
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_systemd_unit.sh ${PROJECT_SOURCE_DIR}/systemd/tsdfd.service
+          ${CMAKE_BINARY_DIR})
 add_test(NAME metrics_promtool
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_metrics_promtool.sh $<TARGET_FILE:test_metrics_http>)
 set_tests_properties(systemd_unit metrics_promtool PROPERTIES

@@ -144,9 +144,9 @@ static void test_growth(void **state)
     assert_int_equal(tsdf_cuda_ops.export_blocks(v, &bs), TSDF_OK);
     assert_int_equal(bs.count, N);
     for (size_t i = 1; i < bs.count; i++)
-        assert_true(tsdf_block_key(bs.coords[3 * i - 3], bs.coords[3 * i - 2],
-                                   bs.coords[3 * i - 1]) <
-                    tsdf_block_key(bs.coords[3 * i], bs.coords[3 * i + 1], bs.coords[3 * i + 2]));
+        assert_true(
+            tsdf_block_key(bs.coords[3 * i - 3], bs.coords[3 * i - 2], bs.coords[3 * i - 1]) <
+            tsdf_block_key(bs.coords[3 * i], bs.coords[3 * i + 1], bs.coords[3 * i + 2]));
     /* Import into a fresh volume keeps every key findable. */
     void *w = make_volume(1024, 0.5f, 0);
     assert_int_equal(tsdf_cuda_ops.import_blocks(w, &bs), TSDF_OK);
@@ -257,10 +257,8 @@ int main(void)
     if (!tsdf_cuda_available())
         tsdf_test_skip_program("no usable GPU");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_probe),
-        cmocka_unit_test(test_collisions_no_growth),
-        cmocka_unit_test(test_growth),
-        cmocka_unit_test(test_memory_cap),
+        cmocka_unit_test(test_probe),   cmocka_unit_test(test_collisions_no_growth),
+        cmocka_unit_test(test_growth),  cmocka_unit_test(test_memory_cap),
         cmocka_unit_test(test_no_leak),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

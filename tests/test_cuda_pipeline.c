@@ -135,9 +135,9 @@ static void test_capacity(void **state)
             expect = i;
     assert_true(expect > 0);
     const uint64_t block_bytes = TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel) + 2 * sizeof(uint64_t);
-    const uint64_t cap = slots[expect] * (sizeof(uint64_t) + sizeof(uint32_t)) +
-                         (blocks[expect - 1] + (blocks[expect] - blocks[expect - 1]) / 2) *
-                             block_bytes;
+    const uint64_t cap =
+        slots[expect] * (sizeof(uint64_t) + sizeof(uint32_t)) +
+        (blocks[expect - 1] + (blocks[expect] - blocks[expect - 1]) / 2) * block_bytes;
     tsdf_volume *vol[2];
     for (int b = 0; b < 2; b++) {
         tsdf_volume_params p;
@@ -175,8 +175,9 @@ static void test_capacity(void **state)
         assert_int_equal(tsdf_volume_get_stats(vol[b], &s[b]), TSDF_OK);
     printf("memory cap %.1f MiB: cpu refuses frame %d (%lu blocks held, %lu failed), cuda frame %d "
            "(%lu blocks held, %lu failed)\n",
-           cap / 1048576.0, fail_at[0], (unsigned long)s[0].blocks_allocated, (unsigned long)s[0].insert_failures,
-           fail_at[1], (unsigned long)s[1].blocks_allocated, (unsigned long)s[1].insert_failures);
+           cap / 1048576.0, fail_at[0], (unsigned long)s[0].blocks_allocated,
+           (unsigned long)s[0].insert_failures, fail_at[1], (unsigned long)s[1].blocks_allocated,
+           (unsigned long)s[1].insert_failures);
     assert_int_equal(fail_at[0], expect);
     assert_int_equal(fail_at[1], expect);
     assert_int_equal(s[1].frames_rejected, 1);

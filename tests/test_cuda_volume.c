@@ -219,8 +219,8 @@ static void compare_meshes(tsdf_volume *cpu, tsdf_volume *gpu, const tsdf_mesh_p
     vgrid_free(&g);
     printf("[%s] mesh: cpu %zu vertices %zu triangles, gpu %zu vertices %zu triangles; "
            "max nearest distance %.3g voxel, %zu vertices beyond 0.01 voxel\n",
-           what, a.vertex_count, a.triangle_count, b.vertex_count, b.triangle_count,
-           max_d / voxel, far);
+           what, a.vertex_count, a.triangle_count, b.vertex_count, b.triangle_count, max_d / voxel,
+           far);
     assert_true(a.vertex_count > 0 || mp != NULL);
     double dv = fabs((double)a.vertex_count - (double)b.vertex_count);
     double dt = fabs((double)a.triangle_count - (double)b.triangle_count);
@@ -337,8 +337,7 @@ static void fuse_synth(const char *name, int u16, int color, float voxel)
     /* Raycasts from two of the sequence's poses and one in between. */
     for (uint32_t k = 0; k < 3; k++) {
         float T[16];
-        assert_int_equal(tsdf_synth_sequence_pose(&seq, (k * 7 + 3) % seq.frame_count, T),
-                         TSDF_OK);
+        assert_int_equal(tsdf_synth_sequence_pose(&seq, (k * 7 + 3) % seq.frame_count, T), TSDF_OK);
         compare_raycast(cpu, gpu, seq.width, seq.height, &seq.K, T, seq.max_depth_m, what);
     }
 
@@ -473,8 +472,8 @@ static void test_7scenes(void **state)
            st.memory_bytes / 1048576.0);
     printf("[7scenes] GPU per frame (CUDA events): upload median %.4f ms, allocate mean %.4f / "
            "median %.4f ms, update mean %.4f / median %.4f ms; CPU reference %.2f ms/frame\n",
-           median(upload_ms, nframes), sum_a / nframes, median(alloc_ms, nframes),
-           sum_u / nframes, median(update_ms, nframes), cpu_ms / nframes);
+           median(upload_ms, nframes), sum_a / nframes, median(alloc_ms, nframes), sum_u / nframes,
+           median(update_ms, nframes), cpu_ms / nframes);
 
     /* Throughput: a second GPU volume, no stats calls in the loop, one sync
      * at the end: wall time per frame including upload and host work. */
@@ -498,8 +497,8 @@ static void test_7scenes(void **state)
     compare_meshes(cpu, gpu, NULL, 0.01f, "7scenes");
     const uint32_t probe_frames[3] = {0, nframes / 2, nframes - 1};
     for (int k = 0; k < 3; k++)
-        compare_raycast(cpu, gpu, info.width, info.height, &info.K,
-                        fr[probe_frames[k]].T_world_cam, 4.0f, "7scenes");
+        compare_raycast(cpu, gpu, info.width, info.height, &info.K, fr[probe_frames[k]].T_world_cam,
+                        4.0f, "7scenes");
     {
         enum { REPS = 20 };
         double ray_k[REPS], ray_w[REPS], mesh_k[REPS], mesh_w[REPS];
@@ -556,5 +555,9 @@ int main(void)
         cmocka_unit_test(test_demo_f32_rgb),
         cmocka_unit_test(test_7scenes),
     };
+    /* TSDF_TEST_FILTER="test_7scenes" runs one case (measurements). */
+    const char *filter = getenv("TSDF_TEST_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,9 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "notify.h"
@@ -39,7 +42,10 @@ static int teardown(void **state)
 {
     close(sock);
     unlink(sock_path);
-    rmdir(tsdf_test_tmpdir());
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tsdf_test_tmpdir());
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tsdf_test_tmpdir());
     return 0;
 }
 
@@ -107,6 +113,74 @@ static void test_no_socket_is_a_quiet_no_op(void **state)
     setenv("NOTIFY_SOCKET", sock_path, 1);
 }
 
+#ifndef TSDFD_BIN
+#define TSDFD_BIN ""
+#endif
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* The daemon's side of the protocol, end to end: started with a notify
+ * socket and a 200 ms watchdog, tsdfd must send READY=1 (with its pid),
+ * STATUS=, WATCHDOG=1 at least every 100 ms, and STOPPING=1 on SIGTERM,
+ * then exit 0. */
+static void test_daemon_notifies(void **state)
+{
+    const char *bin = getenv("TSDFD") ? getenv("TSDFD") : TSDFD_BIN;
+    if (!*bin || access(bin, X_OK) != 0) {
+        printf("SKIPPED: no tsdfd binary\n");
+        skip();
+    }
+    char dir[4096], req[4200], frames[4200];
+    snprintf(dir, sizeof dir, "%s", tsdf_test_tmpdir());
+    snprintf(req, sizeof req, "ipc://%s/req.sock", dir);
+    snprintf(frames, sizeof frames, "ipc://%s/frames.sock", dir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("WATCHDOG_USEC", "200000", 1);
+        unsetenv("WATCHDOG_PID");
+        char *argv[] = {(char *)bin, "--backend", "cpu", "--listen",    req, "--frames-listen",
+                        frames,      "--metrics", "off", "--state-dir", dir, "--log-level",
+                        "warn",      NULL};
+        execv(bin, argv);
+        _exit(127);
+    }
+    int ready = 0, status_lines = 0, kicks = 0, stopping = 0;
+    double t_ready = 0, t0 = now_s();
+    char expect_ready[64];
+    snprintf(expect_ready, sizeof expect_ready, "MAINPID=%ld", (long)pid);
+    /* Collect for 1.5 s after READY (at most 15 s in all). */
+    while (now_s() - t0 < 15.0 && !(ready && now_s() - t_ready > 1.5)) {
+        const char *m = next_message();
+        if (strstr(m, "READY=1")) {
+            assert_non_null(strstr(m, expect_ready));
+            ready = 1;
+            t_ready = now_s();
+        }
+        status_lines += strncmp(m, "STATUS=", 7) == 0;
+        kicks += ready && strcmp(m, "WATCHDOG=1") == 0;
+    }
+    assert_true(ready);
+    assert_true(status_lines >= 1);
+    /* 1.5 s at one kick per 100 ms: 15 expected, 8 leave room for a busy host. */
+    assert_true(kicks >= 8);
+    assert_int_equal(kill(pid, SIGTERM), 0);
+    t0 = now_s();
+    while (now_s() - t0 < 15.0 && !stopping)
+        stopping = strcmp(next_message(), "STOPPING=1") == 0;
+    int wstatus;
+    assert_int_equal(waitpid(pid, &wstatus, 0), pid);
+    assert_true(stopping);
+    assert_true(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+    printf("tsdfd: READY, %d STATUS lines, %d watchdog kicks in 1.5 s, STOPPING, exit 0\n",
+           status_lines, kicks);
+}
+
 int main(void)
 {
 #ifndef TSDF_HAVE_SYSTEMD
@@ -117,6 +191,7 @@ int main(void)
         cmocka_unit_test(test_status_is_bounded),
         cmocka_unit_test(test_watchdog),
         cmocka_unit_test(test_no_socket_is_a_quiet_no_op),
+        cmocka_unit_test(test_daemon_notifies),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

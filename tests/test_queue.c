@@ -417,10 +417,10 @@ static void test_dstats_reasons_and_sensors(void **state)
     assert_int_equal(sn.outcome[DS_INTEGRATED], 2);
     assert_int_equal(sn.outcome[DS_DROP_QUEUE_FULL], 1);
     assert_true(dstats_sensor_at(&s, ib, &sn));
-    assert_string_equal(sn.name, "#7");
+    assert_string_equal(sn.name, "id 7");
     assert_int_equal(sn.outcome[DS_DROP_QUEUE_FULL], 1);
     assert_true(dstats_sensor_at(&s, DS_SENSOR_OTHER, &sn));
-    assert_string_equal(sn.name, "(other)");
+    assert_string_equal(sn.name, "(other sensors)");
     assert_int_equal(sn.outcome[DS_REJ_DECODE_ERROR], 1);
 
     assert_string_equal(dstats_outcome_name(DS_DROP_QUEUE_FULL), "queue_full");

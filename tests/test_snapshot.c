@@ -5,12 +5,15 @@
 #define _GNU_SOURCE
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -230,6 +233,12 @@ static void test_list_prune_and_order(void **state)
     char stale[4200];
     snprintf(stale, sizeof stale, "%s/.snap-abcdef.tmp", dir);
     spit(stale, (const unsigned char *)"partial", 7);
+    struct timespec old_times[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
+    assert_int_equal(utimensat(AT_FDCWD, stale, old_times, 0), 0);
+    /* A fresh temporary file may be a save that has not locked it yet. */
+    char fresh[4200];
+    snprintf(fresh, sizeof fresh, "%s/.snap-ghijkl.tmp", dir);
+    spit(fresh, (const unsigned char *)"writing", 7);
     /* Files that are not snapshots are left alone. */
     char other[4200];
     snprintf(other, sizeof other, "%s/notes.txt", dir);
@@ -237,6 +246,8 @@ static void test_list_prune_and_order(void **state)
 
     assert_int_equal(snap_prune(dir, 2), 3 + 1);
     assert_int_equal(access(stale, F_OK), -1);
+    assert_int_equal(access(fresh, F_OK), 0);
+    unlink(fresh);
     assert_int_equal(access(other, F_OK), 0);
     assert_int_equal(snap_list(dir, names, 8, &count), TSDF_OK);
     assert_int_equal(count, 2);
@@ -427,6 +438,60 @@ static void test_find_latest_valid_skips_corrupt(void **state)
     free_maps(&newer, 1);
 }
 
+#define WRITERS 4
+#define SAVES_EACH 6
+
+static void *writer_main(void *arg)
+{
+    const char *dir = arg;
+    snap_map m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.name, sizeof m.name, "default");
+    tsdf_volume_params_default(&m.params);
+    tsdf_block_set_init(&m.blocks);
+    m.blocks.count = 3;
+    m.blocks.coords = calloc(3 * 3, sizeof *m.blocks.coords);
+    m.blocks.versions = calloc(3, sizeof *m.blocks.versions);
+    m.blocks.voxels = calloc(3 * TSDF_BLOCK_VOXELS, sizeof *m.blocks.voxels);
+    intptr_t failures = 0;
+    for (int i = 0; i < SAVES_EACH; i++) {
+        m.blocks.coords[0] = i;
+        failures += snap_save(dir, &m, 1, 2, NULL, 0) != TSDF_OK;
+    }
+    tsdf_block_set_fini(&m.blocks);
+    return (void *)failures;
+}
+
+/* An autosave and a client's save may run at once: every save must
+ * succeed (no name collision, no prune deleting a file being written), and
+ * the directory must end up with exactly `keep` valid files. */
+static void test_concurrent_saves(void **state)
+{
+    static char dir[4096];
+    snprintf(dir, sizeof dir, "%s", fresh_dir("concurrent"));
+    pthread_t t[WRITERS];
+    for (int i = 0; i < WRITERS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, writer_main, dir), 0);
+    for (int i = 0; i < WRITERS; i++) {
+        void *failures;
+        pthread_join(t[i], &failures);
+        assert_int_equal((intptr_t)failures, 0);
+    }
+    char names[64][SNAP_FILE_NAME_LEN];
+    size_t count = 0;
+    assert_int_equal(snap_list(dir, names, 64, &count), TSDF_OK);
+    assert_int_equal(count, 2);
+    assert_int_equal(count_entries(dir), 2); /* no temporary file left */
+    for (size_t i = 0; i < count; i++) {
+        char path[8192];
+        snap_map *got;
+        size_t n;
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        assert_int_equal(snap_read(path, &got, &n), TSDF_OK);
+        snap_maps_free(got, n);
+    }
+}
+
 /* The real use: export a fused volume, save, load, import into a new
  * volume, and get the very same blocks back. */
 static void test_engine_round_trip(void **state)
@@ -509,6 +574,7 @@ int main(void)
         cmocka_unit_test(test_every_header_bit_and_random_bits_flipped),
         cmocka_unit_test(test_distinct_codes),
         cmocka_unit_test(test_find_latest_valid_skips_corrupt),
+        cmocka_unit_test(test_concurrent_saves),
         cmocka_unit_test(test_engine_round_trip),
     };
     int r = cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,14 +3,17 @@
 # verify` must accept it without a single warning, the hardening the
 # operations guide promises must be there, and the sysusers entry must parse.
 #
-#   tests/test_systemd_unit.sh [path/to/tsdfd.service]
+#   tests/test_systemd_unit.sh [path/to/tsdfd.service [build-dir]]
 #
+# With a configured build directory it also checks that `cmake --install`
+# (prefix /usr) puts the daemon where ExecStart looks for it.
 # Exit 0 pass, 1 fail, 77 skipped (no systemd-analyze).
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
 unit=${1:-$here/../systemd/tsdfd.service}
-sysusers=$(dirname "$unit")/tsdfd.sysusers
+build=${2:-}
+sysusers=$(cd "$(dirname "$unit")" && pwd)/tsdfd.sysusers
 
 if ! command -v systemd-analyze >/dev/null 2>&1; then
     echo "SKIPPED: systemd-analyze not installed (Debian package systemd)"
@@ -89,6 +92,21 @@ if sec=$(systemd-analyze security --offline=yes "$tmp/tsdfd.service" 2>/dev/null
         echo "ok: security exposure $score <= 5.0"
     else
         fail "security exposure '${score:-?}' above 5.0"
+    fi
+fi
+
+# The install layout: ExecStart must name the file `cmake --install` writes
+# with prefix /usr (the daemon's install rule in daemon/CMakeLists.txt).
+if [ -n "$build" ] && [ -f "$build/daemon/cmake_install.cmake" ]; then
+    rel=$(sed -n 's#.*file(INSTALL DESTINATION "${CMAKE_INSTALL_PREFIX}\([^"]*\)" TYPE EXECUTABLE FILES "[^"]*/tsdfd").*#\1#p' \
+        "$build/daemon/cmake_install.cmake" | head -n 1)
+    exec_bin=$(sed -n 's#^ExecStart=\([^ ]*\).*#\1#p' "$unit")
+    if [ -z "$rel" ]; then
+        echo "note: no install rule for tsdfd found in $build/daemon/cmake_install.cmake"
+    elif [ "/usr$rel/tsdfd" = "$exec_bin" ]; then
+        echo "ok: cmake --install (prefix /usr) puts tsdfd at $exec_bin"
+    else
+        fail "cmake --install (prefix /usr) puts tsdfd at /usr$rel/tsdfd, ExecStart runs $exec_bin"
     fi
 fi
 

@@ -64,7 +64,7 @@ grep -q "frames sent 48, acked 48, failed 0" "$WORK/out" || fail "replay summary
 # Fire-and-forget replay into another map; then wait for the integration.
 $C replay --synthetic box --map b --size 160 120 --rate 200 >"$WORK/out" 2>&1 ||
     fail "replay: $(cat "$WORK/out")"
-grep -q "frames sent 48" "$WORK/out" || fail "replay summary: $(cat "$WORK/out")"
+grep -q "frames sent 48, integrated 48" "$WORK/out" || fail "replay summary: $(cat "$WORK/out")"
 i=0
 until $C stats --map b --json | grep -q '"frames_integrated": 48'; do
     i=$((i + 1))
