@@ -153,7 +153,10 @@ static int render_metrics(void *arg, prom_buf *b)
     for (int pass = 0; pass < 2; pass++) {
         for (size_t i = 0; i < t.sensor_count; i++) {
             ds_sensor sn;
-            if (!dstats_sensor_at(&m->stats, i, &sn) || sn.received == 0)
+            /* "(no sensor)" is always there, so both families exist from
+             * the first scrape on. */
+            if (!dstats_sensor_at(&m->stats, i, &sn) ||
+                (sn.received == 0 && i != DS_SENSOR_UNKNOWN))
                 continue;
             prom_label_escape(esc, sizeof esc, sn.name);
             snprintf(labels, sizeof labels, "sensor=\"%s\"", esc);

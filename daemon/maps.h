@@ -50,7 +50,7 @@ typedef struct dmap {
      * that must not wait for the worker (the /metrics render). */
     pthread_mutex_t stats_lock;
     tsdf_volume_stats cached_stats;
-    int64_t stats_at_ns; /* CLOCK_MONOTONIC of cached_stats; worker only */
+    int64_t frame_stats_at_ns; /* CLOCK_MONOTONIC of the last refresh after a frame; worker only */
 } dmap;
 
 #define MAPS_STATS_PERIOD_MS 200

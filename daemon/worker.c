@@ -150,7 +150,6 @@ static int refresh_stats(dmap *m, int frame_stages, tsdf_volume_stats *out)
     pthread_mutex_lock(&m->stats_lock);
     m->cached_stats = st;
     pthread_mutex_unlock(&m->stats_lock);
-    m->stats_at_ns = worker_now_ns();
     if (frame_stages) {
         lat_window_add(&ds->lat_stage[DS_STAGE_UPLOAD], st.last_upload_ms);
         lat_window_add(&ds->lat_stage[DS_STAGE_ALLOCATE], st.last_alloc_ms);
@@ -185,8 +184,9 @@ static void run_frame(dmap *m, worker_job *j)
     j->integrate_ms = ms;
     /* An ack carries the version after its frame, so it always refreshes. */
     if (j->has_waiter ||
-        worker_now_ns() - m->stats_at_ns >= (int64_t)MAPS_STATS_PERIOD_MS * 1000000LL) {
+        worker_now_ns() - m->frame_stats_at_ns >= (int64_t)MAPS_STATS_PERIOD_MS * 1000000LL) {
         tsdf_volume_stats st;
+        m->frame_stats_at_ns = worker_now_ns();
         if (refresh_stats(m, rc == TSDF_OK, &st) == TSDF_OK)
             j->version = st.version;
     }

@@ -291,6 +291,17 @@ int tsdf_volume_sync(tsdf_volume *v)
     return v->ops->sync(v->impl);
 }
 
+int tsdf_volume_get_timeline(tsdf_volume *v, tsdf_frame_timeline *out, size_t max, size_t *n)
+{
+    if (v == NULL || out == NULL || n == NULL)
+        return TSDF_EINVAL;
+    *n = 0;
+    /* Only the CUDA backend records device-side event timestamps. */
+    if (v->ops->timeline == NULL)
+        return TSDF_ENOT_BUILT;
+    return v->ops->timeline(v->impl, out, max, n);
+}
+
 int tsdf_volume_raycast(tsdf_volume *v, const tsdf_raycast_params *p, tsdf_raycast_output *out)
 {
     int rc;
