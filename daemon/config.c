@@ -128,12 +128,16 @@ void cfg_defaults(tsdfd_config *c)
     snprintf(c->maps[0], CFG_NAME_LEN, "%s", TSDF_PROTO_DEFAULT_MAP);
     c->maps_count = 1;
 
-    c->autosave_period_s = 0;
-    c->save_on_stop = 0;
-    c->load_on_start = 0;
+    /* A daemon that loses its map on a restart or a crash surprises its
+     * users: save every 5 minutes and at stop, and restore at start. */
+    c->autosave_period_s = 300;
+    c->save_on_stop = 1;
+    c->load_on_start = 1;
     c->snapshot_keep = 3;
 
-    c->metrics_enabled = 0;
+    /* Loopback only by default: the metrics carry no secrets, but exposing
+     * a port beyond the host is the operator's decision. */
+    c->metrics_enabled = 1;
     snprintf(c->metrics_host, sizeof c->metrics_host, "127.0.0.1");
     c->metrics_port = 9464;
 

@@ -37,6 +37,11 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+/* The daemon's defaults serve /metrics on 127.0.0.1:9464 and snapshot into
+ * state_dir; tests run in parallel (ctest -j), so every harness daemon gets
+ * its own state_dir, no metrics port and no snapshots unless the test's
+ * extra INI asks for them (a test that wants /metrics must pick a free
+ * port itself). */
 static int write_config(const tsdfd_harness *h, const char *extra_ini)
 {
     FILE *f = fopen(h->config_path, "w");
@@ -50,6 +55,12 @@ static int write_config(const tsdfd_harness *h, const char *extra_ini)
             "state_dir = %s\n"
             "[volume]\n"
             "backend = cpu\n"
+            "[snapshot]\n"
+            "autosave_period_s = 0\n"
+            "save_on_stop = false\n"
+            "load_on_start = false\n"
+            "[metrics]\n"
+            "enabled = false\n"
             "[log]\n"
             "stats_period_s = 0\n",
             h->req_url, h->frames_url, h->state_dir);

@@ -38,7 +38,10 @@ const char *tsdfd_harness_bin(void);
 /*
  * Starts a daemon. extra_ini (may be NULL) is appended to the generated
  * configuration, which sets [server] listen, frames_listen and state_dir,
- * [volume] backend = cpu and [log] stats_period_s = 0; the extra text may
+ * [volume] backend = cpu, [snapshot] autosave_period_s = 0, save_on_stop =
+ * false, load_on_start = false, [metrics] enabled = false (so parallel tests
+ * never share port 9464 or a state directory) and [log] stats_period_s =
+ * 0; the extra text may
  * repeat those sections and keys (later lines win). extra_args (NULL or
  * NULL-terminated) are appended to the command line.
  * Returns 0 once the daemon answers ping (within 20 s), -1 otherwise (the

@@ -57,8 +57,14 @@ static void test_defaults(void **state)
     assert_int_equal(c.max_maps, 16);
     assert_int_equal(c.maps_count, 1);
     assert_string_equal(c.maps[0], "default");
-    assert_int_equal(c.autosave_period_s, 0);
-    assert_false(c.metrics_enabled);
+    /* Production defaults: snapshots on a period, at stop and at start,
+     * and /metrics on loopback. */
+    assert_int_equal(c.autosave_period_s, 300);
+    assert_true(c.save_on_stop);
+    assert_true(c.load_on_start);
+    assert_int_equal(c.snapshot_keep, 3);
+    assert_true(c.metrics_enabled);
+    assert_string_equal(c.metrics_host, "127.0.0.1");
     assert_int_equal(c.metrics_port, 9464);
     assert_int_equal(c.log_level, TSDF_LOG_INFO);
     char err[CFG_ERR_LEN];
@@ -166,11 +172,11 @@ static void test_every_key_parsed(void **state)
                                "maps = siteA, siteB\n"
                                "[snapshot]\n"
                                "autosave_period_s = 600\n"
-                               "save_on_stop = yes\n"
-                               "load_on_start = on\n"
+                               "save_on_stop = no\n"
+                               "load_on_start = off\n"
                                "keep = 5\n"
                                "[metrics]\n"
-                               "enabled = true\n"
+                               "enabled = false\n"
                                "host = 0.0.0.0\n"
                                "port = 9100\n"
                                "[log]\n"
@@ -210,10 +216,10 @@ static void test_every_key_parsed(void **state)
     assert_string_equal(c.maps[0], "siteA");
     assert_string_equal(c.maps[1], "siteB");
     assert_int_equal(c.autosave_period_s, 600);
-    assert_true(c.save_on_stop);
-    assert_true(c.load_on_start);
+    assert_false(c.save_on_stop);
+    assert_false(c.load_on_start);
     assert_int_equal(c.snapshot_keep, 5);
-    assert_true(c.metrics_enabled);
+    assert_false(c.metrics_enabled);
     assert_string_equal(c.metrics_host, "0.0.0.0");
     assert_int_equal(c.metrics_port, 9100);
     assert_int_equal(c.log_level, TSDF_LOG_DEBUG);
@@ -336,6 +342,7 @@ static void test_flags_override_file(void **state)
     char used[CFG_PATH_LEN];
     (void)state;
     const char *path = write_file("flags.conf", "[queue]\nlength = 7\npolicy = drop_oldest\n"
+                                                "[metrics]\nenabled = false\n"
                                                 "[log]\nlevel = warn\n");
     char file[1024];
     snprintf(file, sizeof file, "%s", path);
@@ -377,6 +384,15 @@ static void test_flags_override_file(void **state)
     assert_int_equal(c.queue_length, 11);                     /* flag beats file */
     assert_int_equal(c.queue_policy, CFG_POLICY_DROP_OLDEST); /* file beats default */
     assert_int_equal(c.max_maps, 3);
+
+    /* --metrics off beats the default (on), as the tests' daemons rely on. */
+    char *off[] = {"tsdfd", "--set", "snapshot.save_on_stop=false", "--metrics", "off", NULL};
+    rc = cfg_from_args(5, off, &c, &action, used, sizeof used, err, sizeof err);
+    if (rc != TSDF_OK)
+        fail_msg("%s", err);
+    assert_false(c.metrics_enabled);
+    assert_false(c.save_on_stop);
+    assert_true(c.load_on_start); /* untouched: the default */
 
     char *bad_flag[] = {"tsdfd", "--config", file, "--queue-length", "0", NULL};
     rc = cfg_from_args(5, bad_flag, &c, &action, used, sizeof used, err, sizeof err);

@@ -467,6 +467,132 @@ static void test_room_mesh_and_raycast(void **state)
     tsdf_volume_destroy(fs.vol);
 }
 
+/* ---- a room of planes ---------------------------------------------------------- */
+
+/* The inside of an axis-aligned box, walls, floor and ceiling only: 2.4 x
+ * 1.8 x 2.0 m. The centre is off the voxel grid by a few millimetres on each
+ * axis so that no wall lies on a plane of voxel centres or voxel faces (a
+ * wall through voxel centres leaves sdf values of about 0 with either sign
+ * there, which marching cubes turns into many needless tiny triangles). */
+static const float plane_room_center_m[3] = {0.0137f, -0.0219f, 1.0031f};
+static const float plane_room_half_m[3] = {1.2f, 0.9f, 1.0f};
+
+/* The trajectory: from each of 5 eyes (the room's centre and the 4 corners of
+ * a tetrahedron around it, 0.4 of the half-extents out) the camera looks at
+ * each of the 26 points c + (i hx, j hy, k hz), i, j, k in {-1, 0, 1}, not all
+ * 0: the centres of the 6 faces, the midpoints of the 12 edges and the 8
+ * corners, 130 frames. A face centre is seen head-on, an edge or a corner
+ * from roughly along its bisector, so no part of the surface is seen only at
+ * grazing angles. Fewer eyes are not enough: from the centre alone (26
+ * frames) the frusta (62 x 49 degrees) leave patches of floor and ceiling
+ * that no frame sees, and a cell with an unseen corner makes no triangle
+ * (546 open edges); 2 eyes (52 frames) still leave 104 open edges. */
+#define PLANE_ROOM_EYES 5
+#define PLANE_ROOM_TARGETS 26
+
+static void plane_room_pose(uint32_t i, float T_world_cam[16])
+{
+    static const float eye_dir[PLANE_ROOM_EYES][3] = {
+        {0, 0, 0}, {1, 1, 1}, {1, -1, -1}, {-1, 1, -1}, {-1, -1, 1}};
+    const float *c = plane_room_center_m, *h = plane_room_half_m;
+    uint32_t e = i / PLANE_ROOM_TARGETS, t = i % PLANE_ROOM_TARGETS;
+    float eye[3], target[3];
+    /* Target t of the 26 skips the room's centre (index 13 of 27). */
+    uint32_t cell = t < 13 ? t : t + 1;
+    int ijk[3] = {(int)(cell % 3) - 1, (int)(cell / 3 % 3) - 1, (int)(cell / 9) - 1};
+    for (int a = 0; a < 3; a++) {
+        eye[a] = c[a] + 0.4f * eye_dir[e][a] * h[a];
+        target[a] = c[a] + (float)ijk[a] * h[a];
+    }
+    assert_int_equal(tsdf_synth_look_at(eye, target, NULL, T_world_cam), TSDF_OK);
+}
+
+static void test_plane_room_mesh(void **state)
+{
+    const uint32_t w = 320, h = 240, n_frames = PLANE_ROOM_EYES * PLANE_ROOM_TARGETS;
+    tsdf_scene scene;
+    tsdf_volume_params p;
+    tsdf_volume *vol;
+    tsdf_mesh m;
+    tsdf_frame f;
+    float *depth;
+    double mean_vox, max_vox, max_good_vox;
+    size_t good, inward = 0;
+    (void)state;
+    tsdf_scene_init(&scene);
+    assert_int_equal(tsdf_scene_add_room(&scene, plane_room_center_m, plane_room_half_m, NULL),
+                     TSDF_OK);
+    tsdf_volume_params_default(&p);
+    p.backend = TSDF_BACKEND_CPU;
+    p.voxel_size_m = VOXEL_M;
+    p.initial_capacity_blocks = 4096;
+    assert_int_equal(tsdf_volume_create(&p, &vol), TSDF_OK);
+    depth = malloc((size_t)w * h * sizeof(float));
+    assert_non_null(depth);
+
+    /* The camera of the standard sequences (the TUM fr1 camera at half
+     * resolution): a pixel spans about 1 cm across the ray at the farthest
+     * corner, 2.5 m from the eye, i.e. a voxel. */
+    memset(&f, 0, sizeof(f));
+    f.width = w;
+    f.height = h;
+    f.K.fx = f.K.fy = 262.5f;
+    f.K.cx = 159.5f;
+    f.K.cy = 119.5f;
+    f.depth_format = TSDF_DEPTH_F32;
+    f.depth = depth;
+    f.min_depth_m = 0.1f;
+    f.max_depth_m = 8.0f;
+    for (uint32_t i = 0; i < n_frames; i++) {
+        plane_room_pose(i, f.T_world_cam);
+        assert_int_equal(tsdf_scene_render(&scene, w, h, &f.K, f.T_world_cam, depth, NULL),
+                         TSDF_OK);
+        assert_int_equal(tsdf_volume_integrate(vol, &f), TSDF_OK);
+    }
+    free(depth);
+
+    tsdf_mesh_init(&m);
+    assert_int_equal(tsdf_volume_mesh(vol, NULL, &m), TSDF_OK);
+    /* About 2 vertices per cm^2 of wall: 15 m^2 of surface. */
+    assert_true(m.vertex_count > 200000);
+    /* No exclusion (edge radius 0); min_weight 3 only counts, in good, the
+     * vertices whose 8 cell corners were each seen by >= 3 frames, which
+     * must be all of them: the trajectory sees every surface point often. */
+    vertex_error(vol, &scene, &m, 0.0f, 3.0f, &mean_vox, &max_vox, &max_good_vox, &good);
+    /* Normals point out of the surface, i.e. into the room: along the
+     * gradient of the true sdf (by central differences; at an edge or a
+     * corner it is the nearest wall's inward normal). */
+    for (size_t i = 0; i < m.vertex_count; i++) {
+        const float *q = &m.positions[3 * i], *n = &m.normals[3 * i];
+        float g = 0.0f;
+        for (int a = 0; a < 3; a++) {
+            float qp[3] = {q[0], q[1], q[2]}, qm[3] = {q[0], q[1], q[2]};
+            qp[a] += 0.25f * VOXEL_M;
+            qm[a] -= 0.25f * VOXEL_M;
+            g += n[a] * (tsdf_scene_sdf(&scene, qp) - tsdf_scene_sdf(&scene, qm));
+        }
+        inward += g <= 0.0f;
+    }
+    print_message("room of planes: %zu vertices %zu triangles from %u frames (320x240), "
+                  "|sdf| mean %.4f max %.4f voxel over all vertices, %zu open edges, "
+                  "%zu vertices in cells seen < 3 times, %zu normals facing the wall\n",
+                  m.vertex_count, m.triangle_count, n_frames, mean_vox, max_vox, open_edges(&m),
+                  m.vertex_count - good, inward);
+    assert_true(mean_vox <= 0.1);
+    assert_true(max_vox <= 0.5);
+    assert_int_equal(good, m.vertex_count);
+    /* Seen from everywhere inside, the room's surface is closed, a
+     * topological sphere (V - E + F = 2 with E = 3F / 2), without duplicate
+     * vertices, its normals facing the room. */
+    assert_int_equal(open_edges(&m), 0);
+    assert_int_equal(
+        (long)m.vertex_count - (long)(3 * m.triangle_count / 2) + (long)m.triangle_count, 2);
+    assert_int_equal(duplicate_positions(&m), 0);
+    assert_int_equal(inward, 0);
+    tsdf_mesh_fini(&m);
+    tsdf_volume_destroy(vol);
+}
+
 /* ---- PLY ---------------------------------------------------------------------- */
 
 static void test_ply_roundtrip(void **state)
@@ -548,6 +674,7 @@ int main(void)
         cmocka_unit_test(test_mc_tables),
         cmocka_unit_test(test_sphere_mesh),
         cmocka_unit_test(test_room_mesh_and_raycast),
+        cmocka_unit_test(test_plane_room_mesh),
         cmocka_unit_test(test_ply_roundtrip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -43,16 +43,24 @@ done
 
 mkdir -p "$WORK/state"
 : >"$WORK/tsdfd.conf"
-"$TSDFD" --config "$WORK/tsdfd.conf" --foreground --backend cpu --listen "$REQ" \
-    --frames-listen "$PUSH" --state-dir "$WORK/state" >"$WORK/tsdfd.log" 2>&1 &
-DAEMON_PID=$!
-i=0
-while [ ! -S "$WORK/tsdfd.sock" ] || [ ! -S "$WORK/frames.sock" ]; do
-    kill -0 "$DAEMON_PID" 2>/dev/null || { DAEMON_PID=""; fail "tsdfd exited at start"; }
-    i=$((i + 1))
-    [ $i -le 200 ] || fail "tsdfd did not listen within 20 s"
-    sleep 0.1
-done
+# The snapshot keys keep their defaults (autosave, save_on_stop and
+# load_on_start on): the end of this test relies on them. /metrics is off so
+# that parallel tests never fight over port 9464.
+start_daemon() {
+    rm -f "$WORK/tsdfd.sock" "$WORK/frames.sock"
+    "$TSDFD" --config "$WORK/tsdfd.conf" --foreground --backend cpu --listen "$REQ" \
+        --frames-listen "$PUSH" --state-dir "$WORK/state" --metrics off \
+        >>"$WORK/tsdfd.log" 2>&1 &
+    DAEMON_PID=$!
+    i=0
+    while [ ! -S "$WORK/tsdfd.sock" ] || [ ! -S "$WORK/frames.sock" ]; do
+        kill -0 "$DAEMON_PID" 2>/dev/null || { DAEMON_PID=""; fail "tsdfd exited at start"; }
+        i=$((i + 1))
+        [ $i -le 200 ] || fail "tsdfd did not listen within 20 s"
+        sleep 0.1
+    done
+}
+start_daemon
 
 $C ping | grep -q "tsdfd" || fail "ping"
 
@@ -110,4 +118,18 @@ $C load --map s >"$WORK/out" || fail "load: $(cat "$WORK/out")"
 $C stats --map s | grep -q "blocks_allocated *0$" && fail "load restored nothing"
 $C reset --map nosuchmap >"$WORK/out" 2>&1
 [ $? -eq 1 ] && grep -q NOT_FOUND "$WORK/out" || fail "reset of a missing map: $(cat "$WORK/out")"
+
+# The defaults: SIGTERM saves every map (save_on_stop), and a daemon started
+# again on the same state directory restores them (load_on_start).
+before=$(ls "$WORK/state" | grep -c '\.tsdfsnap$')
+kill -TERM "$DAEMON_PID"
+wait "$DAEMON_PID"
+rc=$?
+DAEMON_PID=""
+[ $rc -eq 0 ] || fail "tsdfd exited with $rc after SIGTERM"
+after=$(ls "$WORK/state" | grep -c '\.tsdfsnap$')
+[ "$after" -eq $((before + 1)) ] || fail "save_on_stop: $before snapshot(s) before stop, $after after"
+start_daemon
+$C stats --map s | grep -q "blocks_allocated *0$" && fail "load_on_start restored nothing"
+$C maps | grep -qx "s" || fail "load_on_start: map s missing: $($C maps)"
 echo "OK"
