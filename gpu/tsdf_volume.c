@@ -163,6 +163,15 @@ int tsdf_frame_check(const tsdf_frame *f)
         return TSDF_EINVAL;
     if (f->depth == NULL)
         return TSDF_EINVAL;
+    {
+        /* check_image_size bounded width*height, so these cannot overflow. */
+        size_t pixels = (size_t)f->width * f->height;
+        size_t sample = f->depth_format == TSDF_DEPTH_U16 ? 2 : 4;
+        if (f->depth_size_bytes != 0 && f->depth_size_bytes != pixels * sample)
+            return TSDF_EBAD_SIZE;
+        if (f->rgb_size_bytes != 0 && (f->rgb == NULL || f->rgb_size_bytes != pixels * 3))
+            return TSDF_EBAD_SIZE;
+    }
     return TSDF_OK;
 }
 

@@ -91,6 +91,12 @@ typedef struct {
     float min_depth_m; /* samples outside [min, max] are no measurement */
     float max_depth_m;
     const uint8_t *rgb; /* optional: width*height*3 RGB8, or NULL */
+    /* Optional sizes of the buffers above in bytes, for callers that got
+     * them from outside (the daemon sets both from the message): when
+     * non-zero they must equal width*height*(2 or 4) and width*height*3, or
+     * the frame is refused with TSDF_EBAD_SIZE. 0 = not stated. */
+    size_t depth_size_bytes;
+    size_t rgb_size_bytes;
 } tsdf_frame;
 
 /* An opaque volume. */
@@ -121,6 +127,7 @@ const tsdf_volume_params *tsdf_volume_get_params(const tsdf_volume *v);
  * value not finite), TSDF_EBAD_POSE (not finite, last row not 0 0 0 1, or
  * rotation not orthonormal with det +1 within 1e-3), TSDF_EBAD_DEPTH_RANGE
  * (min < 0, max <= min, not finite, or depth_scale <= 0 for U16),
+ * TSDF_EBAD_SIZE (a stated buffer size that does not match the image),
  * TSDF_EINVAL (NULL depth or unknown format). */
 int tsdf_frame_check(const tsdf_frame *f);
 

@@ -768,6 +768,7 @@ static int read_frame(const reader *r, tsdf_req_frame *f)
         return fail(r->err, TSDF_EBAD_SIZE, "depth", "depth: %zu bytes, expected %zu (%ux%u %s)", n,
                     pixels * bps, fr->width, fr->height, fmt);
     fr->depth = p;
+    fr->depth_size_bytes = n;
 
     if (fr->depth_format == TSDF_DEPTH_U16) {
         TRY(get_float(r, "depth_scale", TSDF_EBAD_DEPTH_RANGE, &fr->depth_scale, &present));
@@ -784,6 +785,7 @@ static int read_frame(const reader *r, tsdf_req_frame *f)
             return fail(r->err, TSDF_EBAD_SIZE, "rgb", "rgb: %zu bytes, expected %zu (%ux%u RGB8)",
                         n, pixels * 3, fr->width, fr->height);
         fr->rgb = p;
+        fr->rgb_size_bytes = n;
     }
     return TSDF_OK;
 }
@@ -1053,6 +1055,49 @@ static int read_daemon_stats(const reader *r, tsdf_rep_stats *s)
     return TSDF_OK;
 }
 
+/* Key names of a timeline entry, shared by encoder and decoder. */
+static const struct {
+    const char *key;
+    size_t offset;
+} timeline_fields[] = {
+    {"upload_start_ms", offsetof(tsdf_frame_timeline, upload_start_ms)},
+    {"upload_end_ms", offsetof(tsdf_frame_timeline, upload_end_ms)},
+    {"alloc_start_ms", offsetof(tsdf_frame_timeline, alloc_start_ms)},
+    {"alloc_end_ms", offsetof(tsdf_frame_timeline, alloc_end_ms)},
+    {"update_start_ms", offsetof(tsdf_frame_timeline, update_start_ms)},
+    {"update_end_ms", offsetof(tsdf_frame_timeline, update_end_ms)},
+};
+#define TIMELINE_FIELD_COUNT (sizeof(timeline_fields) / sizeof(timeline_fields[0]))
+
+static int read_timeline(const reader *r, tsdf_rep_stats *s)
+{
+    const msgpack_object *o;
+    int f = find(r, "timeline", &o);
+    if (f <= 0)
+        return f;
+    if (o->type != MSGPACK_OBJECT_ARRAY)
+        return wrong_type(r, "timeline", "an array of maps");
+    if (o->via.array.size > TSDF_PROTO_MAX_TIMELINE)
+        return fail(r->err, TSDF_ETOO_LARGE, "timeline", "timeline: more than %u frames",
+                    TSDF_PROTO_MAX_TIMELINE);
+    for (uint32_t i = 0; i < o->via.array.size; i++) {
+        const msgpack_object *e = &o->via.array.ptr[i];
+        if (e->type != MSGPACK_OBJECT_MAP)
+            return wrong_type(r, "timeline", "an array of maps");
+        reader sub = {&e->via.map, r->err};
+        tsdf_frame_timeline *t = &s->timeline[i];
+        memset(t, 0, sizeof(*t));
+        TRY(get_uint(&sub, "frame", UINT64_MAX, &t->frame, NULL));
+        for (size_t k = 0; k < TIMELINE_FIELD_COUNT; k++) {
+            double d = 0.0;
+            TRY(get_number(&sub, timeline_fields[k].key, TSDF_EPROTO_KEY, &d, NULL));
+            memcpy((char *)t + timeline_fields[k].offset, &d, sizeof(d));
+        }
+    }
+    s->timeline_count = o->via.array.size;
+    return TSDF_OK;
+}
+
 static int read_stats_rep(const reader *r, tsdf_rep_stats *s)
 {
     reader sub;
@@ -1065,6 +1110,7 @@ static int read_stats_rep(const reader *r, tsdf_rep_stats *s)
     TRY(get_submap(r, "daemon", &sub, &present));
     if (present)
         TRY(read_daemon_stats(&sub, s));
+    TRY(read_timeline(r, s));
     return TSDF_OK;
 }
 
@@ -1560,7 +1606,10 @@ static int encode_reply_body(writer *w, const tsdf_reply *r)
         break;
     }
     case TSDF_MSG_STATS:
-        msgpack_pack_map(&w->pk, env + 1 + (r->u.stats.has_engine ? 1 : 0));
+        if (r->u.stats.timeline_count > TSDF_PROTO_MAX_TIMELINE)
+            return TSDF_ETOO_LARGE;
+        msgpack_pack_map(&w->pk, env + 1 + (r->u.stats.has_engine ? 1 : 0) +
+                                     (r->u.stats.timeline_count > 0 ? 1 : 0));
         break;
     case TSDF_MSG_SAVE:
     case TSDF_MSG_LOAD:
@@ -1637,6 +1686,22 @@ static int encode_reply_body(writer *w, const tsdf_reply *r)
             else {
                 w_key(w, e->key);
                 msgpack_pack_int64(&w->pk, e->i);
+            }
+        }
+        /* Only from a backend that records timelines: older readers skip
+         * the key, and its absence means "not available". */
+        if (s->timeline_count > 0) {
+            w_key(w, "timeline");
+            msgpack_pack_array(&w->pk, s->timeline_count);
+            for (uint32_t i = 0; i < s->timeline_count; i++) {
+                const tsdf_frame_timeline *t = &s->timeline[i];
+                msgpack_pack_map(&w->pk, 1 + (uint32_t)TIMELINE_FIELD_COUNT);
+                w_uint(w, "frame", t->frame);
+                for (size_t k = 0; k < TIMELINE_FIELD_COUNT; k++) {
+                    double d;
+                    memcpy(&d, (const char *)t + timeline_fields[k].offset, sizeof(d));
+                    w_double(w, timeline_fields[k].key, d);
+                }
             }
         }
         break;

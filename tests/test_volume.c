@@ -551,7 +551,7 @@ static void test_bad_frames_distinct_codes(void **state)
     tsdf_block_set before, after;
     tsdf_frame good, f;
     tsdf_volume_stats st0, st1;
-    int codes[12], n = 0;
+    int codes[16], n = 0;
     (void)state;
     plane_frame(&good, depth, 1.0f, 0.0f, 0.0f, 0.0f);
     assert_int_equal(tsdf_frame_check(&good), TSDF_OK);
@@ -586,8 +586,11 @@ static void test_bad_frames_distinct_codes(void **state)
     EXPECT_REJECT(f.width = TSDF_MAX_IMAGE_DIM + 1, TSDF_ETOO_LARGE);
     EXPECT_REJECT((f.width = 4100, f.height = 4100), TSDF_ETOO_LARGE);
     EXPECT_REJECT(f.max_depth_m = f.min_depth_m, TSDF_EBAD_DEPTH_RANGE);
+    /* A stated buffer size that does not match width x height x sample. */
+    EXPECT_REJECT(f.depth_size_bytes = (size_t)f.width * f.height * 4 - 1, TSDF_EBAD_SIZE);
+    EXPECT_REJECT((f.rgb = (const uint8_t *)f.depth, f.rgb_size_bytes = 7), TSDF_EBAD_SIZE);
 #undef EXPECT_REJECT
-    assert_int_equal(n, 12);
+    assert_int_equal(n, 14);
 
     f = good;
     f.min_depth_m = -1.0f;
@@ -607,12 +610,13 @@ static void test_bad_frames_distinct_codes(void **state)
     assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_EINVAL);
     assert_int_equal(tsdf_volume_integrate(v, NULL), TSDF_EINVAL);
 
-    /* The five fault classes have five different codes. */
+    /* The fault classes have distinct codes. */
     {
-        const int classes[] = {TSDF_EBAD_INTRINSICS, TSDF_EBAD_POSE,        TSDF_EEMPTY_IMAGE,
-                               TSDF_ETOO_LARGE,      TSDF_EBAD_DEPTH_RANGE, TSDF_EINVAL};
-        for (size_t i = 0; i < 6; i++)
-            for (size_t j = i + 1; j < 6; j++)
+        const int classes[] = {TSDF_EBAD_INTRINSICS,  TSDF_EBAD_POSE, TSDF_EEMPTY_IMAGE,
+                               TSDF_ETOO_LARGE,       TSDF_EBAD_SIZE, TSDF_EBAD_DEPTH_RANGE,
+                               TSDF_EINVAL};
+        for (size_t i = 0; i < 7; i++)
+            for (size_t j = i + 1; j < 7; j++)
                 assert_int_not_equal(classes[i], classes[j]);
         for (int i = 0; i < n; i++)
             assert_true(codes[i] < 0);
@@ -623,7 +627,7 @@ static void test_bad_frames_distinct_codes(void **state)
     assert_int_equal(st1.version, st0.version);
     assert_int_equal(st1.blocks_allocated, st0.blocks_allocated);
     assert_int_equal(st1.frames_integrated, st0.frames_integrated);
-    assert_int_equal(st1.frames_rejected, st0.frames_rejected + 12 + 6);
+    assert_int_equal(st1.frames_rejected, st0.frames_rejected + 14 + 6);
     assert_int_equal(tsdf_volume_export_blocks(v, &after), TSDF_OK);
     assert_sets_equal(&before, &after);
 
