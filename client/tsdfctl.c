@@ -674,7 +674,8 @@ out:
 static const char stats_help[] =
     "usage: tsdfctl stats [--map NAME] [--json]\n"
     "\n"
-    "Prints the map's volume statistics and the daemon's counters, as a table or as JSON.\n";
+    "Prints the map's volume statistics and the daemon's counters, as a table or as JSON,\n"
+    "and, on the CUDA backend, the device timeline of the map's last frames.\n";
 
 typedef struct {
     const char *key;
@@ -788,7 +789,21 @@ static int cmd_stats(const global_opts *g, int argc, char **argv)
             else
                 printf("%lld", (long long)e->i);
         }
-        printf("}}\n");
+        printf("}");
+        if (s->timeline_count > 0) {
+            printf(", \"timeline\": [");
+            for (uint32_t i = 0; i < s->timeline_count; i++) {
+                const tsdf_frame_timeline *t = &s->timeline[i];
+                printf("%s{\"frame\": %llu, \"upload_start_ms\": %.6f, \"upload_end_ms\": %.6f, "
+                       "\"alloc_start_ms\": %.6f, \"alloc_end_ms\": %.6f, "
+                       "\"update_start_ms\": %.6f, \"update_end_ms\": %.6f}",
+                       i ? ", " : "", (unsigned long long)t->frame, t->upload_start_ms,
+                       t->upload_end_ms, t->alloc_start_ms, t->alloc_end_ms, t->update_start_ms,
+                       t->update_end_ms);
+            }
+            printf("]");
+        }
+        printf("}\n");
     } else {
         printf("map %s\n", map ? map : TSDF_PROTO_DEFAULT_MAP);
         if (s->has_engine) {
@@ -812,6 +827,19 @@ static int cmd_stats(const global_opts *g, int argc, char **argv)
                 printf("  %-32s %.4f\n", e->key, e->f);
             else
                 printf("  %-32s %lld\n", e->key, (long long)e->i);
+        }
+        /* The CUDA backend's device event times: the upload of frame N+1
+         * starting before the update of frame N ends shows the overlap. */
+        if (s->timeline_count > 0) {
+            printf("timeline (ms since the volume's epoch):\n"
+                   "  %6s %21s %21s %21s\n",
+                   "frame", "upload", "alloc", "update");
+            for (uint32_t i = 0; i < s->timeline_count; i++) {
+                const tsdf_frame_timeline *t = &s->timeline[i];
+                printf("  %6llu %10.3f-%-10.3f %10.3f-%-10.3f %10.3f-%-10.3f\n",
+                       (unsigned long long)t->frame, t->upload_start_ms, t->upload_end_ms,
+                       t->alloc_start_ms, t->alloc_end_ms, t->update_start_ms, t->update_end_ms);
+            }
         }
     }
     free(s);

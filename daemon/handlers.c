@@ -427,6 +427,9 @@ static void do_stats(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
             return;
         rep->u.stats.has_engine = 1;
         rep->u.stats.engine = j->vstats;
+        rep->u.stats.timeline_count = (uint32_t)j->timeline_count;
+        memcpy(rep->u.stats.timeline, j->timeline,
+               j->timeline_count * sizeof rep->u.stats.timeline[0]);
         job_free(j);
     }
     fill_daemon_stats(d, m, &rep->u.stats);

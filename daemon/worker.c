@@ -263,6 +263,23 @@ static int run_import(dmap *m, worker_job *j)
     return tsdf_volume_import_blocks(m->vol, &j->blocks);
 }
 
+/* The device event times of the last frames, for the stats reply. Only this
+ * worker touches the volume, so it asks here. A backend without timelines
+ * (CPU: TSDF_ENOT_BUILT) gives none; a failure to read them is logged and
+ * leaves the stats reply without them rather than failing it. */
+static void fetch_timeline(dmap *m, worker_job *j)
+{
+    size_t n = 0;
+    int rc = tsdf_volume_get_timeline(m->vol, j->timeline, TSDF_PROTO_MAX_TIMELINE, &n);
+    j->timeline_count = 0;
+    if (rc == TSDF_OK) {
+        j->timeline_count = n <= TSDF_PROTO_MAX_TIMELINE ? n : TSDF_PROTO_MAX_TIMELINE;
+    } else if (rc != TSDF_ENOT_BUILT) {
+        TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "timeline failed", "map %s: frame timeline: %s",
+                             m->name, tsdf_strerror(rc));
+    }
+}
+
 static void run_query(dmap *m, worker_job *j)
 {
     int rc;
@@ -276,6 +293,8 @@ static void run_query(dmap *m, worker_job *j)
         break;
     case JOB_STATS:
         rc = tsdf_volume_get_stats(m->vol, &j->vstats);
+        if (rc == TSDF_OK)
+            fetch_timeline(m, j);
         break;
     case JOB_RESET:
         rc = tsdf_volume_reset(m->vol);

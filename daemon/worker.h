@@ -38,7 +38,7 @@ typedef enum {
     JOB_FRAME = 0, /* integrate req.u.frame */
     JOB_RAYCAST,   /* req.u.raycast -> depth_m, normals, rgb */
     JOB_MESH,      /* req.u.mesh -> mesh, version */
-    JOB_STATS,     /* -> vstats */
+    JOB_STATS,     /* -> vstats, timeline */
     JOB_RESET,     /* drop every block */
     JOB_EXPORT,    /* -> blocks, params, version */
     JOB_IMPORT,    /* blocks, params -> the volume (recreated when params differ) */
@@ -68,6 +68,9 @@ typedef struct worker_job {
     uint8_t *rgb;
     tsdf_mesh mesh; /* owned */
     tsdf_volume_stats vstats;
+    /* JOB_STATS: the backend's last frame timelines (CUDA only; 0 else). */
+    size_t timeline_count;
+    tsdf_frame_timeline timeline[TSDF_PROTO_MAX_TIMELINE];
     tsdf_block_set blocks; /* export output / import input, owned */
     tsdf_volume_params params;
 } worker_job;

@@ -43,7 +43,12 @@ typedef struct {
     int cvalid;
 } mesher;
 
-static const tsdf_voxel *voxel_at(mesher *m, int32_t x, int32_t y, int32_t z)
+#define TSDF_MESH_SOURCE mesher
+#include "tsdf_mesh_vertex.h"
+
+/* The voxel lookup of tsdf_mesh_vertex.h, through the mesher's one-entry
+ * block cache. */
+static const tsdf_voxel *tsdf_mesh_source_voxel(mesher *m, int32_t x, int32_t y, int32_t z)
 {
     int32_t bx = tsdf_floor_div8(x), by = tsdf_floor_div8(y), bz = tsdf_floor_div8(z);
     if (!m->cvalid || m->ckey[0] != bx || m->ckey[1] != by || m->ckey[2] != bz) {
@@ -56,38 +61,6 @@ static const tsdf_voxel *voxel_at(mesher *m, int32_t x, int32_t y, int32_t z)
     if (m->cblk == NULL)
         return NULL;
     return m->cblk + tsdf_voxel_index(x & 7, y & 7, z & 7);
-}
-
-static int known_sdf(mesher *m, int32_t x, int32_t y, int32_t z, float *sdf)
-{
-    const tsdf_voxel *vx = voxel_at(m, x, y, z);
-    if (vx == NULL || !tsdf_voxel_known(vx))
-        return 0;
-    *sdf = vx->sdf_m;
-    return 1;
-}
-
-/* The sdf gradient at voxel g by central differences, one-sided where a
- * neighbour is unknown, 0 on an axis where both are. */
-static void voxel_gradient(mesher *m, const int32_t g[3], float s0, float out[3])
-{
-    for (int a = 0; a < 3; a++) {
-        int32_t p[3] = {g[0], g[1], g[2]}, q[3] = {g[0], g[1], g[2]};
-        float sp, sm;
-        int hp, hm;
-        p[a] += 1;
-        q[a] -= 1;
-        hp = known_sdf(m, p[0], p[1], p[2], &sp);
-        hm = known_sdf(m, q[0], q[1], q[2], &sm);
-        if (hp && hm)
-            out[a] = 0.5f * (sp - sm);
-        else if (hp)
-            out[a] = sp - s0;
-        else if (hm)
-            out[a] = s0 - sm;
-        else
-            out[a] = 0.0f;
-    }
 }
 
 static int grow(void **arr, size_t *cap, size_t need, size_t elem, size_t min_cap)
@@ -137,11 +110,8 @@ static int edge_slot(mesher *m, const int32_t g[3], int axis, uint32_t **slot)
 static int edge_vertex(mesher *m, const int32_t g0[3], int axis, const tsdf_voxel *v0,
                        const tsdf_voxel *v1, uint32_t *id)
 {
-    const float s = m->v->params.voxel_size_m;
     uint32_t *slot;
     int rc;
-    float t, n0[3], n1[3], *pos, *nrm;
-    int32_t g1[3] = {g0[0], g0[1], g0[2]};
     size_t cap;
 
     if ((rc = edge_slot(m, g0, axis, &slot)) != TSDF_OK)
@@ -166,29 +136,9 @@ static int edge_vertex(mesher *m, const int32_t g0[3], int axis, const tsdf_voxe
     }
     m->vcap = cap;
 
-    g1[axis] += 1;
-    t = tsdf_mc_edge_t(v0->sdf_m, v1->sdf_m);
-    pos = &m->positions[3 * m->vcount];
-    nrm = &m->normals[3 * m->vcount];
-    for (int a = 0; a < 3; a++)
-        pos[a] = tsdf_voxel_center(g0[a], s);
-    pos[axis] += t * s;
-
-    voxel_gradient(m, g0, v0->sdf_m, n0);
-    voxel_gradient(m, g1, v1->sdf_m, n1);
-    for (int a = 0; a < 3; a++)
-        nrm[a] = n0[a] + (n1[a] - n0[a]) * t;
-    if (!tsdf_normalize3(nrm)) {
-        /* No gradient around: the edge itself says which way is out. */
-        nrm[0] = nrm[1] = nrm[2] = 0.0f;
-        nrm[axis] = v1->sdf_m > v0->sdf_m ? 1.0f : -1.0f;
-    }
-    if (m->with_color) {
-        uint8_t *col = &m->colors[3 * m->vcount];
-        for (int c = 0; c < 3; c++)
-            col[c] =
-                (uint8_t)((float)v0->rgb[c] + ((float)v1->rgb[c] - (float)v0->rgb[c]) * t + 0.5f);
-    }
+    tsdf_mesh_edge_vertex(m, g0, axis, v0, v1, m->v->params.voxel_size_m,
+                          &m->positions[3 * m->vcount], &m->normals[3 * m->vcount],
+                          m->with_color ? &m->colors[3 * m->vcount] : NULL);
     *slot = (uint32_t)m->vcount;
     *id = *slot;
     m->vcount++;

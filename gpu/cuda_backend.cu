@@ -187,8 +187,6 @@ static void cuda_destroy(void *impl)
     cuda_dev_free(v, v->d_voxels, (size_t)v->pool_cap * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
     cuda_dev_free(v, v->d_counters, CUDA_CTR_COUNT * sizeof(uint32_t));
     cuda_dev_free(v, v->d_ray, v->ray_cap);
-    cuda_dev_free(v, v->d_occ, v->occ_cap);
-    cuda_dev_free(v, v->d_bbox, 6 * sizeof(int32_t));
     for (int i = 0; i < CUDA_MESH_BUFFERS; i++)
         cuda_dev_free(v, v->mesh_buf[i], v->mesh_cap[i]);
     if (v->h_counters)
@@ -236,9 +234,6 @@ static int cuda_create_impl(struct cuda_volume *v)
     rc = cuda_dev_alloc(v, (void **)&v->d_counters, CUDA_CTR_COUNT * sizeof(uint32_t));
     if (rc != TSDF_OK)
         return rc;
-    rc = cuda_dev_alloc(v, (void **)&v->d_bbox, 6 * sizeof(int32_t));
-    if (rc != TSDF_OK)
-        return rc;
     CUDA_TRY(cudaHostAlloc((void **)&v->h_counters, CUDA_CTR_COUNT * sizeof(uint32_t),
                            cudaHostAllocDefault));
     CUDA_TRY(cudaMemsetAsync(v->d_counters, 0, CUDA_CTR_COUNT * sizeof(uint32_t), v->stream));
@@ -266,15 +261,6 @@ static int cuda_create(const tsdf_volume_params *p, void **impl)
         return TSDF_ENOMEM;
     v->p = *p;
     v->device = p->cuda_device;
-    /* The raycast kernel variant (cuda_raycast.cu): all give the same
-     * result; the default is the fastest measured on an H200. The
-     * environment may pick another, for measurements. */
-    v->raycast_variant = CUDA_RAYCAST_DEFAULT_VARIANT;
-    {
-        const char *e = getenv("TSDF_CUDA_RAYCAST_VARIANT");
-        if (e && e[0] >= '0' && e[0] <= '9')
-            v->raycast_variant = atoi(e);
-    }
     int rc = cuda_create_impl(v);
     if (rc != TSDF_OK) {
         cuda_destroy(v);
@@ -309,22 +295,25 @@ int cuda_sync_all(struct cuda_volume *v)
     return TSDF_OK;
 }
 
-static int cuda_sync(void *impl)
+/* enter, then wait for the streams: the start of every call that reads or
+ * replaces the volume's state from the host. */
+static int enter_synced(struct cuda_volume *v)
 {
-    struct cuda_volume *v = (struct cuda_volume *)impl;
     int rc = enter(v);
     if (rc != TSDF_OK)
         return rc;
     return cuda_sync_all(v);
 }
 
+static int cuda_sync(void *impl)
+{
+    return enter_synced((struct cuda_volume *)impl);
+}
+
 static int cuda_reset(void *impl)
 {
     struct cuda_volume *v = (struct cuda_volume *)impl;
-    int rc = enter(v);
-    if (rc != TSDF_OK)
-        return rc;
-    rc = cuda_sync_all(v);
+    int rc = enter_synced(v);
     if (rc != TSDF_OK)
         return rc;
     uint32_t cap = round_pow2(v->p.initial_capacity_blocks);
@@ -350,10 +339,7 @@ static int cuda_reset(void *impl)
 static int cuda_stats(void *impl, tsdf_volume_stats *out)
 {
     struct cuda_volume *v = (struct cuda_volume *)impl;
-    int rc = enter(v);
-    if (rc != TSDF_OK)
-        return rc;
-    rc = cuda_sync_all(v);
+    int rc = enter_synced(v);
     if (rc != TSDF_OK)
         return rc;
     memset(out, 0, sizeof *out);
@@ -395,10 +381,7 @@ static int cuda_stats(void *impl, tsdf_volume_stats *out)
 int cuda_timeline(struct cuda_volume *v, tsdf_frame_timeline *out, size_t max, size_t *n)
 {
     *n = 0;
-    int rc = enter(v);
-    if (rc != TSDF_OK)
-        return rc;
-    rc = cuda_sync_all(v);
+    int rc = enter_synced(v);
     if (rc != TSDF_OK)
         return rc;
     uint64_t have =
@@ -449,10 +432,7 @@ static int cmp_by_key(const void *a, const void *b)
 static int cuda_export_blocks(void *impl, tsdf_block_set *out)
 {
     struct cuda_volume *v = (struct cuda_volume *)impl;
-    int rc = enter(v);
-    if (rc != TSDF_OK)
-        return rc;
-    rc = cuda_sync_all(v);
+    int rc = enter_synced(v);
     if (rc != TSDF_OK)
         return rc;
     size_t n = v->blocks;
@@ -519,10 +499,7 @@ done:
 static int cuda_import_blocks(void *impl, const tsdf_block_set *in)
 {
     struct cuda_volume *v = (struct cuda_volume *)impl;
-    int rc = enter(v);
-    if (rc != TSDF_OK)
-        return rc;
-    rc = cuda_sync_all(v);
+    int rc = enter_synced(v);
     if (rc != TSDF_OK)
         return rc;
     size_t n = in->count;

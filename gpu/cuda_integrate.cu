@@ -165,42 +165,41 @@ static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
 
 /* ---- host side ------------------------------------------------------------- */
 
+/* Grows one staging pair (a pinned host buffer and its device copy) to at
+ * least `bytes`; their contents are not kept. When an allocation fails the
+ * pair is left empty (both NULL, *cap 0). */
+static int grow_staging_pair(struct cuda_volume *v, void **h, void **d, size_t *cap, size_t bytes)
+{
+    if (bytes <= *cap)
+        return TSDF_OK;
+    if (*h)
+        CUDA_TRY(cudaFreeHost(*h));
+    cuda_dev_free(v, *d, *cap);
+    *h = NULL;
+    *d = NULL;
+    *cap = 0;
+    CUDA_TRY(cudaHostAlloc(h, bytes, cudaHostAllocDefault));
+    int rc = cuda_dev_alloc(v, d, bytes);
+    if (rc != TSDF_OK) {
+        (void)cudaFreeHost(*h);
+        *h = NULL;
+        return rc;
+    }
+    *cap = bytes;
+    return TSDF_OK;
+}
+
 static int ensure_staging(struct cuda_volume *v, struct cuda_staging *s, size_t depth_bytes,
                           size_t rgb_bytes)
 {
-    if (depth_bytes > s->depth_cap) {
-        if (s->h_depth)
-            CUDA_TRY(cudaFreeHost(s->h_depth));
-        cuda_dev_free(v, s->d_depth, s->depth_cap);
-        s->h_depth = NULL;
-        s->d_depth = NULL;
-        s->depth_cap = 0;
-        CUDA_TRY(cudaHostAlloc(&s->h_depth, depth_bytes, cudaHostAllocDefault));
-        int rc = cuda_dev_alloc(v, &s->d_depth, depth_bytes);
-        if (rc != TSDF_OK) {
-            (void)cudaFreeHost(s->h_depth);
-            s->h_depth = NULL;
-            return rc;
-        }
-        s->depth_cap = depth_bytes;
-    }
-    if (rgb_bytes > s->rgb_cap) {
-        if (s->h_rgb)
-            CUDA_TRY(cudaFreeHost(s->h_rgb));
-        cuda_dev_free(v, s->d_rgb, s->rgb_cap);
-        s->h_rgb = NULL;
-        s->d_rgb = NULL;
-        s->rgb_cap = 0;
-        CUDA_TRY(cudaHostAlloc((void **)&s->h_rgb, rgb_bytes, cudaHostAllocDefault));
-        int rc = cuda_dev_alloc(v, (void **)&s->d_rgb, rgb_bytes);
-        if (rc != TSDF_OK) {
-            (void)cudaFreeHost(s->h_rgb);
-            s->h_rgb = NULL;
-            return rc;
-        }
-        s->rgb_cap = rgb_bytes;
-    }
-    return TSDF_OK;
+    void *h_rgb = s->h_rgb, *d_rgb = s->d_rgb;
+    int rc = grow_staging_pair(v, &s->h_depth, &s->d_depth, &s->depth_cap, depth_bytes);
+    if (rc != TSDF_OK)
+        return rc;
+    rc = grow_staging_pair(v, &h_rgb, &d_rgb, &s->rgb_cap, rgb_bytes);
+    s->h_rgb = (uint8_t *)h_rgb;
+    s->d_rgb = (uint8_t *)d_rgb;
+    return rc;
 }
 
 static frame_lists lists_of(struct cuda_volume *v)

@@ -30,12 +30,6 @@
 #include "tsdf_math.h"
 #include "cuda_backend.h"
 
-/* The raycast variant used unless TSDF_CUDA_RAYCAST_VARIANT says otherwise
- * (RC_* flags of cuda_raycast.cu: 1 fast gather, 2 two-entry cache, 4
- * occupancy grid, 8 register cap; 0, 3, 4, 7 and 12 are built). 0 was the
- * fastest on an H200 (figures in cuda_raycast.cu). */
-#define CUDA_RAYCAST_DEFAULT_VARIANT 0
-
 /* Frames whose events tsdf_volume_get_timeline can report. */
 #define CUDA_TIMELINE_RING 16
 
@@ -122,16 +116,6 @@ struct cuda_volume {
     /* Raycast outputs and mesh scratch, kept between calls. */
     void *d_ray;
     size_t ray_cap;
-    /* The raycast's block occupancy grid (cuda_raycast.cu), rebuilt when
-     * the volume's version changed. */
-    int32_t *d_bbox; /* 6 ints: block bounding box */
-    void *d_occ;
-    size_t occ_cap;
-    int occ_valid;
-    uint64_t occ_version;
-    uint32_t occ_blocks;
-    unsigned char occ_desc[64];
-    int raycast_variant; /* RC_* flags of cuda_raycast.cu */
 #define CUDA_MESH_BUFFERS 12
     void *mesh_buf[CUDA_MESH_BUFFERS];
     size_t mesh_cap[CUDA_MESH_BUFFERS];

@@ -7,8 +7,8 @@
  * since_version (its +x/+y/+z neighbours count as changes); a vertex sits on
  * a crossed cell edge named by (start voxel, axis) and is shared by every
  * cell around that edge, across block seams too, so one vertex per used
- * edge; its position, normal and colour come from tsdf_mc_edge_t and the
- * same finite differences.
+ * edge; its position, normal and colour come from tsdf_mesh_edge_vertex
+ * (tsdf_mesh_vertex.h), the code the CPU runs.
  *
  * Passes (all on the volume's stream):
  *   select   blocks by the parameters into a list;
@@ -28,6 +28,9 @@
 
 #include "cuda_internal.h"
 #include "tsdf_mc_tables.h"
+
+#define TSDF_MESH_SOURCE const cuda_table_view
+#include "tsdf_mesh_vertex.h"
 
 int cuda_sync_all(struct cuda_volume *v);
 
@@ -87,6 +90,17 @@ static __device__ int32_t find_block(const cuda_table_view &t, int32_t bx, int32
     if (!tsdf_block_coord_valid(bx, by, bz))
         return -1;
     return cuda_table_find(t, tsdf_block_key(bx, by, bz));
+}
+
+/* The voxel lookup of tsdf_mesh_vertex.h: no cache (a thread makes one
+ * vertex; the table is L2-resident). */
+static __device__ const tsdf_voxel *tsdf_mesh_source_voxel(const cuda_table_view *t, int32_t x,
+                                                           int32_t y, int32_t z)
+{
+    int32_t b = find_block(*t, tsdf_floor_div8(x), tsdf_floor_div8(y), tsdf_floor_div8(z));
+    if (b < 0)
+        return NULL;
+    return t->voxels + (size_t)b * TSDF_BLOCK_VOXELS + tsdf_voxel_index(x & 7, y & 7, z & 7);
 }
 
 static __global__ void k_select(mesh_args a, int32_t *sel, uint32_t *counters)
@@ -228,40 +242,6 @@ static __global__ void k_number_tris(const uint8_t *cell_cube, uint32_t n, uint3
         tri_offset[i] = off;
 }
 
-static __device__ int known_sdf(const cuda_table_view &t, int32_t x, int32_t y, int32_t z,
-                                float *sdf)
-{
-    int32_t b = find_block(t, tsdf_floor_div8(x), tsdf_floor_div8(y), tsdf_floor_div8(z));
-    if (b < 0)
-        return 0;
-    tsdf_voxel vx = t.voxels[(size_t)b * TSDF_BLOCK_VOXELS + tsdf_voxel_index(x & 7, y & 7, z & 7)];
-    if (!tsdf_voxel_known(&vx))
-        return 0;
-    *sdf = vx.sdf_m;
-    return 1;
-}
-
-static __device__ void voxel_gradient(const cuda_table_view &t, const int32_t g[3], float s0,
-                                      float out[3])
-{
-    for (int a = 0; a < 3; a++) {
-        int32_t p[3] = {g[0], g[1], g[2]}, q[3] = {g[0], g[1], g[2]};
-        float sp = 0.0f, sm = 0.0f;
-        p[a] += 1;
-        q[a] -= 1;
-        int hp = known_sdf(t, p[0], p[1], p[2], &sp);
-        int hm = known_sdf(t, q[0], q[1], q[2], &sm);
-        if (hp && hm)
-            out[a] = 0.5f * (sp - sm);
-        else if (hp)
-            out[a] = sp - s0;
-        else if (hm)
-            out[a] = s0 - sm;
-        else
-            out[a] = 0.0f;
-    }
-}
-
 /* One thread per edge slot of a touched block: emits the slot's vertex. */
 static __global__ void k_vertices(mesh_args a, const int32_t *touched, const uint32_t *edge_ids,
                                   uint32_t n, float *pos, float *nrm, uint8_t *col)
@@ -292,28 +272,12 @@ static __global__ void k_vertices(mesh_args a, const int32_t *touched, const uin
         return;
     tsdf_voxel v1 = a.t.voxels[(size_t)b1 * TSDF_BLOCK_VOXELS +
                                tsdf_voxel_index(g1[0] & 7, g1[1] & 7, g1[2] & 7)];
-    const float s = a.voxel_size;
-    float t = tsdf_mc_edge_t(v0.sdf_m, v1.sdf_m);
-    float p[3], n0[3], n1[3], nv[3];
-    for (int ax = 0; ax < 3; ax++)
-        p[ax] = tsdf_voxel_center(g0[ax], s);
-    p[axis] += t * s;
-    voxel_gradient(a.t, g0, v0.sdf_m, n0);
-    voxel_gradient(a.t, g1, v1.sdf_m, n1);
-    for (int ax = 0; ax < 3; ax++)
-        nv[ax] = n0[ax] + (n1[ax] - n0[ax]) * t;
-    if (!tsdf_normalize3(nv)) {
-        nv[0] = nv[1] = nv[2] = 0.0f;
-        nv[axis] = v1.sdf_m > v0.sdf_m ? 1.0f : -1.0f;
-    }
+    float p[3], nv[3];
+    tsdf_mesh_edge_vertex(&a.t, g0, axis, &v0, &v1, a.voxel_size, p, nv,
+                          a.with_color ? &col[3 * (size_t)id] : NULL);
     for (int ax = 0; ax < 3; ax++) {
         pos[3 * (size_t)id + ax] = p[ax];
         nrm[3 * (size_t)id + ax] = nv[ax];
-    }
-    if (a.with_color) {
-        for (int c = 0; c < 3; c++)
-            col[3 * (size_t)id + c] =
-                (uint8_t)((float)v0.rgb[c] + ((float)v1.rgb[c] - (float)v0.rgb[c]) * t + 0.5f);
     }
 }
 
@@ -492,15 +456,10 @@ static int mesh_impl(struct cuda_volume *v, const tsdf_mesh_params *p, tsdf_mesh
     float *nrm = (float *)malloc((nverts ? nverts : 1) * 3 * sizeof(float));
     uint8_t *col = a.with_color ? (uint8_t *)malloc((nverts ? nverts : 1) * 3) : NULL;
     uint32_t *idx = (uint32_t *)malloc((ntris ? ntris : 1) * 3 * sizeof(uint32_t));
-    if (!pos || !nrm || (a.with_color && !col) || !idx) {
-        free(pos);
-        free(nrm);
-        free(col);
-        free(idx);
-        return TSDF_ENOMEM;
-    }
     rc = TSDF_OK;
-    if (nverts) {
+    if (!pos || !nrm || (a.with_color && !col) || !idx)
+        rc = TSDF_ENOMEM;
+    if (rc == TSDF_OK && nverts) {
         rc = cuda_check(cudaMemcpyAsync(pos, d_pos, nverts * 3 * sizeof(float),
                                         cudaMemcpyDeviceToHost, v->stream),
                         "mesh positions", __FILE__, __LINE__);

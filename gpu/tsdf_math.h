@@ -21,6 +21,22 @@
 #define TSDF_HD static inline
 #endif
 
+/* Shared code that calls a voxel lookup of the including file
+ * (tsdf_raycast_march.h, tsdf_mesh_vertex.h) is marked TSDF_LOOKUP_FN, or
+ * TSDF_LOOKUP_INLINE to force inlining: plain static C on the host, and
+ * __device__ only under nvcc, because the CUDA lookups read device memory
+ * and a __host__ __device__ function may not call a __device__ one.
+ * TSDF_UNROLL asks nvcc to unroll the loop that follows (nothing in C). */
+#ifdef __CUDACC__
+#define TSDF_LOOKUP_FN static __device__
+#define TSDF_LOOKUP_INLINE static __device__ __forceinline__
+#define TSDF_UNROLL _Pragma("unroll")
+#else
+#define TSDF_LOOKUP_FN static
+#define TSDF_LOOKUP_INLINE static inline
+#define TSDF_UNROLL
+#endif
+
 /* ---- block keys --------------------------------------------------------
  * A block coordinate is the voxel coordinate floor-divided by 8. Each axis is
  * stored in 21 bits with an offset of 2^20, so block coordinates must lie in

@@ -67,6 +67,8 @@ extern "C" {
 /* Extension counters in a stats reply ("daemon" map), and their key length. */
 #define TSDF_PROTO_MAX_STATS_EXTRA 128u
 #define TSDF_PROTO_MAX_STATS_KEY_LEN 47u
+/* Frame timelines in a stats reply ("timeline" array; the engine keeps 16). */
+#define TSDF_PROTO_MAX_TIMELINE 16u
 /* Keys in one msgpack map and nesting depth: bounds the decoder's work. */
 #define TSDF_PROTO_MAX_MAP_ENTRIES 256u
 #define TSDF_PROTO_MAX_DEPTH 8u
@@ -226,6 +228,11 @@ typedef struct {
     tsdf_volume_stats engine;
     uint32_t extra_count; /* entries of "daemon", in wire order */
     tsdf_stat_entry extra[TSDF_PROTO_MAX_STATS_EXTRA];
+    /* "timeline": device event times of the map's last integrated frames,
+     * oldest first (only from a backend that records them: CUDA); 0 when
+     * the reply carried none. */
+    uint32_t timeline_count;
+    tsdf_frame_timeline timeline[TSDF_PROTO_MAX_TIMELINE];
 } tsdf_rep_stats;
 
 typedef struct {

@@ -32,6 +32,11 @@ if(TARGET tsdf_client)
     set_tests_properties(daemon_cuda PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
       LABELS "gpu;daemon"
       ENVIRONMENT "TSDF_SOURCE_DIR=${PROJECT_SOURCE_DIR};TSDF_TEST_DAEMON_BACKEND=cuda")
+    # Upload/compute overlap on the CUDA daemon path, from the CUDA event
+    # timeline of the stats reply; skipped (77) without a GPU.
+    tsdf_add_test(NAME daemon_overlap SOURCES test_daemon_overlap.c
+      LIBS tsdfd_harness tsdf_client tsdf_engine tsdf_scenes
+      LABELS "gpu;daemon" TIMEOUT 300)
   endif()
 else()
   message(STATUS "tests/daemon.cmake: no tsdf_client yet; the end-to-end daemon test is not built")

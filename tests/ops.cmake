@@ -35,10 +35,12 @@ add_test(NAME metrics_promtool
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_metrics_promtool.sh $<TARGET_FILE:test_metrics_http>)
 set_tests_properties(systemd_unit metrics_promtool PROPERTIES
   TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS ops)
-# The daemon's own /metrics against the documented list (skips without tsdfd).
+# The daemon's own /metrics against the documented list, and its numbers
+# after tsdfctl integrates frames (skips without tsdfd).
 add_test(NAME metrics_promtool_daemon
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_metrics_promtool.sh --daemon
-          $<$<TARGET_EXISTS:tsdfd>:$<TARGET_FILE:tsdfd>>)
+          $<$<TARGET_EXISTS:tsdfd>:$<TARGET_FILE:tsdfd>>
+          $<$<TARGET_EXISTS:tsdfctl>:$<TARGET_FILE:tsdfctl>>)
 set_tests_properties(metrics_promtool_daemon PROPERTIES
   TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS "ops;daemon")
 

@@ -1040,6 +1040,114 @@ static void test_persistence_across_restarts(void **state)
     frames_free(&fs);
 }
 
+/* ---- 5b. save and load as proto/PROTOCOL.md (6.4) describes them -------- */
+
+/* Snapshot files (snap-*.tsdfsnap) in dir. */
+static int count_snapshots(const char *dir)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "ls -1 '%s' | grep -c '^snap-.*\\.tsdfsnap$'", dir);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    if (p != NULL) {
+        if (fscanf(p, "%d", &n) != 1)
+            n = -1;
+        pclose(p);
+    }
+    return n;
+}
+
+static uint64_t map_blocks(tsdf_client *c, const char *map, tsdf_rep_stats *st)
+{
+    assert_int_equal(tsdf_client_stats(c, map, st, 30000), TSDF_OK);
+    assert_true(st->has_engine);
+    return st->engine.blocks_allocated;
+}
+
+static void test_save_load_semantics(void **state)
+{
+    tsdfd_harness h;
+    frame_set fs;
+    tsdf_rep_path sp, lp;
+    char newest[TSDF_PROTO_MAX_PATH_LEN + 1];
+    (void)state;
+
+    tsdf_rep_stats *st = malloc(sizeof *st);
+    assert_non_null(st);
+    frames_make(&fs, "box", 128, 96, 6);
+    assert_int_equal(start_daemon(&h, "[snapshot]\nkeep = 2\n[volume]\nmaps = a, b\n", NULL), 0);
+    tsdf_client *c = open_client(&h, 0);
+    const char *maps[2] = {"a", "b"};
+    for (int m = 0; m < 2; m++) {
+        for (uint32_t i = 0; i < fs.count; i++) {
+            tsdf_client_frame f;
+            memset(&f, 0, sizeof f);
+            f.map = maps[m];
+            f.frame = &fs.frames[i];
+            assert_int_equal(tsdf_client_integrate(c, &f, 60000, NULL), TSDF_OK);
+        }
+    }
+    uint64_t blocks_a = map_blocks(c, "a", st);
+    uint64_t blocks_b = map_blocks(c, "b", st);
+    assert_true(blocks_a > 0);
+    assert_true(blocks_b > 0);
+    /* The frame timeline is the CUDA backend's: absent on the CPU one, the
+     * last frames of the map (oldest first) on CUDA. */
+    if (test_backend() == TSDF_BACKEND_CUDA) {
+        assert_true(st->timeline_count > 0);
+        assert_int_equal(st->timeline[st->timeline_count - 1].frame, st->engine.frames_integrated);
+    } else {
+        assert_int_equal(st->timeline_count, 0);
+    }
+
+    /* save without a path: a new snapshot of every map in state_dir each
+     * time, pruned to keep = 2. The reply's version is that of `map`. */
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(tsdf_client_save(c, "a", NULL, &sp, 60000), TSDF_OK);
+        assert_non_null(strstr(sp.path, h.state_dir));
+        assert_non_null(strstr(sp.path, "/snap-"));
+        assert_int_equal(sp.version, (uint64_t)fs.count);
+    }
+    snprintf(newest, sizeof newest, "%s", sp.path);
+    assert_int_equal(count_snapshots(h.state_dir), 2);
+    assert_int_equal(access(newest, R_OK), 0);
+
+    /* load without a path: only the named map, from the newest snapshot;
+     * the other map stays as it is (here: empty). */
+    assert_int_equal(tsdf_client_reset(c, "a", 10000), TSDF_OK);
+    assert_int_equal(tsdf_client_reset(c, "b", 10000), TSDF_OK);
+    assert_int_equal(tsdf_client_load(c, "a", NULL, &lp, 60000), TSDF_OK);
+    assert_string_equal(lp.path, newest);
+    assert_true(lp.version > 0);
+    assert_int_equal(map_blocks(c, "a", st), blocks_a);
+    assert_int_equal(map_blocks(c, "b", st), 0);
+    /* The save asked for by map "a" holds map "b" too. */
+    assert_int_equal(tsdf_client_load(c, "b", NULL, &lp, 60000), TSDF_OK);
+    assert_int_equal(map_blocks(c, "b", st), blocks_b);
+    /* A map the snapshot does not hold: NOT_FOUND, and it is not created. */
+    assert_int_equal(tsdf_client_load(c, "nosuch", NULL, &lp, 60000), TSDF_ENOT_FOUND);
+    tsdf_rep_maps ml;
+    assert_int_equal(tsdf_client_maps(c, &ml, 10000), TSDF_OK);
+    assert_int_equal(ml.count, 2);
+
+    /* save with a (relative) path: every map into that file, nothing pruned. */
+    assert_int_equal(tsdf_client_reset(c, "b", 10000), TSDF_OK);
+    assert_int_equal(tsdf_client_save(c, "b", "one.snap", &sp, 60000), TSDF_OK);
+    assert_non_null(strstr(sp.path, h.state_dir));
+    assert_non_null(strstr(sp.path, "/one.snap"));
+    assert_int_equal(count_snapshots(h.state_dir), 2);
+    assert_int_equal(tsdf_client_reset(c, "a", 10000), TSDF_OK);
+    assert_int_equal(tsdf_client_load(c, "a", "one.snap", &lp, 60000), TSDF_OK);
+    assert_string_equal(lp.path, sp.path);
+    assert_int_equal(map_blocks(c, "a", st), blocks_a);
+    assert_int_equal(map_blocks(c, "b", st), 0);
+
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    frames_free(&fs);
+    free(st);
+}
+
 /* ---- 6. the map limit --------------------------------------------------- */
 
 static void test_max_maps_is_enforced(void **state)
@@ -1167,6 +1275,7 @@ int main(void)
         cmocka_unit_test(test_malformed_messages),
         cmocka_unit_test(test_sigterm_drains_queue),
         cmocka_unit_test(test_persistence_across_restarts),
+        cmocka_unit_test(test_save_load_semantics),
         cmocka_unit_test(test_max_maps_is_enforced),
         cmocka_unit_test(test_mutated_messages),
     };

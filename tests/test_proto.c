@@ -217,6 +217,16 @@ static void test_roundtrip_small_requests(void **state)
 
 /* ---- round trips: replies ---------------------------------------------- */
 
+/* 1 when the encoded bytes hold the text s (a key name, say). */
+static int buf_contains(const tsdf_buf *b, const char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i + n <= b->len; i++)
+        if (memcmp(b->data + i, s, n) == 0)
+            return 1;
+    return 0;
+}
+
 static void roundtrip_reply(const tsdf_reply *r, tsdf_reply *d, tsdf_buf *b)
 {
     tsdf_buf_init(b);
@@ -328,6 +338,32 @@ static void test_roundtrip_replies(void **state)
     assert_int_equal(d->u.stats.extra[1].is_float, 1);
     assert_true(d->u.stats.extra[1].f == 12.75);
     assert_int_equal(d->u.stats.extra[2].i, -5);
+    /* Without a backend timeline the key is absent and decodes as none. */
+    assert_int_equal(d->u.stats.timeline_count, 0);
+    assert_false(buf_contains(&b, "timeline"));
+    tsdf_buf_fini(&b);
+
+    /* The CUDA backend's frame timelines travel as an array of maps. */
+    r->u.stats.timeline_count = TSDF_PROTO_MAX_TIMELINE;
+    for (uint32_t i = 0; i < TSDF_PROTO_MAX_TIMELINE; i++) {
+        tsdf_frame_timeline *t = &r->u.stats.timeline[i];
+        t->frame = 100 + i;
+        t->upload_start_ms = 10.0 * i + 0.125;
+        t->upload_end_ms = 10.0 * i + 1.25;
+        t->alloc_start_ms = 10.0 * i + 1.5;
+        t->alloc_end_ms = 10.0 * i + 2.0;
+        t->update_start_ms = 10.0 * i + 2.5;
+        t->update_end_ms = 10.0 * i + 12.75;
+    }
+    roundtrip_reply(r, d, &b);
+    assert_int_equal(d->u.stats.timeline_count, TSDF_PROTO_MAX_TIMELINE);
+    assert_memory_equal(d->u.stats.timeline, r->u.stats.timeline, sizeof(r->u.stats.timeline));
+    assert_int_equal(d->u.stats.extra_count, 3);
+    tsdf_buf_fini(&b);
+    /* More than the bound is refused by the encoder. */
+    r->u.stats.timeline_count = TSDF_PROTO_MAX_TIMELINE + 1;
+    tsdf_buf_init(&b);
+    assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_ETOO_LARGE);
     tsdf_buf_fini(&b);
 
     tsdf_reply_init(r, TSDF_MSG_SAVE, 10);

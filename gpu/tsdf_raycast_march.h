@@ -1,0 +1,316 @@
+/*
+ * tsdf_raycast_march.h - the raycast's per-pixel march, written once for the
+ * CPU reference (cpu_raycast.c) and the CUDA kernel (cuda_raycast.cu).
+ *
+ * Per pixel: march the ray from min_depth to max_depth (camera z), skip
+ * unallocated space a block at a time (to the block's exit), sample the
+ * trilinearly interpolated TSDF (tsdf_trilinear) of the 8 surrounding voxels,
+ * step 0.75 sdf (at least half a voxel), and refine the first + to - zero
+ * crossing with tsdf_zero_crossing plus one secant step (a crossing whose
+ * refinement falls in unobserved space is passed over). Normals are central
+ * differences of the interpolated TSDF (the cell's gradient as fallback);
+ * colours are the interpolated voxel colours.
+ *
+ * How a block is found is the including file's business. Before including
+ * this header it defines TSDF_RAY_SOURCE, the type of what a lookup needs
+ * (the CPU: a cpu_volume pointer; CUDA: a cuda_table_view), held by value in
+ * tsdf_ray_volume.src; after the #include, in the same translation unit, it
+ * defines the lookup that this header declares (it takes tsdf_ray_volume,
+ * defined here):
+ *     TSDF_LOOKUP_FN const tsdf_voxel *tsdf_ray_source_block(
+ *         const tsdf_ray_volume *vol, int32_t bx, int32_t by, int32_t bz);
+ * the voxels of block (bx, by, bz), or NULL when the block is not allocated
+ * or out of the key range.
+ *
+ * Under nvcc the functions are __device__ only (TSDF_LOOKUP_FN, not
+ * TSDF_HD): the CUDA lookup reads device memory, and a __host__ __device__
+ * function may not call it. The CUDA backend is compiled with --fmad=false,
+ * so the GPU evaluates every float expression here exactly as the CPU does,
+ * in the same order: a GPU ray sees the same samples and returns the same
+ * depth, normal and colour, bit for bit.
+ *
+ * Threads: the functions keep no state but the caller's tsdf_ray_cache; one
+ * cache per thread.
+ */
+#ifndef TSDF_RAYCAST_MARCH_H
+#define TSDF_RAYCAST_MARCH_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tsdf_math.h"
+
+#ifndef TSDF_RAY_SOURCE
+#error "define TSDF_RAY_SOURCE (the block lookup's state) before including tsdf_raycast_march.h"
+#endif
+
+/* What a march reads: the volume's block lookup and its scale. Read-only
+ * during a raycast. */
+typedef struct {
+    TSDF_RAY_SOURCE src;
+    float voxel_size_m;
+    float inv_voxel_size; /* 1 / voxel_size_m */
+    float inv_block_size; /* 1 / (8 voxel_size_m) */
+} tsdf_ray_volume;
+
+/* A one-entry block cache, per thread: successive samples of a ray mostly
+ * fall in the block of the previous one. It only saves lookups; it never
+ * changes a result. */
+typedef struct {
+    int32_t key[3];
+    const tsdf_voxel *blk;
+} tsdf_ray_cache;
+
+/* Defined by the includer (see the top of this file). */
+TSDF_LOOKUP_FN const tsdf_voxel *tsdf_ray_source_block(const tsdf_ray_volume *vol, int32_t bx,
+                                                       int32_t by, int32_t bz);
+
+TSDF_LOOKUP_INLINE void tsdf_ray_cache_init(tsdf_ray_cache *c)
+{
+    /* No valid block coordinate is INT32_MIN (the key range is +-2^20), so
+     * the first lookup always misses; and were it asked for, NULL would be
+     * the right answer. */
+    c->key[0] = INT32_MIN;
+    c->key[1] = c->key[2] = 0;
+    c->blk = NULL;
+}
+
+TSDF_LOOKUP_FN const tsdf_voxel *tsdf_ray_block(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                                int32_t bx, int32_t by, int32_t bz)
+{
+    if (c->key[0] != bx || c->key[1] != by || c->key[2] != bz) {
+        c->blk = tsdf_ray_source_block(vol, bx, by, bz);
+        c->key[0] = bx;
+        c->key[1] = by;
+        c->key[2] = bz;
+    }
+    return c->blk;
+}
+
+/* The 8 voxels around world point p (the cell whose corners are the voxel
+ * centres around it). Returns 1 with the sdf values in c8, the corner voxels
+ * in vox8 and the position inside the cell in frac when all 8 are known,
+ * else 0. */
+TSDF_LOOKUP_FN int tsdf_ray_gather_cell(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                        const float p[3], float c8[8], tsdf_voxel vox8[8],
+                                        float frac[3])
+{
+    int32_t base[3];
+    for (int i = 0; i < 3; i++) {
+        float f = p[i] * vol->inv_voxel_size - 0.5f;
+        float fl = floorf(f);
+        if (!(fl >= -TSDF_VOXEL_COORD_LIMIT && fl < TSDF_VOXEL_COORD_LIMIT))
+            return 0;
+        base[i] = (int32_t)fl;
+        frac[i] = f - fl;
+    }
+    TSDF_UNROLL
+    for (int k = 0; k < 8; k++) {
+        int32_t x = base[0] + (k & 1), y = base[1] + ((k >> 1) & 1), z = base[2] + ((k >> 2) & 1);
+        const tsdf_voxel *b =
+            tsdf_ray_block(vol, c, tsdf_floor_div8(x), tsdf_floor_div8(y), tsdf_floor_div8(z));
+        if (b == NULL)
+            return 0;
+        tsdf_voxel vx = b[tsdf_voxel_index(x & 7, y & 7, z & 7)];
+        if (!tsdf_voxel_known(&vx))
+            return 0;
+        vox8[k] = vx;
+        c8[k] = vx.sdf_m;
+    }
+    return 1;
+}
+
+TSDF_LOOKUP_FN int tsdf_ray_sample_sdf(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                       const float p[3], float *sdf)
+{
+    float c8[8], frac[3];
+    tsdf_voxel vox8[8];
+    if (!tsdf_ray_gather_cell(vol, c, p, c8, vox8, frac))
+        return 0;
+    *sdf = tsdf_trilinear(c8, frac[0], frac[1], frac[2]);
+    return 1;
+}
+
+TSDF_LOOKUP_INLINE void tsdf_ray_point(const float o[3], const float d[3], float z, float p[3])
+{
+    p[0] = o[0] + z * d[0];
+    p[1] = o[1] + z * d[1];
+    p[2] = o[2] + z * d[2];
+}
+
+/* The camera depth at which the ray leaves block b. */
+TSDF_LOOKUP_FN float tsdf_ray_block_exit_z(const float o[3], const float d[3], const int32_t b[3],
+                                           float block_m)
+{
+    float z_exit = INFINITY;
+    for (int i = 0; i < 3; i++) {
+        float t;
+        if (d[i] > 0.0f)
+            t = ((float)(b[i] + 1) * block_m - o[i]) / d[i];
+        else if (d[i] < 0.0f)
+            t = ((float)b[i] * block_m - o[i]) / d[i];
+        else
+            continue;
+        if (t < z_exit)
+            z_exit = t;
+    }
+    return z_exit;
+}
+
+/* The surface normal at p: central differences of the interpolated sdf one
+ * voxel apart, or the gradient of the cell at p where a neighbour is
+ * unknown. 0 when neither gives a direction. */
+TSDF_LOOKUP_FN int tsdf_ray_surface_normal(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                           const float p[3], float n[3])
+{
+    const float h = vol->voxel_size_m;
+    float c8[8], frac[3];
+    tsdf_voxel vox8[8];
+    int ok = 1;
+    for (int a = 0; a < 3 && ok; a++) {
+        float pp[3] = {p[0], p[1], p[2]}, pm[3] = {p[0], p[1], p[2]}, sp = 0.0f, sm = 0.0f;
+        pp[a] += h;
+        pm[a] -= h;
+        ok = tsdf_ray_sample_sdf(vol, c, pp, &sp) && tsdf_ray_sample_sdf(vol, c, pm, &sm);
+        n[a] = sp - sm;
+    }
+    if (ok && tsdf_normalize3(n))
+        return 1;
+    if (!tsdf_ray_gather_cell(vol, c, p, c8, vox8, frac))
+        return 0;
+    tsdf_trilinear_grad(c8, frac[0], frac[1], frac[2], n);
+    return tsdf_normalize3(n);
+}
+
+/* The interpolated colour at p, black where the cell is not known. */
+TSDF_LOOKUP_FN void tsdf_ray_surface_color(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                           const float p[3], uint8_t rgb[3])
+{
+    float c8[8], frac[3];
+    tsdf_voxel vox8[8];
+    rgb[0] = rgb[1] = rgb[2] = 0;
+    if (!tsdf_ray_gather_cell(vol, c, p, c8, vox8, frac))
+        return;
+    for (int ch = 0; ch < 3; ch++) {
+        float col[8];
+        for (int k = 0; k < 8; k++)
+            col[k] = (float)vox8[k].rgb[ch];
+        float m = tsdf_trilinear(col, frac[0], frac[1], frac[2]) + 0.5f;
+        rgb[ch] = (uint8_t)(m < 0.0f ? 0.0f : (m > 255.0f ? 255.0f : m));
+    }
+}
+
+/* One ray from o along d (d scaled so that z is the camera depth). Returns
+ * 1 and the crossing's camera depth, 0 when there is no surface between
+ * z_min and z_max. */
+TSDF_LOOKUP_FN int tsdf_ray_march(const tsdf_ray_volume *vol, tsdf_ray_cache *c, const float o[3],
+                                  const float d[3], float z_min, float z_max, float *z_hit)
+{
+    const float s = vol->voxel_size_m;
+    const float block_m = (float)TSDF_BLOCK_DIM * s;
+    const float dir_len = sqrtf(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
+    /* Distances along the ray are dir_len per unit of camera depth. */
+    const float min_step_z = 0.5f * s / dir_len;
+    const float eps_z = 0.01f * s / dir_len;
+    /* Every iteration advances z by at least eps_z, so this bound is never
+     * reached by a correct march; it guards the loop against a broken
+     * invariant (then the pixel reports no surface). For an integral count
+     * it, it < max_iter is it < ceil(max_iter), which an integer counter
+     * tests in fewer GPU registers than a double; a NaN or non-positive
+     * bound allows no iteration, as the double comparison would. */
+    const double max_iter = (double)(z_max - z_min) / (double)eps_z + 64.0;
+    const double lim = ceil(max_iter);
+    const uint64_t max_it = !(lim > 0.0) ? 0 : (lim < 1.8e19 ? (uint64_t)lim : UINT64_MAX);
+    float z = z_min, prev_z = 0.0f, prev_s = 0.0f;
+    int prev_known = 0;
+
+    for (uint64_t it = 0; z <= z_max && it < max_it; it++) {
+        float p[3], sdf;
+        int32_t b[3];
+        tsdf_ray_point(o, d, z, p);
+        if (!tsdf_world_to_block(p, vol->inv_block_size, b))
+            return 0;
+        if (tsdf_ray_block(vol, c, b[0], b[1], b[2]) == NULL) {
+            float z_next = tsdf_ray_block_exit_z(o, d, b, block_m) + eps_z;
+            prev_known = 0;
+            z = z_next > z + eps_z ? z_next : z + eps_z;
+            continue;
+        }
+        if (!tsdf_ray_sample_sdf(vol, c, p, &sdf)) {
+            prev_known = 0;
+            z += min_step_z;
+            continue;
+        }
+        if (prev_known && prev_s > 0.0f && sdf <= 0.0f) {
+            float zc = tsdf_zero_crossing(prev_z, prev_s, z, sdf), pc[3], sc;
+            /* One secant refinement on the side that still brackets the
+             * root: the sdf is only piecewise linear along the ray. */
+            tsdf_ray_point(o, d, zc, pc);
+            if (tsdf_ray_sample_sdf(vol, c, pc, &sc)) {
+                float z2 = zc, p2[3], s2;
+                if (sc > 0.0f)
+                    z2 = tsdf_zero_crossing(zc, sc, z, sdf);
+                else if (sc < 0.0f)
+                    z2 = tsdf_zero_crossing(prev_z, prev_s, zc, sc);
+                /* The hit must lie in a known cell (its normal and colour
+                 * come from there); keep the first estimate otherwise. */
+                tsdf_ray_point(o, d, z2, p2);
+                *z_hit = tsdf_ray_sample_sdf(vol, c, p2, &s2) ? z2 : zc;
+                return 1;
+            }
+            /* Both samples are known but the segment between them passes
+             * a cell with an unobserved corner (at the rim of what was
+             * seen): no crossing through unknown space; march on. */
+            prev_known = 0;
+            z += min_step_z;
+            continue;
+        }
+        prev_known = 1;
+        prev_z = z;
+        prev_s = sdf;
+        {
+            float step = sdf > 0.0f ? 0.75f * sdf / dir_len : 0.0f;
+            z += step > min_step_z ? step : min_step_z;
+        }
+    }
+    return 0;
+}
+
+/* The whole of one pixel (px, py): its ray, the march, and entry i of the
+ * outputs. depth[i] gets the hit's camera depth or NaN; normals[3i..3i+2]
+ * (normals may be NULL) the unit normal or NaNs; rgb[3i..3i+2] (may be NULL)
+ * the colour or black. Inlined, so that a constant NULL drops the work it
+ * would feed; the outputs are indexed here, late, because addresses formed
+ * by the caller would stay live in GPU registers through the march. */
+TSDF_LOOKUP_INLINE void tsdf_ray_pixel(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                       const float *T_world_cam, const tsdf_intrinsics *K,
+                                       uint32_t px, uint32_t py, float z_min, float z_max, size_t i,
+                                       float *depth, float *normals, uint8_t *rgb)
+{
+    float o[3], d[3], z;
+    tsdf_pixel_ray_world(T_world_cam, K, (float)px, (float)py, o, d);
+    if (tsdf_ray_march(vol, c, o, d, z_min, z_max, &z)) {
+        float hit[3];
+        tsdf_ray_point(o, d, z, hit);
+        depth[i] = z;
+        if (normals != NULL) {
+            float n[3];
+            if (!tsdf_ray_surface_normal(vol, c, hit, n))
+                n[0] = n[1] = n[2] = NAN;
+            normals[3 * i] = n[0];
+            normals[3 * i + 1] = n[1];
+            normals[3 * i + 2] = n[2];
+        }
+        if (rgb != NULL)
+            tsdf_ray_surface_color(vol, c, hit, &rgb[3 * i]);
+    } else {
+        depth[i] = NAN;
+        if (normals != NULL)
+            normals[3 * i] = normals[3 * i + 1] = normals[3 * i + 2] = NAN;
+        if (rgb != NULL)
+            rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = 0;
+    }
+}
+
+#endif /* TSDF_RAYCAST_MARCH_H */
