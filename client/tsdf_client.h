@@ -73,9 +73,14 @@ void tsdf_client_options_default(tsdf_client_options *o);
 /* Opens a client. req_url is the daemon's REQ/REP address (NULL:
  * TSDF_PROTO_DEFAULT_REQ_URL); push_url its PUSH/PULL address (NULL: no
  * PUSH socket; send_frame then returns TSDF_EINVAL). opts NULL: defaults.
- * Returns TSDF_EINVAL (bad option or URL), TSDF_ECONNREFUSED, TSDF_ENOMEM,
- * TSDF_ENNG. On success *out owns the client; release it with
- * tsdf_client_close. */
+ * Returns TSDF_EINVAL (bad option or URL), TSDF_ECONNREFUSED, TSDF_ETIMEOUT,
+ * TSDF_ENOMEM, TSDF_ENNG. On success *out owns the client; release it with
+ * tsdf_client_close.
+ * Without lazy_connect the dial is NOT bounded by default_timeout_ms: it
+ * waits for the TCP connect and nng's handshake, up to 10 s against a peer
+ * that accepts but never answers (TSDF_ETIMEOUT) and up to the OS's connect
+ * timeout (minutes) for a host that drops packets. Callers that must not
+ * block that long set lazy_connect = 1; their calls then time out instead. */
 int tsdf_client_open(const char *req_url, const char *push_url, const tsdf_client_options *opts,
                      tsdf_client **out);
 

@@ -239,8 +239,11 @@ static int cmd_replay(const global_opts *g, int argc, char **argv)
             i++;
         } else if (strcmp(a, "--rate") == 0 && v) {
             float r;
-            if (parse_float(v, &r) != 0 || r <= 0)
-                return usage_error("replay", "--rate needs a positive number, not \"%s\"", v);
+            /* Bounded so that the frame schedule (k / rate seconds) stays a
+             * sane number of seconds: at least one frame a day. */
+            if (parse_float(v, &r) != 0 || !(r >= 1.0f / 86400.0f && r <= 1e6f))
+                return usage_error("replay", "--rate needs a number in [1/86400, 1e6] Hz, not \"%s\"",
+                                   v);
             o.rate_hz = r;
             i++;
         } else if (strcmp(a, "--ack") == 0) {
@@ -964,7 +967,9 @@ static const char main_help[] =
     "Global options (anywhere on the line):\n"
     "  --url URL         request socket (default $TSDF_URL or " TSDF_PROTO_DEFAULT_REQ_URL ")\n"
     "  --push-url URL    frame socket (default $TSDF_PUSH_URL or " TSDF_PROTO_DEFAULT_PUSH_URL ")\n"
-    "  --timeout-ms MS   the most any call waits (default 10000)\n"
+    "  --timeout-ms MS   the most any call waits (default 10000); connecting to a\n"
+    "                    silent tcp:// peer may take longer (nng's 10 s handshake limit,\n"
+    "                    the OS's connect timeout for an unreachable host)\n"
     "Exit status: 0 success, 1 failure, 2 usage error.\n";
 
 int main(int argc, char **argv)

@@ -340,14 +340,23 @@ static void put_latency(tsdf_rep_stats *s, const char *name, lat_window *w)
     put_f(s, key, ls.sum_ms / (double)ls.count);
 }
 
+/* The longest sensor name that fits the longest per-sensor stats key,
+ * "sensor.<name>.integrated", within TSDF_PROTO_MAX_STATS_KEY_LEN. */
+#define STATS_SENSOR_LABEL_MAX (TSDF_PROTO_MAX_STATS_KEY_LEN - (sizeof "sensor..integrated" - 1))
+
 /* The daemon's counters as "daemon" entries of a stats reply. m may be NULL
- * (no such map): then the queue entries are left out. */
-static void fill_daemon_stats(daemon_ctx *d, dmap *m, tsdf_rep_stats *s)
+ * (no such map): then the queue entries are left out. snap: the counters the
+ * map's worker read together with the engine's statistics (JOB_STATS), so
+ * that the reply is one moment's picture; NULL (no map) reads them now. */
+static void fill_daemon_stats(daemon_ctx *d, dmap *m, const job_counters *snap, tsdf_rep_stats *s)
 {
     ds_totals t;
     char key[96];
 
-    dstats_get_totals(d->stats, &t);
+    if (snap != NULL)
+        t = snap->totals;
+    else
+        dstats_get_totals(d->stats, &t);
     put_i(s, "frames.received", (int64_t)t.received);
     put_i(s, "frames.integrated", (int64_t)t.integrated);
     put_i(s, "frames.dropped", (int64_t)t.dropped);
@@ -363,13 +372,20 @@ static void fill_daemon_stats(daemon_ctx *d, dmap *m, tsdf_rep_stats *s)
     }
     if (m != NULL) {
         queue_stats q;
-        queue_get_stats(&m->queue, &q);
+        uint64_t map_integrated;
+        if (snap != NULL) {
+            q = snap->queue;
+            map_integrated = snap->map_frames_integrated;
+        } else {
+            queue_get_stats(&m->queue, &q);
+            map_integrated = atomic_load(&m->frames_done);
+        }
         put_i(s, "queue.depth", (int64_t)q.depth);
         put_i(s, "queue.depth_max", (int64_t)q.depth_max);
         put_i(s, "queue.capacity", (int64_t)d->cfg->queue_length);
         put_i(s, "queue.dropped_oldest", (int64_t)q.dropped_oldest);
         put_i(s, "queue.push_timeouts", (int64_t)q.push_timeouts);
-        put_i(s, "map.frames_integrated", (int64_t)atomic_load(&m->frames_done));
+        put_i(s, "map.frames_integrated", (int64_t)map_integrated);
     }
     dmap *all[TSDF_PROTO_MAX_MAPS];
     put_i(s, "maps.count", (int64_t)maps_list(d->maps, all, TSDF_PROTO_MAX_MAPS));
@@ -404,13 +420,22 @@ static void fill_daemon_stats(daemon_ctx *d, dmap *m, tsdf_rep_stats *s)
             dropped += sn.outcome[o];
         for (int o = DS_FIRST_REJECT; o < DS_OUTCOME_COUNT; o++)
             rejected += sn.outcome[o];
-        snprintf(key, sizeof key, "sensor.%s.received", sn.name);
+        /* Keys are at most TSDF_PROTO_MAX_STATS_KEY_LEN bytes, sensor names
+         * up to 64: a long name is cut to its start plus "~<index>" (unique
+         * per sensor) rather than its counters silently missing from the
+         * reply. The metrics carry the full name. */
+        char label[TSDF_PROTO_MAX_STATS_KEY_LEN + 1];
+        if (strlen(sn.name) <= STATS_SENSOR_LABEL_MAX)
+            snprintf(label, sizeof label, "%.*s", (int)STATS_SENSOR_LABEL_MAX, sn.name);
+        else
+            snprintf(label, sizeof label, "%.20s~%zu", sn.name, i);
+        snprintf(key, sizeof key, "sensor.%s.received", label);
         put_i(s, key, (int64_t)sn.received);
-        snprintf(key, sizeof key, "sensor.%s.integrated", sn.name);
+        snprintf(key, sizeof key, "sensor.%s.integrated", label);
         put_i(s, key, (int64_t)sn.outcome[DS_INTEGRATED]);
-        snprintf(key, sizeof key, "sensor.%s.dropped", sn.name);
+        snprintf(key, sizeof key, "sensor.%s.dropped", label);
         put_i(s, key, (int64_t)dropped);
-        snprintf(key, sizeof key, "sensor.%s.rejected", sn.name);
+        snprintf(key, sizeof key, "sensor.%s.rejected", label);
         put_i(s, key, (int64_t)rejected);
     }
 }
@@ -419,6 +444,9 @@ static void do_stats(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
 {
     dmap *m = NULL;
     worker_job *j = NULL;
+    job_counters snap;
+
+    memset(&snap, 0, sizeof snap);
 
     /* Stats of an absent map still carry the daemon's counters: a monitor
      * must see drops even before the first frame made a map. */
@@ -430,9 +458,13 @@ static void do_stats(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
         rep->u.stats.timeline_count = (uint32_t)j->timeline_count;
         memcpy(rep->u.stats.timeline, j->timeline,
                j->timeline_count * sizeof rep->u.stats.timeline[0]);
+        /* The worker's counters, not a fresh read: by now it may have
+         * integrated the next queued frame, which the engine's numbers
+         * above do not include. */
+        snap = j->counters;
         job_free(j);
     }
-    fill_daemon_stats(d, m, &rep->u.stats);
+    fill_daemon_stats(d, m, m != NULL ? &snap : NULL, &rep->u.stats);
 }
 
 /* ---- snapshots ---------------------------------------------------------- */

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,14 @@
 /* Room above max_message_mb for the msgpack envelope of a maximal payload,
  * and for a TOO_LARGE answer to messages slightly over the limit. */
 #define SERVER_ENVELOPE_BYTES (64u * 1024u)
+
+/* A request thread waits for a request in slices of this length, so that it
+ * notices a shutdown without the REP socket being closed under it. */
+#define SERVER_RECV_SLICE_MS 200
+
+/* How long a reply may wait for room in the peer's pipe. Bounded so that a
+ * shutdown, which joins the request threads, never hangs on a stuck peer. */
+#define SERVER_REPLY_SEND_MS 10000
 
 typedef struct {
     server *srv;
@@ -42,6 +51,7 @@ struct server {
     size_t req_count;
     pthread_t *decoders;
     size_t decoder_count;
+    atomic_int stopping; /* server_stop began: request threads exit */
 };
 
 int server_nng_error(int rv)
@@ -80,11 +90,16 @@ static void *req_main(void *arg)
 
     tsdf_buf_init(&out);
     for (;;) {
+        if (atomic_load(&rc->srv->stopping))
+            break;
+        nng_aio_set_timeout(rc->aio, SERVER_RECV_SLICE_MS);
         nng_ctx_recv(rc->ctx, rc->aio);
         nng_aio_wait(rc->aio);
         int rv = nng_aio_result(rc->aio);
         if (rv == NNG_ECLOSED)
             break;
+        if (rv == NNG_ETIMEDOUT)
+            continue; /* no request in this slice: look at the flag again */
         if (rv != 0) {
             /* A transient failure (a peer gone mid-message): nothing to answer. */
             TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "request receive", "request receive failed: %s",
@@ -104,6 +119,7 @@ static void *req_main(void *arg)
             continue;
         }
         nng_aio_set_msg(rc->aio, reply);
+        nng_aio_set_timeout(rc->aio, SERVER_REPLY_SEND_MS);
         nng_ctx_send(rc->ctx, rc->aio);
         nng_aio_wait(rc->aio);
         rv = nng_aio_result(rc->aio);
@@ -257,18 +273,31 @@ void server_stop(server *s)
 {
     if (s == NULL)
         return;
-    /* Closing the sockets ends every pending receive with NNG_ECLOSED; a
-     * request in progress finishes (its send then fails) and its thread exits. */
+    /* Closing the PULL socket ends the decoders' blocking receives with
+     * NNG_ECLOSED (no context is involved there). */
     if (s->pull_open)
         nng_close(s->pull);
-    if (s->rep_open)
-        nng_close(s->rep);
     for (size_t i = 0; i < s->decoder_count; i++)
         pthread_join(s->decoders[i], NULL);
+    /* The REP socket is closed only once no thread uses its contexts: nng
+     * 1.5 can finalise a context that nng_close closed while another thread
+     * is still inside nng_ctx_send/nng_ctx_recv on it, and then locks the
+     * freed socket's mutex ("panic: pthread_mutex_lock: Invalid argument",
+     * an abort). A SIGTERM right after a reply went out hit exactly that.
+     * So the request threads stop first: each finishes the request it has
+     * (its reply is sent, within SERVER_REPLY_SEND_MS) and sees the flag
+     * within one receive slice. */
+    atomic_store(&s->stopping, 1);
     for (size_t i = 0; i < s->req_count; i++) {
         req_context *c = &s->reqs[i];
         if (c->started)
             pthread_join(c->thread, NULL);
+        c->started = 0;
+    }
+    if (s->rep_open)
+        nng_close(s->rep);
+    for (size_t i = 0; i < s->req_count; i++) {
+        req_context *c = &s->reqs[i];
         if (c->aio != NULL)
             nng_aio_free(c->aio);
     }

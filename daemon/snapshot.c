@@ -36,6 +36,8 @@
 #define TMP_PREFIX ".snap-"
 #define TMP_SUFFIX ".tmp"
 #define SEQ_DIGITS 20
+/* UINT64_MAX - 1: the largest sequence a snapshot file may carry. */
+#define SEQ_MAX_DIGITS "18446744073709551614"
 /* Temporary files younger than this are never pruned (see snap_prune). */
 #define SNAP_TMP_GRACE_S 60
 
@@ -178,7 +180,13 @@ static int is_snapshot_name(const char *name)
         if (name[pl + i] < '0' || name[pl + i] > '9')
             return 0;
     }
-    return 1;
+    /* A sequence must leave room for a newer one: a file named with 20
+     * digits beyond UINT64_MAX - 1 (a client may save under any name in the
+     * state directory) would make next_sequence wrap, so that it stayed the
+     * "newest" snapshot forever and every restart restored it instead of
+     * the daemon's own later saves. Such a file is not one of ours. The
+     * digits have a fixed width, so string order is numeric order. */
+    return strncmp(name + pl, SEQ_MAX_DIGITS, SEQ_DIGITS) <= 0;
 }
 
 static int is_temp_name(const char *name)
@@ -208,15 +216,28 @@ int snap_list(const char *dir, char (*names)[SNAP_FILE_NAME_LEN], size_t max, si
         if (!is_snapshot_name(de->d_name))
             continue;
         /* is_snapshot_name fixed the length well below SNAP_FILE_NAME_LEN. */
-        if (found < max)
+        if (found < max) {
             memcpy(names[found++], de->d_name, strlen(de->d_name) + 1);
-        else
-            ignored++;
+            continue;
+        }
+        /* Full: readdir's order is arbitrary, so keep the newest max names
+         * (replace the oldest kept one) rather than the first max seen;
+         * otherwise load and prune would work on a random subset. */
+        ignored++;
+        size_t oldest = 0;
+        for (size_t i = 1; i < found; i++) {
+            if (strcmp(names[i], names[oldest]) < 0)
+                oldest = i;
+        }
+        if (found > 0 && strcmp(de->d_name, names[oldest]) > 0)
+            memcpy(names[oldest], de->d_name, strlen(de->d_name) + 1);
     }
     closedir(d);
-    qsort(names, found, SNAP_FILE_NAME_LEN, cmp_name_desc);
+    if (found > 1) /* qsort's base must not be NULL, even for 0 elements */
+        qsort(names, found, SNAP_FILE_NAME_LEN, cmp_name_desc);
     if (ignored)
-        TSDF_LOG(TSDF_LOG_WARN, "snapshot: %s holds more than %zu snapshots; %zu ignored", dir, max,
+        TSDF_LOG(TSDF_LOG_WARN,
+                 "snapshot: %s holds more than %zu snapshots; %zu older ones ignored", dir, max,
                  ignored);
     *count = found;
     return TSDF_OK;
@@ -682,15 +703,25 @@ int snap_read(const char *path, snap_map **maps, size_t *n)
         return TSDF_EINVAL;
     *maps = NULL;
     *n = 0;
-    FILE *f = fopen(path, "rbe");
-    if (!f) {
+    /* O_NONBLOCK: opening a FIFO (a client's load names any path in the
+     * state directory) would otherwise block the request forever, before
+     * the regular-file check below could refuse it. Reads of a regular
+     * file ignore the flag. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
         int err = errno == ENOENT ? TSDF_ENOT_FOUND : TSDF_EIO;
         return refuse(path, err, "cannot open: %s", strerror(errno));
     }
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
         return refuse(path, TSDF_EIO, "not a regular file");
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return refuse(path, TSDF_ENOMEM, "cannot open a stream: %s", strerror(e));
     }
     setvbuf(f, NULL, _IOFBF, 1u << 20);
     int r = read_file(path, f, (uint64_t)st.st_size, maps, n);

@@ -109,7 +109,8 @@ int snap_find_latest_valid(const char *dir, char *path_out, size_t len, snap_map
 
 /* Lists the snapshot files of dir (names only, not paths), newest first,
  * into names[0 .. max-1] (each SNAP_FILE_NAME_LEN bytes); *count receives
- * how many. Returns TSDF_OK, TSDF_ENOT_FOUND (no dir), TSDF_EIO. */
+ * how many. When dir holds more than max, the newest max are listed and the
+ * rest counted in a warning. Returns TSDF_OK, TSDF_ENOT_FOUND (no dir), TSDF_EIO. */
 #define SNAP_FILE_NAME_LEN 40
 int snap_list(const char *dir, char (*names)[SNAP_FILE_NAME_LEN], size_t max, size_t *count);
 

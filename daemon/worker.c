@@ -295,6 +295,11 @@ static void run_query(dmap *m, worker_job *j)
         rc = tsdf_volume_get_stats(m->vol, &j->vstats);
         if (rc == TSDF_OK)
             fetch_timeline(m, j);
+        /* The daemon's counters of the same moment (see job_counters): no
+         * frame of this map can be integrated and counted in between. */
+        dstats_get_totals(m->reg->stats, &j->counters.totals);
+        queue_get_stats(&m->queue, &j->counters.queue);
+        j->counters.map_frames_integrated = atomic_load(&m->frames_done);
         break;
     case JOB_RESET:
         rc = tsdf_volume_reset(m->vol);

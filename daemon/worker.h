@@ -25,6 +25,8 @@
 
 #include <nng/nng.h>
 
+#include "dstats.h"
+#include "queue.h"
 #include "tsdf_proto.h"
 #include "tsdf_volume.h"
 
@@ -38,11 +40,25 @@ typedef enum {
     JOB_FRAME = 0, /* integrate req.u.frame */
     JOB_RAYCAST,   /* req.u.raycast -> depth_m, normals, rgb */
     JOB_MESH,      /* req.u.mesh -> mesh, version */
-    JOB_STATS,     /* -> vstats, timeline */
+    JOB_STATS,     /* -> vstats, timeline, counters */
     JOB_RESET,     /* drop every block */
     JOB_EXPORT,    /* -> blocks, params, version */
     JOB_IMPORT,    /* blocks, params -> the volume (recreated when params differ) */
 } job_kind;
+
+/*
+ * The daemon's counters as a stats query sees them, read by the worker in
+ * the same step as the engine's statistics. Only the worker integrates this
+ * map's frames and counts them "integrated", so a snapshot taken there,
+ * between two frames, agrees with the engine's frame count; read later on
+ * the request thread it would not, since the worker may integrate the next
+ * queued frame meanwhile.
+ */
+typedef struct {
+    ds_totals totals;               /* every map's frame counters */
+    queue_stats queue;              /* this map's queue */
+    uint64_t map_frames_integrated; /* this map's frames integrated */
+} job_counters;
 
 typedef struct worker_job {
     job_kind kind;
@@ -71,6 +87,7 @@ typedef struct worker_job {
     /* JOB_STATS: the backend's last frame timelines (CUDA only; 0 else). */
     size_t timeline_count;
     tsdf_frame_timeline timeline[TSDF_PROTO_MAX_TIMELINE];
+    job_counters counters; /* JOB_STATS: read together with vstats */
     tsdf_block_set blocks; /* export output / import input, owned */
     tsdf_volume_params params;
 } worker_job;

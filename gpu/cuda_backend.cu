@@ -174,6 +174,10 @@ static void cuda_destroy(void *impl)
     if (v == NULL)
         return;
     (void)cudaSetDevice(v->device);
+    /* A pending frame is dropped with the volume: waiting for both streams
+     * covers its kernels and its counts' copy into h_counters, which is
+     * freed below. */
+    v->pend.active = 0;
     if (v->stream)
         (void)cudaStreamSynchronize(v->stream);
     if (v->upload_stream)
@@ -195,6 +199,8 @@ static void cuda_destroy(void *impl)
         for (int e = 0; e < CUDA_EV_COUNT; e++)
             if (v->timeline[i].ev[e])
                 (void)cudaEventDestroy(v->timeline[i].ev[e]);
+    if (v->counted)
+        (void)cudaEventDestroy(v->counted);
     if (v->epoch)
         (void)cudaEventDestroy(v->epoch);
     if (v->q_start)
@@ -213,6 +219,7 @@ static int create_events(struct cuda_volume *v)
     CUDA_TRY(cudaEventCreate(&v->epoch));
     CUDA_TRY(cudaEventCreate(&v->q_start));
     CUDA_TRY(cudaEventCreate(&v->q_end));
+    CUDA_TRY(cudaEventCreateWithFlags(&v->counted, cudaEventDisableTiming));
     for (int i = 0; i < CUDA_TIMELINE_RING; i++)
         for (int e = 0; e < CUDA_EV_COUNT; e++)
             CUDA_TRY(cudaEventCreate(&v->timeline[i].ev[e]));
@@ -228,6 +235,15 @@ static int cuda_create_impl(struct cuda_volume *v)
     CUDA_TRY(cudaSetDevice(v->device));
     CUDA_TRY(cudaStreamCreateWithFlags(&v->stream, cudaStreamNonBlocking));
     CUDA_TRY(cudaStreamCreateWithFlags(&v->upload_stream, cudaStreamNonBlocking));
+    /* The fixed grids of the asynchronous insert and update, which stride
+     * over counts read on the device: enough CTAs to fill every SM (the
+     * update's 512-thread CTAs fit four to an SM). */
+    int sms = 0;
+    CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, v->device));
+    if (sms < 1)
+        sms = 1;
+    v->update_grid = (unsigned)sms * 4;
+    v->insert_grid = (unsigned)sms * 8;
     int rc = create_events(v);
     if (rc != TSDF_OK)
         return rc;
@@ -295,11 +311,22 @@ int cuda_sync_all(struct cuda_volume *v)
     return TSDF_OK;
 }
 
-/* enter, then wait for the streams: the start of every call that reads or
- * replaces the volume's state from the host. */
-static int enter_synced(struct cuda_volume *v)
+/* enter, then consume the pending frame (host mirrors, a deferred frame's
+ * re-run): the start of every call but integrate. A failure of the pending
+ * frame is returned here, so the next call reports it. */
+static int enter_settled(struct cuda_volume *v)
 {
     int rc = enter(v);
+    if (rc != TSDF_OK)
+        return rc;
+    return cuda_settle(v);
+}
+
+/* enter_settled, then wait for the streams: the start of every call that
+ * reads or replaces the volume's state from the host. */
+static int enter_synced(struct cuda_volume *v)
+{
+    int rc = enter_settled(v);
     if (rc != TSDF_OK)
         return rc;
     return cuda_sync_all(v);
@@ -577,7 +604,7 @@ static int cuda_integrate_op(void *impl, const tsdf_frame *f)
 static int cuda_raycast_op(void *impl, const tsdf_raycast_params *p, tsdf_raycast_output *out)
 {
     struct cuda_volume *v = (struct cuda_volume *)impl;
-    int rc = enter(v);
+    int rc = enter_settled(v);
     if (rc != TSDF_OK)
         return rc;
     return cuda_raycast(v, p, out);
@@ -586,7 +613,7 @@ static int cuda_raycast_op(void *impl, const tsdf_raycast_params *p, tsdf_raycas
 static int cuda_mesh_op(void *impl, const tsdf_mesh_params *p, tsdf_mesh *out)
 {
     struct cuda_volume *v = (struct cuda_volume *)impl;
-    int rc = enter(v);
+    int rc = enter_settled(v);
     if (rc != TSDF_OK)
         return rc;
     return cuda_mesh(v, p, out);
@@ -615,7 +642,7 @@ extern "C" int tsdf_cuda_test_insert_keys(void *impl, const uint64_t *keys, size
                                           size_t *inserted)
 {
     struct cuda_volume *v = (struct cuda_volume *)impl;
-    int rc = enter(v);
+    int rc = enter_settled(v);
     if (rc != TSDF_OK)
         return rc;
     if (n > 0x40000000u)
@@ -642,7 +669,7 @@ extern "C" int tsdf_cuda_test_find_keys(void *impl, const uint64_t *keys, size_t
                                         int32_t *idx_out)
 {
     struct cuda_volume *v = (struct cuda_volume *)impl;
-    int rc = enter(v);
+    int rc = enter_settled(v);
     if (rc != TSDF_OK)
         return rc;
     uint64_t *d = NULL;
@@ -671,7 +698,7 @@ extern "C" uint64_t tsdf_cuda_test_insert_errors(void *impl)
 {
     struct cuda_volume *v = (struct cuda_volume *)impl;
     uint32_t fail = 0;
-    if (enter(v) != TSDF_OK)
+    if (enter_settled(v) != TSDF_OK)
         return UINT64_MAX;
     if (cudaMemcpyAsync(&fail, v->d_counters + CUDA_CTR_INSERT_FAIL, sizeof fail,
                         cudaMemcpyDeviceToHost, v->stream) != cudaSuccess ||

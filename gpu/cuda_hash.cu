@@ -5,9 +5,13 @@
  *
  * Probing is linear from tsdf_key_hash(key) & mask. An insertion probes at
  * most `capacity` slots, i.e. the whole table; it can only fail if the table
- * is full, which growth (cuda_reserve, called before every insertion) rules
- * out. A failure is still counted in CUDA_CTR_INSERT_FAIL and read back, so
- * a broken invariant is reported instead of silently losing a block.
+ * is full, which growth rules out: cuda_reserve before every synchronous
+ * insertion, and for the asynchronous frame insert (k_insert_frame) a room
+ * the host computed so that the table stays at most max(0.9, max_load)
+ * (and never fully) occupied and the pool is not exceeded (see
+ * cuda_integrate.cu). A failure is still counted in CUDA_CTR_INSERT_FAIL
+ * and read back, so a broken invariant is reported instead of silently
+ * losing a block.
  */
 #include <stdio.h>
 #include <string.h>
@@ -63,18 +67,13 @@ static __global__ void k_rehash(const uint64_t *old_keys, const int32_t *old_val
         atomicAdd(fail, 1u);
 }
 
-/* Inserts n distinct new keys as blocks base .. base + n - 1 and writes
- * their empty voxels. One CUDA block per new block: thread 0 inserts, all
- * threads initialise the 512 voxels. */
-static __global__ void k_insert_new(uint64_t *keys, int32_t *vals, uint32_t mask,
-                                    const uint64_t *src, uint32_t n, uint32_t base,
-                                    uint64_t *block_keys, uint64_t *block_versions,
-                                    tsdf_voxel *voxels, uint64_t version, int32_t *block_of,
-                                    const uint32_t *out_index, uint32_t *fail)
+/* Inserts new key i of src as block base + i and writes its empty voxels:
+ * thread 0 inserts, all threads of the CTA initialise the 512 voxels. */
+static __device__ __forceinline__ void
+insert_one(uint64_t *keys, int32_t *vals, uint32_t mask, const uint64_t *src, uint32_t i,
+           uint32_t base, uint64_t *block_keys, uint64_t *block_versions, tsdf_voxel *voxels,
+           uint64_t version, int32_t *block_of, const uint32_t *out_index, uint32_t *fail)
 {
-    uint32_t i = blockIdx.x;
-    if (i >= n)
-        return;
     uint64_t key = src[i];
     int32_t b = (int32_t)(base + i);
     if (threadIdx.x == 0) {
@@ -93,6 +92,40 @@ static __global__ void k_insert_new(uint64_t *keys, int32_t *vals, uint32_t mask
     empty.pad = 0;
     for (uint32_t t = threadIdx.x; t < TSDF_BLOCK_VOXELS; t += blockDim.x)
         voxels[(size_t)b * TSDF_BLOCK_VOXELS + t] = empty;
+}
+
+/* Inserts n distinct new keys as blocks base .. base + n - 1, one CTA per
+ * new block. */
+static __global__ void k_insert_new(uint64_t *keys, int32_t *vals, uint32_t mask,
+                                    const uint64_t *src, uint32_t n, uint32_t base,
+                                    uint64_t *block_keys, uint64_t *block_versions,
+                                    tsdf_voxel *voxels, uint64_t version, int32_t *block_of,
+                                    const uint32_t *out_index, uint32_t *fail)
+{
+    uint32_t i = blockIdx.x;
+    if (i >= n)
+        return;
+    insert_one(keys, vals, mask, src, i, base, block_keys, block_versions, voxels, version,
+               block_of, out_index, fail);
+}
+
+/* The asynchronous form: the count is the frame's CUDA_CTR_MISSING, read on
+ * the device, over a fixed grid. The frame is skipped (nothing written)
+ * when its per-frame set overflowed or its new blocks exceed `room`; the
+ * update kernel and the host (cuda_settle) evaluate the same condition on
+ * the same counters. */
+static __global__ void k_insert_frame(uint64_t *keys, int32_t *vals, uint32_t mask,
+                                      const uint64_t *src, const uint32_t *counters, uint32_t room,
+                                      uint32_t base, uint64_t *block_keys, uint64_t *block_versions,
+                                      tsdf_voxel *voxels, uint64_t version, int32_t *block_of,
+                                      const uint32_t *out_index, uint32_t *fail)
+{
+    const uint32_t n = counters[CUDA_CTR_MISSING];
+    if (counters[CUDA_CTR_SET_OVERFLOW] != 0 || n > room)
+        return;
+    for (uint32_t i = blockIdx.x; i < n; i += gridDim.x)
+        insert_one(keys, vals, mask, src, i, base, block_keys, block_versions, voxels, version,
+                   block_of, out_index, fail);
 }
 
 static __global__ void k_lookup(cuda_table_view t, const uint64_t *keys, uint32_t n, int32_t *out)
@@ -307,6 +340,23 @@ int cuda_insert_new(struct cuda_volume *v, const uint64_t *d_src, uint32_t n,
     CUDA_TRY_LAUNCH();
     v->blocks += n;
     return TSDF_OK;
+}
+
+int cuda_insert_frame(struct cuda_volume *v, uint32_t room)
+{
+    k_insert_frame<<<v->insert_grid, 128, 0, v->stream>>>(
+        v->d_keys, v->d_vals, v->capacity - 1, v->d_missing, v->d_counters, room, v->blocks,
+        v->d_block_keys, v->d_block_versions, v->d_voxels, v->version, v->d_frame_blocks,
+        v->d_missing_src, v->d_counters + CUDA_CTR_INSERT_FAIL);
+    CUDA_TRY_LAUNCH();
+    return TSDF_OK;
+}
+
+int cuda_reserve_pool(struct cuda_volume *v, uint64_t need)
+{
+    if (need > 0x7fffffffull)
+        need = 0x7fffffffull;
+    return grow_pool(v, need);
 }
 
 int cuda_lookup(struct cuda_volume *v, const uint64_t *d_keys_in, uint32_t n, int32_t *d_idx_out)

@@ -11,16 +11,82 @@
  *           adds a key first lists it as distinct, looks it up in the table
  *           (read-only during this kernel) and lists it as missing if absent;
  *           the update kernel empties the set again for the next frame;
- *   read back  the counts (the only host wait of a frame); the table grows
- *           first if blocks + missing would pass max_load, and a frame that
- *           does not fit under the memory cap fails here with
- *           TSDF_ECAPACITY before anything changed;
  *   insert     the missing keys (CAS) as new pool blocks;
  *   update     one thread per voxel of every block of the frame
  *           (tsdf_integrate_voxel, the CPU's own code), specialised per depth
  *           format and colour so the hot loop has no mode branches.
  * integrate returns after queueing the update; every later call on the
  * volume is ordered after it on the compute stream.
+ *
+ * Two paths decide how many blocks a frame may add.
+ *
+ * Synchronous (memory cap set, and every re-run): the host reads the counts
+ * after collect (cudaStreamSynchronize), grows the table first if blocks +
+ * missing would pass max_load (and the set if it overflowed), and a frame
+ * that does not fit under the memory cap fails with TSDF_ECAPACITY before
+ * anything changed, from its own integrate call.
+ *
+ * Asynchronous (no memory cap; no host wait in a frame): insert and update
+ * run on fixed grids that stride over the counts in device memory, and the
+ * counts are copied into pinned memory with an event (`counted`) that
+ * nobody waits for yet. Both kernels evaluate, on the same counters, the
+ * skip condition "the set overflowed, or missing > room", where room is
+ * what is left under a HARD limit computed on the host at launch from the
+ * exact host mirror of the block count (hard_room: min(pool capacity,
+ * max(0.9, max_load) * slots, slots - 1, 2^31 - 1) - blocks). A skipped
+ * frame writes nothing but empties the set slots it listed. The frame is
+ * then "pending": cuda_settle consumes it at the start of the next
+ * integrate (after that call's upload is queued, so the upload still
+ * overlaps) or of any other call, before anything else is queued:
+ *   - it waits for `counted` and evaluates the same condition on the same
+ *     counter values (nothing writes UNIQUE / MISSING / SET_OVERFLOW after
+ *     collect), so host and device agree on whether the frame went in;
+ *   - went in: blocks += missing (the device used ids blocks .. blocks +
+ *     missing - 1, all < pool capacity), frames_integrated, has_color;
+ *   - skipped: an overflowed set is cleared whole (it also holds keys it
+ *     could not list), and the frame is RE-RUN through the synchronous
+ *     path from its staging half, with its own version and timeline slot;
+ *   - then growth ahead of need (grow_ahead): the table once blocks passed
+ *     max_load * slots, the pool when less than twice the largest frame's
+ *     new blocks is left.
+ *
+ * Why the re-run gives the same volume as integrating in order:
+ *   - Nothing of the skipped frame N was written: k_insert_frame returns
+ *     before inserting and k_update only clears set slots, so table, pool,
+ *     versions and voxels are those after frame N-1.
+ *   - Nothing after N is queued: settle runs before frame N+1's kernels
+ *     (integrate queues only N+1's upload, on the upload stream, into the
+ *     other staging half), and every other entry point settles first.
+ *     Only one frame is ever pending.
+ *   - N's images are intact: they are in staging half (seq_N & 1); the next
+ *     call to write that half is frame N+2's integrate, which waits for it
+ *     to be consumed -- and integrate settles first whenever the pending
+ *     frame's half is the one it is about to fill (after an early failed
+ *     call the halves could otherwise line up), so it is never overwritten
+ *     before the re-run. s->consumed is recorded again after the re-run's
+ *     update, so the half's next writer waits for the re-run too.
+ *   - The re-run uses frame N's own frame_args (same pose, intrinsics,
+ *     device images) and version, so every voxel gets the same inputs in
+ *     the same frame order; the shared per-voxel code is the same; the
+ *     update's grid only changes which CTA handles a block (each voxel is
+ *     still updated by exactly one thread). Block ids differ only in pool
+ *     position, which export sorts away, as before.
+ * Why no block is lost: the device inserts at most room keys, so the pool
+ * (ids < capacity) and the table (at most max(0.9, max_load) and never
+ * fully occupied, so linear probing always finds a slot) cannot overflow;
+ * a frame whose blocks would
+ * not fit, or whose set overflowed, is not partly integrated but re-run in
+ * full by the synchronous path, which grows first; a failure there (out of
+ * memory, 2^31 slots) is returned by that call and counted in
+ * frames_rejected (and insert_failures for TSDF_ECAPACITY), as a rejected
+ * frame is on the synchronous path.
+ * A failure found while settling (the re-run's growth out of memory, a
+ * device fault) undoes the frame's version and timeline slot and is
+ * returned by the call that settled; an integrate that settles a failed
+ * frame does not queue its own frame either (it is counted as rejected).
+ * Costs: the first frame always takes the re-run (the pool starts empty),
+ * and so does a frame that lands on a full pool or outgrows the set; the
+ * pool headroom keeps that to the rare frame.
  */
 #include <stdio.h>
 #include <string.h>
@@ -29,16 +95,6 @@
 
 int cuda_scratch_reserve(struct cuda_volume *v, uint32_t set_cap);
 int cuda_sync_all(struct cuda_volume *v);
-
-/* Parameters of one frame for the kernels, passed by value. */
-struct frame_args {
-    tsdf_frame f; /* depth / rgb point at device memory */
-    float T_cam_world[16];
-    float trunc_m;
-    float inv_block_size;
-    float voxel_size;
-    float max_weight;
-};
 
 /* ---- kernels ------------------------------------------------------------- */
 
@@ -131,36 +187,52 @@ static __global__ void k_clear_set(uint64_t *set, const uint32_t *unique_slot, u
         set[unique_slot[i]] = TSDF_KEY_EMPTY;
 }
 
-/* One CTA per block of the frame, one thread per voxel. */
+/* One CTA per block of the frame, one thread per voxel, over a grid that
+ * strides through the frame's distinct blocks: their count is read on the
+ * device (CUDA_CTR_UNIQUE, at most unique_cap listed), so the host need not
+ * know it at launch. Each voxel is still updated by exactly one thread,
+ * with the same inputs, whatever the grid. When the frame was skipped (set
+ * overflow, or more new blocks than `room`: the condition k_insert_frame
+ * and cuda_settle evaluate on the same counters) only the set is emptied. */
 template <int FMT, bool COLOR>
 static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
-    k_update(frame_args a, const int32_t *frame_blocks, const uint64_t *block_keys,
-             uint64_t *block_versions, tsdf_voxel *voxels, uint64_t version, uint64_t *set,
-             const uint32_t *unique_slot)
+    k_update(frame_args a, const uint32_t *counters, uint32_t unique_cap, uint32_t room,
+             const int32_t *frame_blocks, const uint64_t *block_keys, uint64_t *block_versions,
+             tsdf_voxel *voxels, uint64_t version, uint64_t *set, const uint32_t *unique_slot)
 {
-    int32_t b = frame_blocks[blockIdx.x];
-    /* The per-frame set is done with: empty it for the next frame. */
-    if (threadIdx.x == 0)
-        set[unique_slot[blockIdx.x]] = TSDF_KEY_EMPTY;
-    uint64_t key = block_keys[b];
-    int32_t bc[3];
-    tsdf_block_key_unpack(key, &bc[0], &bc[1], &bc[2]);
-    int x, y, z;
-    tsdf_voxel_index_unpack((int)threadIdx.x, &x, &y, &z);
-    float p[3];
-    tsdf_block_voxel_center(bc, x, y, z, a.voxel_size, p);
+    uint32_t n = counters[CUDA_CTR_UNIQUE];
+    if (n > unique_cap)
+        n = unique_cap;
+    const bool skip = counters[CUDA_CTR_SET_OVERFLOW] != 0 || counters[CUDA_CTR_MISSING] > room;
     /* Compile-time format and colour: the shared code's branches fold. */
     tsdf_frame f = a.f;
     f.depth_format = (tsdf_depth_format)FMT;
     if (!COLOR)
         f.rgb = NULL;
-    tsdf_voxel *vp = &voxels[(size_t)b * TSDF_BLOCK_VOXELS + threadIdx.x];
-    tsdf_voxel vox = *vp;
-    int changed = tsdf_integrate_voxel(&vox, p, a.T_cam_world, &f, a.trunc_m, a.max_weight);
-    if (changed)
-        *vp = vox;
-    if (__syncthreads_or(changed) && threadIdx.x == 0)
-        block_versions[b] = version;
+    int x, y, z;
+    tsdf_voxel_index_unpack((int)threadIdx.x, &x, &y, &z);
+    /* i depends on blockIdx only and skip is uniform, so every thread of
+     * the CTA takes the same iterations and reaches the same barriers. */
+    for (uint32_t i = blockIdx.x; i < n; i += gridDim.x) {
+        /* The per-frame set is done with: empty it for the next frame. */
+        if (threadIdx.x == 0)
+            set[unique_slot[i]] = TSDF_KEY_EMPTY;
+        if (skip)
+            continue;
+        int32_t b = frame_blocks[i];
+        uint64_t key = block_keys[b];
+        int32_t bc[3];
+        tsdf_block_key_unpack(key, &bc[0], &bc[1], &bc[2]);
+        float p[3];
+        tsdf_block_voxel_center(bc, x, y, z, a.voxel_size, p);
+        tsdf_voxel *vp = &voxels[(size_t)b * TSDF_BLOCK_VOXELS + threadIdx.x];
+        tsdf_voxel vox = *vp;
+        int changed = tsdf_integrate_voxel(&vox, p, a.T_cam_world, &f, a.trunc_m, a.max_weight);
+        if (changed)
+            *vp = vox;
+        if (__syncthreads_or(changed) && threadIdx.x == 0)
+            block_versions[b] = version;
+    }
 }
 
 /* ---- host side ------------------------------------------------------------- */
@@ -226,7 +298,8 @@ static int read_counters(struct cuda_volume *v)
     return TSDF_OK;
 }
 
-static int launch_enumerate(struct cuda_volume *v, const frame_args &a)
+/* Queues the collect pass of a frame (counters reset first). */
+static int queue_enumerate(struct cuda_volume *v, const frame_args &a)
 {
     uint32_t npix = a.f.width * a.f.height;
     CUDA_TRY(cudaMemsetAsync(v->d_counters, 0, 3 * sizeof(uint32_t), v->stream));
@@ -235,7 +308,15 @@ static int launch_enumerate(struct cuda_volume *v, const frame_args &a)
     else
         k_enumerate<TSDF_DEPTH_F32><<<cuda_grid(npix, 128), 128, 0, v->stream>>>(a, lists_of(v));
     CUDA_TRY_LAUNCH();
-    /* The one host wait of a frame: growth is decided on these counts. */
+    return TSDF_OK;
+}
+
+/* The synchronous path's host wait: growth is decided on these counts. */
+static int launch_enumerate(struct cuda_volume *v, const frame_args &a)
+{
+    int rc = queue_enumerate(v, a);
+    if (rc != TSDF_OK)
+        return rc;
     return read_counters(v);
 }
 
@@ -250,15 +331,19 @@ static int clear_set(struct cuda_volume *v, uint32_t unique)
     return TSDF_OK;
 }
 
-static int launch_update(struct cuda_volume *v, const frame_args &a, uint32_t n)
+/* Queues the update of the frame's listed blocks (count on the device).
+ * n_host, when the host knows the count (synchronous path), only trims the
+ * grid; 0 means unknown. room: see k_update (UINT32_MAX: never skip). */
+static int launch_update(struct cuda_volume *v, const frame_args &a, uint32_t n_host, uint32_t room)
 {
-    if (n == 0)
-        return TSDF_OK;
     const bool color = a.f.rgb != NULL;
+    unsigned grid = v->update_grid;
+    if (n_host != 0 && n_host < grid)
+        grid = n_host;
 #define LAUNCH(FMT, COL)                                                                           \
-    k_update<FMT, COL><<<n, TSDF_BLOCK_VOXELS, 0, v->stream>>>(                                    \
-        a, v->d_frame_blocks, v->d_block_keys, v->d_block_versions, v->d_voxels, v->version,       \
-        v->d_set_keys, v->d_set_slot)
+    k_update<FMT, COL><<<grid, TSDF_BLOCK_VOXELS, 0, v->stream>>>(                                 \
+        a, v->d_counters, v->unique_cap, room, v->d_frame_blocks, v->d_block_keys,                 \
+        v->d_block_versions, v->d_voxels, v->version, v->d_set_keys, v->d_set_slot)
     if (a.f.depth_format == TSDF_DEPTH_U16) {
         if (color)
             LAUNCH(TSDF_DEPTH_U16, true);
@@ -314,25 +399,224 @@ static int collect_blocks(struct cuda_volume *v, const frame_args &a)
     }
 }
 
+/* The synchronous path of one frame whose images are on the device (the
+ * compute stream already ordered after their upload): collect, read the
+ * counts back, grow, insert, update. v->version is the version the frame
+ * writes. On failure nothing of the frame was written (the caller restores
+ * the version); on success s->consumed is recorded after the update. */
+static int frame_sync(struct cuda_volume *v, const frame_args &a, struct cuda_staging *s,
+                      struct cuda_frame_events *fe)
+{
+    CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_ALLOC_START], v->stream));
+    int rc = collect_blocks(v, a);
+    if (rc != TSDF_OK)
+        return rc;
+    uint32_t unique = v->h_counters[CUDA_CTR_UNIQUE];
+    uint32_t missing = v->h_counters[CUDA_CTR_MISSING];
+    rc = insert_missing(v, missing);
+    if (rc != TSDF_OK) {
+        int rc2 = clear_set(v, unique);
+        return rc2 != TSDF_OK ? rc2 : rc;
+    }
+    if (missing > v->peak_missing)
+        v->peak_missing = missing;
+    CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_ALLOC_END], v->stream));
+    CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_UPDATE_START], v->stream));
+    if (unique > 0) {
+        rc = launch_update(v, a, unique, UINT32_MAX);
+        if (rc != TSDF_OK)
+            return rc;
+    }
+    CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_UPDATE_END], v->stream));
+    CUDA_TRY(cudaEventRecord(s->consumed, v->stream));
+    s->used = 1;
+    return TSDF_OK;
+}
+
+/* New blocks the asynchronous path lets one frame add: up to a HARD limit
+ * of min(pool capacity, a load of max(0.9, max_load_factor), all slots but
+ * one, 2^31 - 1 blocks). Growth keeps blocks under max_load_factor * slots
+ * before each frame is queued, so the soft limit is passed by at most one
+ * frame and the hard one never. */
+static uint32_t hard_room(const struct cuda_volume *v)
+{
+    double load = v->p.max_load_factor > 0.9f ? (double)v->p.max_load_factor : 0.9;
+    uint64_t limit = (uint64_t)(load * (double)v->capacity);
+    if (limit >= v->capacity)
+        limit = v->capacity - 1;
+    if (limit > v->pool_cap)
+        limit = v->pool_cap;
+    if (limit > 0x7fffffffull)
+        limit = 0x7fffffffull;
+    return limit > v->blocks ? (uint32_t)(limit - v->blocks) : 0u;
+}
+
+/* The asynchronous path: collect, copy the counts back (not waited for),
+ * insert and update reading their counts on the device; the frame is
+ * skipped on the device when it does not fit in hard_room. cuda_settle
+ * consumes the counts. */
+static int frame_async(struct cuda_volume *v, const frame_args &a, struct cuda_staging *s,
+                       struct cuda_frame_events *fe)
+{
+    const uint32_t room = hard_room(v);
+    CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_ALLOC_START], v->stream));
+    int rc = queue_enumerate(v, a);
+    if (rc != TSDF_OK)
+        return rc;
+    CUDA_TRY(cudaMemcpyAsync(v->h_counters, v->d_counters, 3 * sizeof(uint32_t),
+                             cudaMemcpyDeviceToHost, v->stream));
+    CUDA_TRY(cudaEventRecord(v->counted, v->stream));
+    /* From here on the frame is pending: cuda_settle consumes its counts
+     * (and re-runs it if the device skips it). A launch that fails below
+     * leaves it partly queued, which cuda_integrate turns into a sticky
+     * error. */
+    v->pend.active = 1;
+    v->pend.a = a;
+    v->pend.s = s;
+    v->pend.fe = fe;
+    v->pend.version = v->version;
+    v->pend.room = room;
+    v->pend.color = a.f.rgb != NULL;
+    rc = cuda_insert_frame(v, room);
+    if (rc != TSDF_OK)
+        return rc;
+    CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_ALLOC_END], v->stream));
+    CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_UPDATE_START], v->stream));
+    rc = launch_update(v, a, 0, room);
+    if (rc != TSDF_OK)
+        return rc;
+    CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_UPDATE_END], v->stream));
+    CUDA_TRY(cudaEventRecord(s->consumed, v->stream));
+    s->used = 1;
+    return TSDF_OK;
+}
+
+/* Grows ahead of need after a frame was consumed: the table once blocks
+ * passed max_load_factor * slots (as the synchronous path would have before
+ * inserting), the pool when less than twice the largest frame's new blocks
+ * is left. Best effort: cuda_reserve and grow_pool leave table and pool as
+ * they were when they fail, the hard limit still holds, and a frame that
+ * then does not fit is deferred and re-run synchronously, which reports the
+ * failure. */
+static void grow_ahead(struct cuda_volume *v)
+{
+    if ((double)v->blocks > (double)v->p.max_load_factor * (double)v->capacity)
+        (void)cuda_reserve(v, v->blocks);
+    uint64_t want = (uint64_t)v->blocks + 2 * v->peak_missing;
+    if (want > v->pool_cap)
+        (void)cuda_reserve_pool(v, want);
+}
+
+/* A frame is in the volume: the host-side bookkeeping. */
+static void frame_done(struct cuda_volume *v, struct cuda_frame_events *fe, int color)
+{
+    v->frames_integrated++;
+    if (color)
+        v->has_color = 1;
+    fe->frame = v->frames_integrated;
+}
+
+/* The pending frame turned out not to be integrated: undo its version
+ * and its timeline slot (the newest: nothing was queued after it), count
+ * it. The caller returns the error, so the next call reports it. */
+static void settle_failed(struct cuda_volume *v, const struct cuda_pending *p)
+{
+    v->version = p->version - 1;
+    v->frames_rejected++;
+    if (v->timeline_frames > 0 &&
+        p->fe == &v->timeline[(v->timeline_frames - 1) % CUDA_TIMELINE_RING]) {
+        v->timeline_frames--;
+        p->fe->recorded = 0;
+    }
+}
+
+int cuda_settle(struct cuda_volume *v)
+{
+    if (!v->pend.active)
+        return TSDF_OK;
+    struct cuda_pending p = v->pend;
+    v->pend.active = 0;
+    cudaError_t err = cudaEventSynchronize(v->counted);
+    if (err != cudaSuccess) {
+        /* A fault in the frame's kernels poisons the context. */
+        if (err != cudaErrorMemoryAllocation && err != cudaErrorInvalidValue)
+            v->sticky_error = 1;
+        settle_failed(v, &p);
+        return cuda_check(err, "cudaEventSynchronize(counts)", __FILE__, __LINE__);
+    }
+    const uint32_t missing = v->h_counters[CUDA_CTR_MISSING];
+    const uint32_t overflow = v->h_counters[CUDA_CTR_SET_OVERFLOW];
+    if (overflow == 0 && missing <= p.room) {
+        /* The device inserted the frame's blocks at v->blocks onward. */
+        v->blocks += missing;
+        if (missing > v->peak_missing)
+            v->peak_missing = missing;
+        frame_done(v, p.fe, p.color);
+    } else {
+        /* Deferred: the device wrote nothing of the frame and emptied the
+         * set slots it listed; an overflowed set also holds unlisted keys,
+         * so clear it whole. Nothing after the frame is queued yet and its
+         * images are still in p.s, so re-running it now, synchronously,
+         * integrates exactly the sequence of frames the host was given. */
+        int rc = TSDF_OK;
+        if (overflow != 0)
+            rc = cuda_check(cudaMemsetAsync(v->d_set_keys, 0xff,
+                                            (size_t)v->set_cap * sizeof(uint64_t), v->stream),
+                            "clear set", __FILE__, __LINE__);
+        if (rc == TSDF_OK)
+            rc = frame_sync(v, p.a, p.s, p.fe);
+        if (rc != TSDF_OK) {
+            settle_failed(v, &p);
+            return rc;
+        }
+        frame_done(v, p.fe, p.color);
+    }
+    grow_ahead(v);
+    return TSDF_OK;
+}
+
+/* After a failure once the frame's upload is queued: order its staging
+ * half's reuse after the upload, so the host never overwrites pinned memory
+ * a copy still reads. */
+static void release_staging(struct cuda_volume *v, struct cuda_staging *s)
+{
+    if (cudaStreamWaitEvent(v->stream, s->uploaded, 0) == cudaSuccess &&
+        cudaEventRecord(s->consumed, v->stream) == cudaSuccess)
+        s->used = 1;
+    else
+        (void)cudaStreamSynchronize(v->upload_stream);
+}
+
 int cuda_integrate(struct cuda_volume *v, const tsdf_frame *f)
 {
     const size_t npix = (size_t)f->width * f->height;
     const size_t depth_bytes = npix * (f->depth_format == TSDF_DEPTH_U16 ? 2 : 4);
     const size_t rgb_bytes = f->rgb ? npix * 3 : 0;
     struct cuda_staging *s = &v->staging[v->frame_seq & 1];
-    struct cuda_frame_events *fe = &v->timeline[v->timeline_frames % CUDA_TIMELINE_RING];
+    int rc;
+
+    /* The pending frame's images must stay in its half until it is
+     * consumed (and re-run if deferred). Normally it sits in the other
+     * half; after a failed call it may be this one. */
+    if (v->pend.active && v->pend.s == s) {
+        rc = cuda_settle(v);
+        if (rc != TSDF_OK)
+            return rc;
+    }
     v->frame_seq++;
 
     /* This half was last read by the update two frames ago. */
     if (s->used)
         CUDA_TRY(cudaEventSynchronize(s->consumed));
-    int rc = ensure_staging(v, s, depth_bytes, rgb_bytes);
+    rc = ensure_staging(v, s, depth_bytes, rgb_bytes);
     if (rc != TSDF_OK)
         return rc;
     memcpy(s->h_depth, f->depth, depth_bytes);
     if (rgb_bytes)
         memcpy(s->h_rgb, f->rgb, rgb_bytes);
 
+    /* The slot after the pending frame's (the ring holds 16). */
+    struct cuda_frame_events *fe = &v->timeline[v->timeline_frames % CUDA_TIMELINE_RING];
     CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_UPLOAD_START], v->upload_stream));
     CUDA_TRY(cudaMemcpyAsync(s->d_depth, s->h_depth, depth_bytes, cudaMemcpyHostToDevice,
                              v->upload_stream));
@@ -341,8 +625,24 @@ int cuda_integrate(struct cuda_volume *v, const tsdf_frame *f)
                                  v->upload_stream));
     CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_UPLOAD_END], v->upload_stream));
     CUDA_TRY(cudaEventRecord(s->uploaded, v->upload_stream));
+
+    /* The previous frame's counts, while this upload runs: its host
+     * mirrors, its re-run if the device deferred it, growth. This frame's
+     * kernels are queued only after. */
+    rc = cuda_settle(v);
+    if (rc != TSDF_OK) {
+        release_staging(v, s);
+        return rc;
+    }
+    /* A failed growth of the per-frame set leaves none (free_scratch). */
+    if (v->set_cap == 0) {
+        rc = cuda_scratch_reserve(v, 1u << 16);
+        if (rc != TSDF_OK) {
+            release_staging(v, s);
+            return rc;
+        }
+    }
     CUDA_TRY(cudaStreamWaitEvent(v->stream, s->uploaded, 0));
-    CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_ALLOC_START], v->stream));
 
     frame_args a;
     a.f = *f;
@@ -356,38 +656,41 @@ int cuda_integrate(struct cuda_volume *v, const tsdf_frame *f)
     a.inv_block_size = 1.0f / ((float)TSDF_BLOCK_DIM * v->p.voxel_size_m);
     a.max_weight = v->p.max_weight;
 
-    rc = collect_blocks(v, a);
-    if (rc != TSDF_OK) {
-        s->used = 0;
-        return rc;
-    }
-    uint32_t unique = v->h_counters[CUDA_CTR_UNIQUE];
-    uint32_t missing = v->h_counters[CUDA_CTR_MISSING];
     /* The version this frame writes; on failure nothing carries it. */
-    uint64_t next_version = v->version + 1;
-    uint64_t saved = v->version;
-    v->version = next_version;
-    rc = insert_missing(v, missing);
-    if (rc != TSDF_OK) {
-        v->version = saved;
-        s->used = 0;
-        int rc2 = clear_set(v, unique);
-        return rc2 != TSDF_OK ? rc2 : rc;
-    }
-    CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_ALLOC_END], v->stream));
-    CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_UPDATE_START], v->stream));
-    rc = launch_update(v, a, unique);
-    if (rc != TSDF_OK)
-        return rc;
-    CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_UPDATE_END], v->stream));
-    CUDA_TRY(cudaEventRecord(s->consumed, v->stream));
-    s->used = 1;
-    v->frames_integrated++;
-    if (rgb_bytes)
-        v->has_color = 1;
-    fe->frame = v->frames_integrated;
+    const uint64_t saved = v->version;
+    v->version = saved + 1;
+    /* fe->frame is set once the frame is known to be in the volume. */
     fe->recorded = 1;
     v->timeline_frames++;
+    if (v->p.memory_cap_bytes == 0) {
+        rc = frame_async(v, a, s, fe);
+        if (rc != TSDF_OK) {
+            if (v->pend.active) {
+                /* Part of the frame is queued (its insert may run without
+                 * its update): the volume's content is unknown, so it
+                 * fails every later call rather than serve it. Only a
+                 * broken launch gets here. */
+                v->pend.active = 0;
+                v->sticky_error = 1;
+            }
+            v->version = saved;
+            v->timeline_frames--;
+            fe->recorded = 0;
+            release_staging(v, s);
+        }
+        return rc;
+    }
+    /* Under a memory cap, the synchronous path: a frame that does not fit
+     * fails here with TSDF_ECAPACITY and the volume unchanged. */
+    rc = frame_sync(v, a, s, fe);
+    if (rc != TSDF_OK) {
+        v->version = saved;
+        v->timeline_frames--;
+        fe->recorded = 0;
+        s->used = 0;
+        return rc;
+    }
+    frame_done(v, fe, rgb_bytes != 0);
     return TSDF_OK;
 }
 

@@ -79,6 +79,29 @@ struct cuda_frame_events {
     int recorded;
 };
 
+/* Parameters of one frame for the kernels, passed by value: depth / rgb of
+ * f point at the device half of the frame's staging. */
+struct frame_args {
+    tsdf_frame f;
+    float T_cam_world[16];
+    float trunc_m;
+    float inv_block_size;
+    float voxel_size;
+    float max_weight;
+};
+
+/* The frame queued by the asynchronous path (no memory cap) whose counts
+ * the host has not consumed yet (see cuda_integrate.cu). At most one. */
+struct cuda_pending {
+    int active;
+    struct frame_args a;          /* to re-run it: its images stay in s */
+    struct cuda_staging *s;       /* the staging half holding its images */
+    struct cuda_frame_events *fe; /* its timeline slot */
+    uint64_t version;             /* the version it writes */
+    uint32_t room;                /* new blocks it was allowed (hard limit) */
+    int color;
+};
+
 struct cuda_volume {
     tsdf_volume_params p;
     int device;
@@ -122,6 +145,16 @@ struct cuda_volume {
 
     struct cuda_staging staging[2];
     uint64_t frame_seq; /* frames handed to integrate, successful or not */
+
+    /* The asynchronous frame path: the pending frame, the event recorded
+     * after its counts were copied into h_counters, the fixed grids of the
+     * insert / update kernels (which read their counts on the device) and
+     * the most blocks one frame added (pool headroom). */
+    struct cuda_pending pend;
+    cudaEvent_t counted;
+    unsigned insert_grid;
+    unsigned update_grid;
+    uint64_t peak_missing;
 
     struct cuda_frame_events timeline[CUDA_TIMELINE_RING];
     uint64_t timeline_frames; /* frames recorded into the ring */
@@ -178,6 +211,21 @@ int cuda_reserve(struct cuda_volume *v, uint64_t blocks_needed);
  * CUDA_CTR_INSERT_FAIL counts keys that found no slot. */
 int cuda_insert_new(struct cuda_volume *v, const uint64_t *d_src, uint32_t n,
                     int32_t *d_block_of_out, const uint32_t *d_out_index);
+/* The asynchronous insert of a frame's missing keys (d_missing, count
+ * CUDA_CTR_MISSING on the device) as blocks v->blocks .. at v->version, on a
+ * fixed grid. Does nothing on the device when the frame's set overflowed
+ * or its missing count exceeds `room`. Launch only; v->blocks is not
+ * changed (cuda_settle adds the count once it is read back). */
+int cuda_insert_frame(struct cuda_volume *v, uint32_t room);
+/* Grows the block pool to at least `need` blocks (no table change). */
+int cuda_reserve_pool(struct cuda_volume *v, uint64_t need);
+/* Consumes the pending frame's counts, if any: waits for them, updates the
+ * host mirrors, re-runs the frame synchronously when the device deferred
+ * it, and grows the table / pool ahead of need. Returns the pending
+ * frame's failure, if any (the frame is then counted as rejected). Every
+ * entry point but integrate calls it first; integrate calls it after
+ * queueing its own upload. */
+int cuda_settle(struct cuda_volume *v);
 /* Probe statistics over the table; synchronises. */
 int cuda_probe_stats(struct cuda_volume *v, tsdf_volume_stats *out);
 /* Block index of every key (d_keys_in, n) into d_idx_out (-1 if absent). */

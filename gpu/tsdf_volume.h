@@ -8,6 +8,11 @@
  * table) before its load factor passes params.max_load_factor, so a block is
  * never dropped; when the memory cap forbids growth, integrate fails with
  * TSDF_ECAPACITY before it changes anything, and the failure is counted.
+ * (Without a memory cap the CUDA backend decides growth from a frame's
+ * counts after queueing it, so the load factor may pass max_load_factor by
+ * one frame's new blocks, never past max(0.9, max_load_factor): a frame that
+ * would is held back on the device and integrated again, in order, once the
+ * table has grown.)
  *
  * Frames: camera x right, y down, z forward (optical frame). T_world_cam is a
  * row-major 4x4 rigid transform that maps camera points into the world
@@ -143,7 +148,14 @@ int tsdf_frame_check(const tsdf_frame *f);
  * the frame is integrated, stats.insert_failures counts the blocks that did
  * not fit, stats.frames_rejected counts the frame), TSDF_ECUDA.
  * The CUDA backend may still be updating when this returns; every later call
- * on the volume is ordered after it, and tsdf_volume_sync waits for it. */
+ * on the volume is ordered after it, and tsdf_volume_sync waits for it.
+ * Without a memory cap (memory_cap_bytes 0) the CUDA backend reads a frame's
+ * block counts back only at the next call on the volume, so a failure of
+ * that frame found then (an out-of-memory while growing for it, a device
+ * fault) is returned by that next call -- the next integrate (which then
+ * does not integrate its own frame either), tsdf_volume_sync, or any other
+ * call -- and the failed frame is counted in stats.frames_rejected. With a
+ * memory cap every frame's outcome is returned by its own call. */
 int tsdf_volume_integrate(tsdf_volume *v, const tsdf_frame *f);
 
 /* Waits for all queued GPU work of v; returns any error it raised. The CPU

@@ -1279,5 +1279,10 @@ int main(void)
         cmocka_unit_test(test_max_maps_is_enforced),
         cmocka_unit_test(test_mutated_messages),
     };
+    /* TSDF_TEST_FILTER=<glob> runs only the matching tests (e.g. to loop one
+     * that is suspected of flakiness). */
+    const char *filter = getenv("TSDF_TEST_FILTER");
+    if (filter != NULL && filter[0] != '\0')
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

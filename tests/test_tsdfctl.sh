@@ -37,6 +37,10 @@ $C mesh >/dev/null 2>&1
 [ $? -eq 2 ] || fail "mesh without OUT.ply should exit 2"
 $C frobnicate >/dev/null 2>&1
 [ $? -eq 2 ] || fail "an unknown command should exit 2"
+for r in 0 -1 1e-30 1e30 nan; do
+    $C replay --synthetic box --rate "$r" >/dev/null 2>&1
+    [ $? -eq 2 ] || fail "replay --rate $r should be a usage error (exit 2)"
+done
 for cmd in replay mesh raycast stats save load reset maps ping; do
     $C $cmd --help | grep -q "tsdfctl $cmd" || fail "$cmd --help"
 done
