@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -123,6 +124,11 @@ int tsdfd_harness_start(tsdfd_harness *h, const char *extra_ini, const char *con
             dup2(fd, STDERR_FILENO);
             close(fd);
         }
+        /* A test that fails half-way must not leave its daemon running:
+         * the kernel kills the child when the test program dies. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() == 1)
+            _exit(127);
         /* Not under systemd: no NOTIFY_SOCKET or watchdog from the test's environment. */
         unsetenv("NOTIFY_SOCKET");
         unsetenv("WATCHDOG_USEC");
