@@ -205,6 +205,13 @@ static int copy_name(char *dst, const char *src, const char *what)
     return TSDF_OK;
 }
 
+/* Starts a request of type for map (NULL: the default map). */
+static int map_request(tsdf_request *q, tsdf_msg_type type, const char *map)
+{
+    tsdf_request_init(q, type);
+    return copy_name(q->map, map, "map");
+}
+
 /* Encodes q into a fresh nng message. */
 static int encode_msg(const tsdf_request *q, nng_msg **out)
 {
@@ -329,6 +336,21 @@ static void call_free(tsdf_reply *rep, nng_msg *m)
         nng_msg_free(m);
 }
 
+/* Sends q and copies the reply's body (the member of its union u that answers
+ * q's type, out_size bytes) into out; out NULL: the body is not wanted. Every
+ * member of a union starts at the union's address, so one copy serves all the
+ * reply types. */
+static int call_copy(tsdf_client *c, tsdf_request *q, int timeout_ms, void *out, size_t out_size)
+{
+    tsdf_reply *rep = NULL;
+    nng_msg *m = NULL;
+    int rc = call_alloc(c, q, timeout_ms, &rep, &m);
+    if (rc == TSDF_OK && out != NULL)
+        memcpy(out, &rep->u, out_size);
+    call_free(rep, m);
+    return rc;
+}
+
 static int frame_request(const tsdf_client_frame *f, tsdf_msg_type type, tsdf_request *q)
 {
     if (f == NULL || f->frame == NULL)
@@ -410,14 +432,9 @@ int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, int timeou
     if (q == NULL)
         return TSDF_ENOMEM;
     int rc = frame_request(f, TSDF_MSG_INTEGRATE, q);
-    tsdf_reply *rep = NULL;
-    nng_msg *m = NULL;
     if (rc == TSDF_OK)
-        rc = call_alloc(c, q, timeout_ms, &rep, &m);
-    if (rc == TSDF_OK && out != NULL)
-        *out = rep->u.integrate;
+        rc = call_copy(c, q, timeout_ms, out, sizeof(*out));
     free(q);
-    call_free(rep, m);
     return rc;
 }
 
@@ -427,8 +444,7 @@ int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_raycast_para
     if (c == NULL || p == NULL || out == NULL || out->depth_m == NULL)
         return TSDF_EINVAL;
     tsdf_request q;
-    tsdf_request_init(&q, TSDF_MSG_RAYCAST);
-    int rc = copy_name(q.map, map, "map");
+    int rc = map_request(&q, TSDF_MSG_RAYCAST, map);
     if (rc != TSDF_OK)
         return rc;
     tsdf_req_raycast *r = &q.u.raycast;
@@ -484,8 +500,7 @@ int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *pa
     if (c == NULL || out == NULL)
         return TSDF_EINVAL;
     tsdf_request q;
-    tsdf_request_init(&q, TSDF_MSG_MESH);
-    int rc = copy_name(q.map, map, "map");
+    int rc = map_request(&q, TSDF_MSG_MESH, map);
     if (rc != TSDF_OK)
         return rc;
     if (params != NULL) {
@@ -530,25 +545,6 @@ int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *pa
     return TSDF_OK;
 }
 
-int tsdf_client_stats(tsdf_client *c, const char *map, tsdf_rep_stats *out, int timeout_ms)
-{
-    if (c == NULL || out == NULL)
-        return TSDF_EINVAL;
-    tsdf_request q;
-    tsdf_request_init(&q, TSDF_MSG_STATS);
-    int rc = copy_name(q.map, map, "map");
-    if (rc != TSDF_OK)
-        return rc;
-    tsdf_reply *rep;
-    nng_msg *m;
-    rc = call_alloc(c, &q, timeout_ms, &rep, &m);
-    if (rc != TSDF_OK)
-        return rc;
-    *out = rep->u.stats;
-    call_free(rep, m);
-    return TSDF_OK;
-}
-
 static int path_call(tsdf_client *c, tsdf_msg_type type, const char *map, const char *path,
                      tsdf_rep_path *out, int timeout_ms)
 {
@@ -557,8 +553,7 @@ static int path_call(tsdf_client *c, tsdf_msg_type type, const char *map, const 
     tsdf_request *q = malloc(sizeof(*q));
     if (q == NULL)
         return TSDF_ENOMEM;
-    tsdf_request_init(q, type);
-    int rc = copy_name(q->map, map, "map");
+    int rc = map_request(q, type, map);
     if (rc == TSDF_OK && path != NULL) {
         size_t n = strlen(path);
         if (n == 0 || n > TSDF_PROTO_MAX_PATH_LEN)
@@ -567,14 +562,9 @@ static int path_call(tsdf_client *c, tsdf_msg_type type, const char *map, const 
         else
             memcpy(q->u.path.path, path, n + 1);
     }
-    tsdf_reply *rep = NULL;
-    nng_msg *m = NULL;
     if (rc == TSDF_OK)
-        rc = call_alloc(c, q, timeout_ms, &rep, &m);
-    if (rc == TSDF_OK && out != NULL)
-        *out = rep->u.path;
+        rc = call_copy(c, q, timeout_ms, out, sizeof(*out));
     free(q);
-    call_free(rep, m);
     return rc;
 }
 
@@ -590,53 +580,40 @@ int tsdf_client_load(tsdf_client *c, const char *map, const char *path, tsdf_rep
     return path_call(c, TSDF_MSG_LOAD, map, path, out, timeout_ms);
 }
 
-/* reset, maps and ping: no arguments but the map. */
+/* stats, reset, maps and ping: no arguments but the map. out/out_size: as
+ * for call_copy. */
 static int simple_call(tsdf_client *c, tsdf_msg_type type, const char *map, int timeout_ms,
-                       tsdf_reply **rep, nng_msg **m)
+                       void *out, size_t out_size)
 {
     if (c == NULL)
         return TSDF_EINVAL;
     tsdf_request q;
-    tsdf_request_init(&q, type);
-    int rc = copy_name(q.map, map, "map");
+    int rc = map_request(&q, type, map);
     if (rc != TSDF_OK)
         return rc;
-    return call_alloc(c, &q, timeout_ms, rep, m);
+    return call_copy(c, &q, timeout_ms, out, out_size);
+}
+
+int tsdf_client_stats(tsdf_client *c, const char *map, tsdf_rep_stats *out, int timeout_ms)
+{
+    if (c == NULL || out == NULL)
+        return TSDF_EINVAL;
+    return simple_call(c, TSDF_MSG_STATS, map, timeout_ms, out, sizeof(*out));
 }
 
 int tsdf_client_reset(tsdf_client *c, const char *map, int timeout_ms)
 {
-    tsdf_reply *rep;
-    nng_msg *m;
-    int rc = simple_call(c, TSDF_MSG_RESET, map, timeout_ms, &rep, &m);
-    if (rc == TSDF_OK)
-        call_free(rep, m);
-    return rc;
+    return simple_call(c, TSDF_MSG_RESET, map, timeout_ms, NULL, 0);
 }
 
 int tsdf_client_maps(tsdf_client *c, tsdf_rep_maps *out, int timeout_ms)
 {
     if (out == NULL)
         return TSDF_EINVAL;
-    tsdf_reply *rep;
-    nng_msg *m;
-    int rc = simple_call(c, TSDF_MSG_MAPS, NULL, timeout_ms, &rep, &m);
-    if (rc == TSDF_OK) {
-        *out = rep->u.maps;
-        call_free(rep, m);
-    }
-    return rc;
+    return simple_call(c, TSDF_MSG_MAPS, NULL, timeout_ms, out, sizeof(*out));
 }
 
 int tsdf_client_ping(tsdf_client *c, tsdf_rep_ping *out, int timeout_ms)
 {
-    tsdf_reply *rep;
-    nng_msg *m;
-    int rc = simple_call(c, TSDF_MSG_PING, NULL, timeout_ms, &rep, &m);
-    if (rc == TSDF_OK) {
-        if (out != NULL)
-            *out = rep->u.ping;
-        call_free(rep, m);
-    }
-    return rc;
+    return simple_call(c, TSDF_MSG_PING, NULL, timeout_ms, out, sizeof(*out));
 }

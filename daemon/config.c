@@ -300,20 +300,7 @@ int cfg_set(tsdfd_config *c, const char *section, const char *key, const char *v
     char *field = (char *)c + k->offset;
 
     switch (k->type) {
-    case KEY_U32: {
-        uint32_t x;
-        if (parse_u32(v, k->min, k->max, &x) != TSDF_OK) {
-            snprintf(why, sizeof why, "'%.64s' is not an integer in [%.0f, %.0f]", v, k->min,
-                     k->max);
-            rc = TSDF_EINVAL;
-            break;
-        }
-        if (k->offset == OFF(volume.cuda_device))
-            *(int *)field = (int)x;
-        else
-            *(uint32_t *)field = x;
-        break;
-    }
+    case KEY_U32:
     case KEY_MEMCAP_MB: {
         uint32_t x;
         if (parse_u32(v, k->min, k->max, &x) != TSDF_OK) {
@@ -322,7 +309,14 @@ int cfg_set(tsdfd_config *c, const char *section, const char *key, const char *v
             rc = TSDF_EINVAL;
             break;
         }
-        *(uint64_t *)field = (uint64_t)x << 20;
+        /* The field's C type decides the store: memory_cap_bytes is given in
+         * MiB but kept in bytes, and cuda_device is an int. */
+        if (k->type == KEY_MEMCAP_MB)
+            *(uint64_t *)field = (uint64_t)x << 20;
+        else if (k->offset == OFF(volume.cuda_device))
+            *(int *)field = (int)x;
+        else
+            *(uint32_t *)field = x;
         break;
     }
     case KEY_FLOAT: {

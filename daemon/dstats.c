@@ -56,6 +56,20 @@ ds_outcome dstats_outcome_for_error(int err)
     }
 }
 
+/* Frees every latency window and zeroes s: the end of both dstats_fini and
+ * a failed dstats_init. lat_window_fini is safe on zeroed windows, so a
+ * partly initialised s is fine. */
+static void fini_windows(dstats *s)
+{
+    lat_window_fini(&s->lat_integrate);
+    lat_window_fini(&s->lat_queue_wait);
+    for (int t = 0; t < DS_MSG_TYPES; t++)
+        lat_window_fini(&s->lat_request[t]);
+    for (int t = 0; t < DS_STAGE_COUNT; t++)
+        lat_window_fini(&s->lat_stage[t]);
+    memset(s, 0, sizeof *s);
+}
+
 int dstats_init(dstats *s, size_t max_sensors, size_t latency_window)
 {
     memset(s, 0, sizeof *s);
@@ -88,14 +102,7 @@ int dstats_init(dstats *s, size_t max_sensors, size_t latency_window)
 fail_lock:
     free(s->sensors);
 fail_lat:
-    /* lat_window_fini is safe on zeroed windows. */
-    lat_window_fini(&s->lat_integrate);
-    lat_window_fini(&s->lat_queue_wait);
-    for (int t = 0; t < DS_MSG_TYPES; t++)
-        lat_window_fini(&s->lat_request[t]);
-    for (int t = 0; t < DS_STAGE_COUNT; t++)
-        lat_window_fini(&s->lat_stage[t]);
-    memset(s, 0, sizeof *s);
+    fini_windows(s);
     return rc;
 }
 
@@ -105,13 +112,7 @@ void dstats_fini(dstats *s)
         return;
     pthread_mutex_destroy(&s->lock);
     free(s->sensors);
-    lat_window_fini(&s->lat_integrate);
-    lat_window_fini(&s->lat_queue_wait);
-    for (int t = 0; t < DS_MSG_TYPES; t++)
-        lat_window_fini(&s->lat_request[t]);
-    for (int t = 0; t < DS_STAGE_COUNT; t++)
-        lat_window_fini(&s->lat_stage[t]);
-    memset(s, 0, sizeof *s);
+    fini_windows(s);
 }
 
 void dstats_sensor_name(const tsdf_proto_sensor *sensor, char *out, size_t len)

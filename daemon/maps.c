@@ -120,7 +120,10 @@ int maps_init(map_registry *r, const tsdfd_config *cfg, dstats *stats)
     return TSDF_OK;
 }
 
-int maps_get_with(map_registry *r, const char *name, const tsdf_volume_params *params, dmap **out)
+/* Finds name, or creates it with create_params (NULL: do not create, report
+ * TSDF_ENOT_FOUND). */
+static int get_or_create(map_registry *r, const char *name, const tsdf_volume_params *create_params,
+                         dmap **out)
 {
     int rc = check_map_name(name);
     if (rc != TSDF_OK)
@@ -129,32 +132,26 @@ int maps_get_with(map_registry *r, const char *name, const tsdf_volume_params *p
     dmap *m = find_locked(r, name);
     if (m != NULL) {
         *out = m;
-        rc = TSDF_OK;
+    } else if (create_params == NULL) {
+        rc = TSDF_ENOT_FOUND;
     } else {
         /* Volume creation runs under the registry lock: it is rare (once per
          * map) and keeps two first users of one name from racing. */
-        rc = map_create_locked(r, name, params, out);
+        rc = map_create_locked(r, name, create_params, out);
     }
     pthread_mutex_unlock(&r->lock);
     return rc;
 }
 
+int maps_get_with(map_registry *r, const char *name, const tsdf_volume_params *params, dmap **out)
+{
+    return get_or_create(r, name, params, out);
+}
+
 int maps_get(map_registry *r, const char *name, int create, dmap **out)
 {
-    int rc = check_map_name(name);
-    if (rc != TSDF_OK)
-        return rc;
-    pthread_mutex_lock(&r->lock);
-    dmap *m = find_locked(r, name);
-    if (m != NULL) {
-        *out = m;
-    } else if (!create || !r->cfg->auto_create_maps) {
-        rc = TSDF_ENOT_FOUND;
-    } else {
-        rc = map_create_locked(r, name, &r->cfg->volume, out);
-    }
-    pthread_mutex_unlock(&r->lock);
-    return rc;
+    int may_create = create && r->cfg->auto_create_maps;
+    return get_or_create(r, name, may_create ? &r->cfg->volume : NULL, out);
 }
 
 void maps_cached_stats(dmap *m, tsdf_volume_stats *out)

@@ -383,17 +383,28 @@ static int wrong_type(const reader *r, const char *key, const char *want)
     return fail(r->err, TSDF_EPROTO_KEY, key, "%s: expected %s", key, want);
 }
 
-/* An unsigned integer no larger than max. present: 0/1 out (NULL: required). */
-static int get_uint(const reader *r, const char *key, uint64_t max, uint64_t *out, int *present)
+/* The lookup every typed getter starts with. present: 0/1 out (NULL: the key
+ * is required). Returns 1 when the key is there (o set), else what the getter
+ * returns at once: TSDF_OK for an absent optional key, or an error. */
+static int find_field(const reader *r, const char *key, int *present, const msgpack_object **o)
 {
-    const msgpack_object *o;
-    int f = find(r, key, &o);
+    int f = find(r, key, o);
     if (f < 0)
         return f;
     if (present)
         *present = f;
     if (f == 0)
         return present ? TSDF_OK : missing(r, key);
+    return 1;
+}
+
+/* An unsigned integer no larger than max. present: 0/1 out (NULL: required). */
+static int get_uint(const reader *r, const char *key, uint64_t max, uint64_t *out, int *present)
+{
+    const msgpack_object *o;
+    int f = find_field(r, key, present, &o);
+    if (f != 1)
+        return f;
     if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
         return wrong_type(r, key, "an unsigned integer");
     if (o->via.u64 > max)
@@ -439,13 +450,9 @@ static int obj_number(const msgpack_object *o, double *out)
 static int get_number(const reader *r, const char *key, int finite_code, double *out, int *present)
 {
     const msgpack_object *o;
-    int f = find(r, key, &o);
-    if (f < 0)
+    int f = find_field(r, key, present, &o);
+    if (f != 1)
         return f;
-    if (present)
-        *present = f;
-    if (f == 0)
-        return present ? TSDF_OK : missing(r, key);
     if (!obj_number(o, out))
         return wrong_type(r, key, "a number");
     if (finite_code && !isfinite(to_float(*out)))
@@ -485,13 +492,9 @@ static int get_str(const reader *r, const char *key, char *out, size_t cap, int 
                    int *present)
 {
     const msgpack_object *o;
-    int f = find(r, key, &o);
-    if (f < 0)
+    int f = find_field(r, key, present, &o);
+    if (f != 1)
         return f;
-    if (present)
-        *present = f;
-    if (f == 0)
-        return present ? TSDF_OK : missing(r, key);
     if (o->type != MSGPACK_OBJECT_STR)
         return wrong_type(r, key, "a string");
     size_t n = o->via.str.size;
@@ -512,13 +515,9 @@ static int get_str(const reader *r, const char *key, char *out, size_t cap, int 
 static int get_bin(const reader *r, const char *key, const void **ptr, size_t *len, int *present)
 {
     const msgpack_object *o;
-    int f = find(r, key, &o);
-    if (f < 0)
+    int f = find_field(r, key, present, &o);
+    if (f != 1)
         return f;
-    if (present)
-        *present = f;
-    if (f == 0)
-        return present ? TSDF_OK : missing(r, key);
     if (o->type != MSGPACK_OBJECT_BIN)
         return wrong_type(r, key, "a bin");
     *ptr = o->via.bin.ptr;
@@ -530,13 +529,9 @@ static int get_bin(const reader *r, const char *key, const void **ptr, size_t *l
 static int get_numbers(const reader *r, const char *key, size_t n, double *out, int *present)
 {
     const msgpack_object *o;
-    int f = find(r, key, &o);
-    if (f < 0)
+    int f = find_field(r, key, present, &o);
+    if (f != 1)
         return f;
-    if (present)
-        *present = f;
-    if (f == 0)
-        return present ? TSDF_OK : missing(r, key);
     if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != n)
         return fail(r->err, TSDF_EPROTO_KEY, key, "%s: expected an array of %zu numbers", key, n);
     for (size_t i = 0; i < n; i++) {
@@ -549,12 +544,9 @@ static int get_numbers(const reader *r, const char *key, size_t n, double *out, 
 static int get_submap(const reader *r, const char *key, reader *sub, int *present)
 {
     const msgpack_object *o;
-    int f = find(r, key, &o);
-    if (f < 0)
+    int f = find_field(r, key, present, &o);
+    if (f != 1)
         return f;
-    *present = f;
-    if (f == 0)
-        return TSDF_OK;
     if (o->type != MSGPACK_OBJECT_MAP)
         return wrong_type(r, key, "a map");
     sub->m = &o->via.map;
@@ -659,11 +651,9 @@ static int read_envelope(const reader *r, tsdf_msg_type *type, uint64_t *id, int
         return fail(r->err, TSDF_EVERSION, "v", "protocol version %llu, this side speaks %d",
                     (unsigned long long)v, TSDF_PROTO_VERSION);
     const msgpack_object *o;
-    int f = find(r, "type", &o);
-    if (f < 0)
+    int f = find_field(r, "type", NULL, &o);
+    if (f != 1)
         return f;
-    if (f == 0)
-        return missing(r, "type");
     if (o->type != MSGPACK_OBJECT_STR)
         return wrong_type(r, "type", "a string");
     if (tsdf_msg_type_parse(o->via.str.ptr, o->via.str.size, type) != TSDF_OK)
@@ -864,8 +854,11 @@ static int decode_request(const reader *r, tsdf_request *out)
     }
 }
 
-int tsdf_proto_decode_request(const void *data, size_t len, tsdf_request *out,
-                              tsdf_proto_error *err)
+/* Decodes one message with body(), the request or the reply decoder: both
+ * share the frame (argument checks, cleared error and output, the unpacked
+ * top-level map and its zone). out_size bytes at out are zeroed first. */
+static int decode_message(const void *data, size_t len, void *out, size_t out_size,
+                          tsdf_proto_error *err, int (*body)(const reader *r, void *out))
 {
     if (out == NULL)
         return TSDF_EINVAL;
@@ -873,18 +866,29 @@ int tsdf_proto_decode_request(const void *data, size_t len, tsdf_request *out,
         err->key[0] = '\0';
         err->message[0] = '\0';
     }
-    memset(out, 0, sizeof(*out));
+    memset(out, 0, out_size);
     msgpack_unpacked res;
     msgpack_unpacked_init(&res);
     int rc = unpack_map(data, len, &res, err);
     if (rc == TSDF_OK) {
         reader r = {&res.data.via.map, err};
-        rc = decode_request(&r, out);
+        rc = body(&r, out);
     }
     /* The zone holds only the object tree; payload pointers point into data,
      * so they stay valid after the zone is gone. */
     msgpack_unpacked_destroy(&res);
     return rc;
+}
+
+static int decode_request_body(const reader *r, void *out)
+{
+    return decode_request(r, out);
+}
+
+int tsdf_proto_decode_request(const void *data, size_t len, tsdf_request *out,
+                              tsdf_proto_error *err)
+{
+    return decode_message(data, len, out, sizeof(*out), err, decode_request_body);
 }
 
 /* ---- replies ------------------------------------------------------------ */
@@ -1184,11 +1188,9 @@ static int read_mesh_rep(const reader *r, tsdf_rep_mesh *q)
 static int read_maps_rep(const reader *r, tsdf_rep_maps *q)
 {
     const msgpack_object *o;
-    int f = find(r, "maps", &o);
-    if (f < 0)
+    int f = find_field(r, "maps", NULL, &o);
+    if (f != 1)
         return f;
-    if (f == 0)
-        return missing(r, "maps");
     if (o->type != MSGPACK_OBJECT_ARRAY)
         return wrong_type(r, "maps", "an array of strings");
     if (o->via.array.size > TSDF_PROTO_MAX_MAPS)
@@ -1221,11 +1223,9 @@ static int decode_reply(const reader *r, tsdf_reply *out)
         return fail(r->err, TSDF_EPROTO_TYPE, "type", "frame messages are never answered");
 
     const msgpack_object *o;
-    int f = find(r, "status", &o);
-    if (f < 0)
+    int f = find_field(r, "status", NULL, &o);
+    if (f != 1)
         return f;
-    if (f == 0)
-        return missing(r, "status");
     if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 == 0) {
         out->status = TSDF_OK;
     } else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER && o->via.i64 >= INT32_MIN) {
@@ -1276,24 +1276,14 @@ static int decode_reply(const reader *r, tsdf_reply *out)
     }
 }
 
+static int decode_reply_body(const reader *r, void *out)
+{
+    return decode_reply(r, out);
+}
+
 int tsdf_proto_decode_reply(const void *data, size_t len, tsdf_reply *out, tsdf_proto_error *err)
 {
-    if (out == NULL)
-        return TSDF_EINVAL;
-    if (err != NULL) {
-        err->key[0] = '\0';
-        err->message[0] = '\0';
-    }
-    memset(out, 0, sizeof(*out));
-    msgpack_unpacked res;
-    msgpack_unpacked_init(&res);
-    int rc = unpack_map(data, len, &res, err);
-    if (rc == TSDF_OK) {
-        reader r = {&res.data.via.map, err};
-        rc = decode_reply(&r, out);
-    }
-    msgpack_unpacked_destroy(&res);
-    return rc;
+    return decode_message(data, len, out, sizeof(*out), err, decode_reply_body);
 }
 
 /* ---- encoding ----------------------------------------------------------- */

@@ -136,6 +136,33 @@ static int is_blank_or_comment(const char *s)
     return *s == '\0' || *s == '#';
 }
 
+/* The next line that carries data (blank lines and # comments skipped) into
+ * *line: 1, 0 at the end, or TSDF_EFORMAT for a line longer than
+ * DS_LINE_MAX. */
+static int next_data_line(char **cursor, char **line)
+{
+    int too_long = 0;
+    while ((*line = next_line(cursor, &too_long)) != NULL) {
+        if (too_long)
+            return TSDF_EFORMAT;
+        if (!is_blank_or_comment(*line))
+            return 1;
+    }
+    return 0;
+}
+
+/* Doubles the capacity of the array arr of *cap elements of elem_size bytes
+ * (first: the capacity of an empty one). Returns the grown array with *cap
+ * updated, or NULL (arr and *cap untouched) when memory runs out. */
+static void *grow_array(void *arr, size_t *cap, size_t elem_size, size_t first)
+{
+    size_t ncap = *cap ? *cap * 2 : first;
+    void *p = realloc(arr, ncap * elem_size);
+    if (p != NULL)
+        *cap = ncap;
+    return p;
+}
+
 /* Parses up to max numbers from s; *n receives how many. Returns
  * TSDF_EFORMAT when a token is not a complete number or there are more
  * than max tokens. Non-finite values ("nan", "inf") parse; callers decide. */
@@ -177,21 +204,33 @@ static int is_file(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* Reads the small text file at path (64 KiB at most: a larger one is not a
+ * pose or intrinsics file, so TSDF_EFORMAT) and parses up to max numbers of
+ * it into v (*n: how many). Returns the read error, else what parse_numbers
+ * returns (TSDF_OK or TSDF_EFORMAT). */
+static int read_numbers_file(const char *path, double *v, int max, int *n)
+{
+    char *text = NULL;
+    int rc = read_text_file(path, 64 * 1024, &text, NULL);
+    if (rc != TSDF_OK)
+        return rc == TSDF_ETOO_LARGE ? TSDF_EFORMAT : rc;
+    rc = parse_numbers(text, v, max, n);
+    free(text);
+    return rc;
+}
+
 /* ---- poses ------------------------------------------------------------- */
 
 int tsdf_dataset_read_pose_file(const char *path, float T[16])
 {
     if (!path || !T)
         return TSDF_EINVAL;
-    char *text = NULL;
-    int rc = read_text_file(path, 64 * 1024, &text, NULL);
-    if (rc != TSDF_OK)
-        return rc == TSDF_ETOO_LARGE ? TSDF_EFORMAT : rc;
     double v[16];
     int n = 0;
-    rc = parse_numbers(text, v, 16, &n);
-    free(text);
-    if (rc != TSDF_OK || n != 16)
+    int rc = read_numbers_file(path, v, 16, &n);
+    if (rc != TSDF_OK)
+        return rc;
+    if (n != 16)
         return TSDF_EFORMAT;
     for (int i = 0; i < 16; i++) {
         if (!isfinite(v[i]) || fabs(v[i]) > 1e30)
@@ -243,14 +282,9 @@ static int read_intrinsics(const char *dir, tsdf_intrinsics *K)
         return rc;
     if (!is_file(path))
         return TSDF_OK;
-    char *text = NULL;
-    rc = read_text_file(path, 64 * 1024, &text, NULL);
-    if (rc != TSDF_OK)
-        return rc == TSDF_ETOO_LARGE ? TSDF_EFORMAT : rc;
     double v[9];
     int n = 0;
-    rc = parse_numbers(text, v, 9, &n);
-    free(text);
+    rc = read_numbers_file(path, v, 9, &n);
     if (rc != TSDF_OK)
         return rc;
     tsdf_intrinsics k;
@@ -321,14 +355,12 @@ static int scan_7scenes(tsdf_dataset *ds, const char *dir)
             break;
         }
         if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 256;
-            uint32_t *ni = realloc(idx, ncap * sizeof *ni);
+            uint32_t *ni = grow_array(idx, &cap, sizeof *ni, 256);
             if (!ni) {
                 rc = TSDF_ENOMEM;
                 break;
             }
             idx = ni;
-            cap = ncap;
         }
         idx[n++] = i;
     }
@@ -407,14 +439,8 @@ static int read_groundtruth(const char *root, tum_gt **out, size_t *n_out)
     tum_gt *gt = NULL;
     size_t n = 0, cap = 0;
     char *cursor = text, *line;
-    int too_long = 0;
-    while ((line = next_line(&cursor, &too_long)) != NULL) {
-        if (too_long) {
-            rc = TSDF_EFORMAT;
-            break;
-        }
-        if (is_blank_or_comment(line))
-            continue;
+    int more;
+    while ((more = next_data_line(&cursor, &line)) > 0) {
         double v[8];
         int k = 0;
         rc = parse_numbers(line, v, 8, &k);
@@ -427,19 +453,19 @@ static int read_groundtruth(const char *root, tum_gt **out, size_t *n_out)
             break;
         }
         if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 1024;
-            tum_gt *ng = realloc(gt, ncap * sizeof *ng);
+            tum_gt *ng = grow_array(gt, &cap, sizeof *ng, 1024);
             if (!ng) {
                 rc = TSDF_ENOMEM;
                 break;
             }
             gt = ng;
-            cap = ncap;
         }
         gt[n].t = v[0];
         memcpy(gt[n].v, v + 1, sizeof gt[n].v);
         n++;
     }
+    if (more < 0)
+        rc = more;
     free(text);
     if (rc != TSDF_OK) {
         free(gt);
@@ -509,14 +535,8 @@ static int open_tum(tsdf_dataset *ds)
     }
     size_t pool_len = 0;
     char *cursor = text, *line;
-    int too_long = 0;
-    while ((line = next_line(&cursor, &too_long)) != NULL) {
-        if (too_long) {
-            rc = TSDF_EFORMAT;
-            break;
-        }
-        if (is_blank_or_comment(line))
-            continue;
+    int more;
+    while ((more = next_data_line(&cursor, &line)) > 0) {
         /* "timestamp path": the timestamp is a number, the path one token. */
         char *end = NULL;
         double t = strtod(line, &end);
@@ -554,6 +574,8 @@ static int open_tum(tsdf_dataset *ds)
         pool_len += name_len + 1;
         ds->count++;
     }
+    if (more < 0)
+        rc = more;
     free(text);
     free(gt);
     if (rc != TSDF_OK)

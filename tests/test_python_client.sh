@@ -31,40 +31,16 @@ if ! "$VENV/bin/python" -c "import pynng, msgpack, numpy" 2>/dev/null; then
         skip "pynng/msgpack/numpy installed but not importable"
 fi
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/tsdf-pytest.XXXXXX")
-DAEMON_PID=""
-cleanup() {
-    if [ -n "$DAEMON_PID" ]; then
-        kill "$DAEMON_PID" 2>/dev/null
-        wait "$DAEMON_PID" 2>/dev/null
-    fi
-    rm -rf "$WORK"
+fail() {
+    echo "FAIL: $*"
+    [ -f "$WORK/tsdfd.log" ] && cat "$WORK/tsdfd.log"
+    exit 1
 }
-trap cleanup EXIT INT TERM
 
-REQ="ipc://$WORK/tsdfd.sock"
-PUSH="ipc://$WORK/frames.sock"
-mkdir -p "$WORK/state"
-# An empty configuration file: the built-in defaults, whatever /etc holds.
-: >"$WORK/tsdfd.conf"
-"$TSDFD" --config "$WORK/tsdfd.conf" --foreground --backend cpu --listen "$REQ" \
-    --frames-listen "$PUSH" --state-dir "$WORK/state" --metrics off \
-    >"$WORK/tsdfd.log" 2>&1 &
-DAEMON_PID=$!
-
-# Wait for both sockets (at most 20 s).
-i=0
-while [ ! -S "$WORK/tsdfd.sock" ] || [ ! -S "$WORK/frames.sock" ]; do
-    if ! kill -0 "$DAEMON_PID" 2>/dev/null; then
-        echo "FAIL: tsdfd exited at start:"
-        cat "$WORK/tsdfd.log"
-        DAEMON_PID=""
-        exit 1
-    fi
-    i=$((i + 1))
-    [ $i -le 200 ] || { echo "FAIL: tsdfd did not listen within 20 s"; cat "$WORK/tsdfd.log"; exit 1; }
-    sleep 0.1
-done
+# shellcheck source=tests/daemon_env.sh
+. "$(dirname "$0")/daemon_env.sh"
+daemon_env_init tsdf-pytest
+daemon_start
 
 "$VENV/bin/python" "$CLIENT" --url "$REQ" --push-url "$PUSH" --map pysphere \
     --out "$WORK/sphere.ply"

@@ -14,19 +14,9 @@ fail() {
     exit 1
 }
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/tsdf-ctltest.XXXXXX")
-DAEMON_PID=""
-cleanup() {
-    if [ -n "$DAEMON_PID" ]; then
-        kill "$DAEMON_PID" 2>/dev/null
-        wait "$DAEMON_PID" 2>/dev/null
-    fi
-    rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
-
-REQ="ipc://$WORK/tsdfd.sock"
-PUSH="ipc://$WORK/frames.sock"
+# shellcheck source=tests/daemon_env.sh
+. "$(dirname "$0")/daemon_env.sh"
+daemon_env_init tsdf-ctltest
 C="$CTL --url $REQ --push-url $PUSH --timeout-ms 30000"
 
 # Before the daemon runs: a clear failure, exit status 1; usage errors are 2.
@@ -45,26 +35,9 @@ for cmd in replay mesh raycast stats save load reset maps ping; do
     $C $cmd --help | grep -q "tsdfctl $cmd" || fail "$cmd --help"
 done
 
-mkdir -p "$WORK/state"
-: >"$WORK/tsdfd.conf"
 # The snapshot keys keep their defaults (autosave, save_on_stop and
-# load_on_start on): the end of this test relies on them. /metrics is off so
-# that parallel tests never fight over port 9464.
-start_daemon() {
-    rm -f "$WORK/tsdfd.sock" "$WORK/frames.sock"
-    "$TSDFD" --config "$WORK/tsdfd.conf" --foreground --backend cpu --listen "$REQ" \
-        --frames-listen "$PUSH" --state-dir "$WORK/state" --metrics off \
-        >>"$WORK/tsdfd.log" 2>&1 &
-    DAEMON_PID=$!
-    i=0
-    while [ ! -S "$WORK/tsdfd.sock" ] || [ ! -S "$WORK/frames.sock" ]; do
-        kill -0 "$DAEMON_PID" 2>/dev/null || { DAEMON_PID=""; fail "tsdfd exited at start"; }
-        i=$((i + 1))
-        [ $i -le 200 ] || fail "tsdfd did not listen within 20 s"
-        sleep 0.1
-    done
-}
-start_daemon
+# load_on_start on): the end of this test relies on them.
+daemon_start
 
 $C ping | grep -q "tsdfd" || fail "ping"
 
@@ -133,7 +106,7 @@ DAEMON_PID=""
 [ $rc -eq 0 ] || fail "tsdfd exited with $rc after SIGTERM"
 after=$(ls "$WORK/state" | grep -c '\.tsdfsnap$')
 [ "$after" -eq $((before + 1)) ] || fail "save_on_stop: $before snapshot(s) before stop, $after after"
-start_daemon
+daemon_start
 $C stats --map s | grep -q "blocks_allocated *0$" && fail "load_on_start restored nothing"
 $C maps | grep -qx "s" || fail "load_on_start: map s missing: $($C maps)"
 echo "OK"
