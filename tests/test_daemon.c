@@ -9,7 +9,8 @@
  *    frames fused in-process; save/reset/load round-trips the map;
  *  - malformed messages of every kind get the right error codes, and the
  *    daemon keeps serving;
- *  - SIGTERM drains the queue and exits 0 with reconciled counters.
+ *  - SIGTERM drains the queue and exits 0 with reconciled counters;
+ *  - sensors with long names keep all their counters in the stats reply.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -1264,6 +1265,86 @@ static void test_mutated_messages(void **state)
     free(st);
 }
 
+/* ---- 8. stats keys of long sensor names --------------------------------- */
+
+/* A regression from the code review: the stats reply left out every counter
+ * of a sensor whose name made a key longer than TSDF_PROTO_MAX_STATS_KEY_LEN
+ * (names over 29 bytes). */
+
+static int integrate_as(tsdf_client *c, const tsdf_frame *frame, const char *sensor)
+{
+    tsdf_client_frame f;
+    memset(&f, 0, sizeof f);
+    f.frame = frame;
+    f.sensor = sensor;
+    f.seq = 1;
+    return tsdf_client_integrate(c, &f, 20000, NULL);
+}
+
+static void test_stats_keep_long_sensor_names(void **state)
+{
+    tsdfd_harness h;
+    frame_set fs;
+    (void)state;
+
+    frames_make(&fs, "sphere", 64, 48, 1);
+    if (start_daemon(&h, NULL, NULL) != 0)
+        fail_msg("the daemon did not start");
+    tsdf_client *c = open_client(&h, 0);
+
+    /* 29 bytes: the longest name that fits every key in full. */
+    const char *fits = "robot-07.front-depth-camera-x";
+    /* Two long names that differ only after their 20th byte. */
+    const char *long1 = "warehouse-east-robot-0001.front-depth-camera";
+    const char *long2 = "warehouse-east-robot-0002.front-depth-camera-with-a-64-byte-nam";
+    assert_int_equal(strlen(fits), 29);
+    assert_int_equal(strlen(long2), 63);
+    assert_int_equal(integrate_as(c, &fs.frames[0], fits), TSDF_OK);
+    assert_int_equal(integrate_as(c, &fs.frames[0], long1), TSDF_OK);
+    assert_int_equal(integrate_as(c, &fs.frames[0], long2), TSDF_OK);
+    assert_int_equal(integrate_as(c, &fs.frames[0], long2), TSDF_OK);
+
+    tsdf_rep_stats *s = malloc(sizeof *s);
+    assert_non_null(s);
+    assert_int_equal(tsdf_client_stats(c, NULL, s, 20000), TSDF_OK);
+
+    char key[96];
+    snprintf(key, sizeof key, "sensor.%s.integrated", fits);
+    assert_int_equal(stat_get(s, key), 1);
+    /* Each long sensor has its own four counters under a shortened,
+     * distinct label that starts with the name. */
+    int long_labels = 0;
+    int64_t received[2] = {0, 0};
+    for (uint32_t i = 0; i < s->extra_count; i++) {
+        const char *k = s->extra[i].key;
+        const char *suffix = ".received";
+        size_t kl = strlen(k), sl = strlen(suffix);
+        if (strncmp(k, "sensor.warehouse-east-robot", 27) != 0 || kl < sl ||
+            strcmp(k + kl - sl, suffix) != 0)
+            continue;
+        assert_non_null(strchr(k, '~'));
+        char base[64];
+        snprintf(base, sizeof base, "%.*s", (int)(kl - sl), k);
+        static const char *const rest[] = {"integrated", "dropped", "rejected"};
+        for (int r = 0; r < 3; r++) {
+            int64_t v = -1;
+            snprintf(key, sizeof key, "%s.%s", base, rest[r]);
+            assert_true(stat_find(s, key, &v));
+            assert_true(v >= 0);
+        }
+        assert_true(long_labels < 2);
+        received[long_labels++] = s->extra[i].i;
+    }
+    assert_int_equal(long_labels, 2);
+    assert_int_equal(received[0] + received[1], 3);
+    assert_true(received[0] != received[1]);
+    free(s);
+
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 20000), 0);
+    frames_free(&fs);
+}
+
 int main(void)
 {
     if (test_backend() == TSDF_BACKEND_CUDA && !tsdf_cuda_available())
@@ -1278,6 +1359,7 @@ int main(void)
         cmocka_unit_test(test_save_load_semantics),
         cmocka_unit_test(test_max_maps_is_enforced),
         cmocka_unit_test(test_mutated_messages),
+        cmocka_unit_test(test_stats_keep_long_sensor_names),
     };
     /* TSDF_TEST_FILTER=<glob> runs only the matching tests (e.g. to loop one
      * that is suspected of flakiness). */

@@ -1,7 +1,9 @@
 /*
  * test_dataset.c - PNG I/O and the 7-Scenes / TUM readers: tiny sequences
  * written into a scratch folder are read back exactly; malformed files give
- * error codes; the real 7-Scenes data, when present, opens as documented.
+ * error codes; the real 7-Scenes data, when present, opens as documented;
+ * fuzz-style loops (mutated PNGs, garbage pose files and TUM lists) never
+ * crash a reader or make it misreport.
  */
 #include "testutil.h"
 
@@ -10,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include <zlib.h>
 
 #include "tsdf_dataset.h"
 #include "tsdf_png.h"
@@ -493,12 +497,283 @@ static void test_real_7scenes(void **state)
     tsdf_dataset_close(ds);
 }
 
+/* ---- fuzz-style loops over the readers ---------------------------------- */
+
+/* Regressions from the code review: the readers must never crash or
+ * misreport on any input. Meant to run under the ASan/UBSan build
+ * (-DTSDF_ASAN=ON) as well. */
+
+/* A deterministic generator (xorshift64*), so failures reproduce. */
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545F4914F6CDD1Dull;
+}
+
+static unsigned char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    assert_true(n > 0);
+    rewind(f);
+    unsigned char *p = malloc((size_t)n);
+    assert_non_null(p);
+    assert_int_equal(fread(p, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return p;
+}
+
+static void spit(const char *path, const void *p, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    if (len > 0)
+        assert_int_equal(fwrite(p, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* Recomputes every chunk's CRC, so that a mutation reaches libpng's
+ * decoding (and ours) instead of stopping at the checksum. */
+static void fix_png_crcs(unsigned char *p, size_t len)
+{
+    size_t at = 8;
+    while (at + 12 <= len) {
+        uint32_t n = be32(p + at);
+        if (n > len - at - 12)
+            return;
+        uint32_t crc = (uint32_t)crc32(0L, p + at + 4, 4 + n);
+        put_be32(p + at + 8 + n, crc);
+        at += 12 + (size_t)n;
+    }
+}
+
+/* Reads path every way the readers offer; checks only what must hold for
+ * any input: a code from the table, and sizes within the caller's buffer. */
+static void read_png_every_way(const char *path, uint16_t *buf, size_t cap)
+{
+    uint32_t w = 0, h = 0;
+    int depth = 0, ch = 0;
+    int rc = tsdf_png_info(path, &w, &h, &depth, &ch);
+    assert_true(rc <= 0);
+    rc = tsdf_png_read_gray16(path, buf, cap, &w, &h);
+    assert_true(rc <= 0);
+    if (rc == TSDF_OK) {
+        assert_true(w > 0 && h > 0);
+        assert_true((size_t)w * h <= cap);
+    } else {
+        assert_true(rc == TSDF_EFORMAT || rc == TSDF_EBAD_SIZE || rc == TSDF_ETOO_LARGE ||
+                    rc == TSDF_EINVAL || rc == TSDF_EIO || rc == TSDF_ENOMEM);
+    }
+}
+
+static void test_png_reader_survives_mutations(void **state)
+{
+    (void)state;
+    const char *dir = fresh_dir("pngfuzz");
+    char good[4200], bad[4200];
+    snprintf(good, sizeof good, "%s/good.png", dir);
+    snprintf(bad, sizeof bad, "%s/bad.png", dir);
+    enum { W = 13, H = 7, CAP = 64 * 64 };
+    uint16_t px[W * H];
+    for (int i = 0; i < W * H; i++)
+        px[i] = (uint16_t)(i * 977);
+    assert_int_equal(tsdf_png_write_gray16(good, px, W, H), TSDF_OK);
+    size_t len = 0;
+    unsigned char *orig = slurp(good, &len);
+    unsigned char *m = malloc(len + 64);
+    uint16_t *buf = malloc(CAP * sizeof *buf);
+    assert_non_null(m);
+    assert_non_null(buf);
+
+    /* Every IHDR field (width, height, bit depth, colour type, compression,
+     * filter, interlace) set to boundary values, CRC repaired. */
+    static const uint32_t dims[] = {0, 1, 2, 64, 65, 8192, 8193, 0x7fffffffu, 0xffffffffu};
+    for (size_t a = 0; a < sizeof dims / sizeof dims[0]; a++) {
+        for (size_t b = 0; b < sizeof dims / sizeof dims[0]; b++) {
+            memcpy(m, orig, len);
+            put_be32(m + 16, dims[a]);
+            put_be32(m + 20, dims[b]);
+            fix_png_crcs(m, len);
+            spit(bad, m, len);
+            read_png_every_way(bad, buf, CAP);
+        }
+    }
+    for (int field = 24; field <= 28; field++) {
+        for (int v = 0; v < 256; v++) {
+            memcpy(m, orig, len);
+            m[field] = (unsigned char)v;
+            fix_png_crcs(m, len);
+            spit(bad, m, len);
+            read_png_every_way(bad, buf, CAP);
+        }
+    }
+    /* Every prefix length (0-byte and truncated files). */
+    for (size_t n = 0; n < len; n++) {
+        spit(bad, orig, n);
+        int rc = tsdf_png_read_gray16(bad, buf, CAP, &(uint32_t){0}, &(uint32_t){0});
+        assert_true(rc < 0);
+    }
+    /* Random byte changes anywhere, CRCs repaired half of the time. */
+    for (int iter = 0; iter < 3000; iter++) {
+        memcpy(m, orig, len);
+        int edits = 1 + (int)(rng() % 4);
+        for (int e = 0; e < edits; e++)
+            m[rng() % len] = (unsigned char)rng();
+        if (iter % 2 == 0)
+            fix_png_crcs(m, len);
+        spit(bad, m, len);
+        read_png_every_way(bad, buf, CAP);
+    }
+    /* Formats that are not 16-bit grey are refused, never misread. */
+    uint8_t rgb[W * H * 3];
+    memset(rgb, 7, sizeof rgb);
+    assert_int_equal(tsdf_png_write_rgb8(bad, rgb, W, H), TSDF_OK);
+    assert_int_equal(tsdf_png_read_gray16(bad, buf, CAP, &(uint32_t){0}, &(uint32_t){0}),
+                     TSDF_EFORMAT);
+    /* A buffer one pixel short is refused before anything is written. */
+    assert_int_equal(tsdf_png_read_gray16(good, buf, W * H - 1, &(uint32_t){0}, &(uint32_t){0}),
+                     TSDF_EBAD_SIZE);
+    free(buf);
+    free(m);
+    free(orig);
+}
+
+static void test_text_readers_survive_garbage(void **state)
+{
+    (void)state;
+    const char *dir = fresh_dir("textfuzz");
+    char pose[4200];
+    snprintf(pose, sizeof pose, "%s/frame-000000.pose.txt", dir);
+    static const char *const tokens[] = {
+        "1",   "0",    "-0",   "1e309", "-1e309", "nan", "inf",  "0x1p3", "1e-320", "  ",
+        "\t",  "\n",   "\r\n", ",",     "#",      "a",   "1.0.", "+",     "-",      "1e",
+        "\0x", "9999", "\xff", "1,",    "0.5",    "e5",  "--1",  "1 ",    ".",      "0 0 0 1"};
+    enum { NTOK = sizeof tokens / sizeof tokens[0] };
+    char text[1024];
+    float T[16];
+    for (int iter = 0; iter < 4000; iter++) {
+        size_t n = 0;
+        int count = (int)(rng() % 40);
+        for (int k = 0; k < count; k++) {
+            const char *t = tokens[rng() % NTOK];
+            size_t tl = strlen(t);
+            if (n + tl + 2 >= sizeof text)
+                break;
+            memcpy(text + n, t, tl);
+            n += tl;
+            text[n++] = rng() % 3 ? ' ' : '\n';
+        }
+        spit(pose, text, n);
+        int rc = tsdf_dataset_read_pose_file(pose, T);
+        assert_true(rc == TSDF_OK || rc == TSDF_EFORMAT || rc == TSDF_EBAD_POSE);
+        if (rc == TSDF_OK) {
+            for (int i = 0; i < 16; i++)
+                assert_true(isfinite(T[i]));
+            assert_true(T[12] == 0.0f && T[13] == 0.0f && T[14] == 0.0f && T[15] == 1.0f);
+        }
+    }
+    /* A pose file that is a directory, empty, or huge is refused. */
+    assert_true(tsdf_dataset_read_pose_file(dir, T) < 0);
+    spit(pose, "", 0);
+    assert_int_equal(tsdf_dataset_read_pose_file(pose, T), TSDF_EFORMAT);
+    char *big = malloc(200000);
+    assert_non_null(big);
+    memset(big, ' ', 200000);
+    memcpy(big, "1 0 0 0 0 1 0 0 0 0 1 0 0 0 0 1", 31);
+    spit(pose, big, 200000);
+    assert_int_equal(tsdf_dataset_read_pose_file(pose, T), TSDF_EFORMAT);
+    free(big);
+
+    /* TUM lists with garbage lines: open refuses or opens, never crashes,
+     * and an opened list only names frames with a finite pose. */
+    char depth_txt[4200], gt_txt[4200];
+    snprintf(depth_txt, sizeof depth_txt, "%s/depth.txt", dir);
+    snprintf(gt_txt, sizeof gt_txt, "%s/groundtruth.txt", dir);
+    uint16_t px[4 * 3] = {1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000};
+    char png_path[4200];
+    snprintf(png_path, sizeof png_path, "%s/d.png", dir);
+    assert_int_equal(tsdf_png_write_gray16(png_path, px, 4, 3), TSDF_OK);
+    static const char *const depth_lines[] = {"1.0 d.png",  "# comment",    "",
+                                              "1.0",        "x d.png",      "1.0 d.png extra",
+                                              "nan d.png",  "1e308 d.png",  "\t\t",
+                                              "1.01 d.png", "2.0 ../d.png", "1.0\td.png",
+                                              "-5 d.png",   "1.0 \r",       "1.0 missing.png"};
+    static const char *const gt_lines[] = {"1.0 0 0 0 0 0 0 1",
+                                           "1.0 0 0 0 0 0 0 2",
+                                           "nan 0 0 0 0 0 0 1",
+                                           "1.0 0 0 0",
+                                           "# t x y z",
+                                           "1.005 1e30 0 0 0 0 0 1",
+                                           "1.0 0 0 0 nan 0 0 1",
+                                           "2.0 0 0 0 0.7071 0 0 0.7071",
+                                           "garbage"};
+    for (int iter = 0; iter < 400; iter++) {
+        char dt[2048] = "", gt[2048] = "";
+        int nd = 1 + (int)(rng() % 6), ng = 1 + (int)(rng() % 5);
+        for (int k = 0; k < nd; k++) {
+            strcat(dt, depth_lines[rng() % (sizeof depth_lines / sizeof depth_lines[0])]);
+            strcat(dt, "\n");
+        }
+        for (int k = 0; k < ng; k++) {
+            strcat(gt, gt_lines[rng() % (sizeof gt_lines / sizeof gt_lines[0])]);
+            strcat(gt, "\n");
+        }
+        spit(depth_txt, dt, strlen(dt));
+        spit(gt_txt, gt, strlen(gt));
+        tsdf_dataset *ds = NULL;
+        int rc = tsdf_dataset_open(dir, &ds);
+        assert_true(rc <= 0);
+        if (rc != TSDF_OK) {
+            assert_null(ds);
+            continue;
+        }
+        uint32_t count = tsdf_dataset_count(ds);
+        assert_true(count > 0);
+        for (uint32_t i = 0; i < count; i++) {
+            tsdf_dataset_frame f;
+            uint16_t d[4 * 3];
+            rc = tsdf_dataset_load(ds, i, d, 4 * 3, &f);
+            assert_true(rc <= 0);
+            if (rc == TSDF_OK) {
+                for (int k = 0; k < 16; k++)
+                    assert_true(isfinite(f.T_world_cam[k]));
+            }
+        }
+        tsdf_dataset_close(ds);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_png_gray16_roundtrip), cmocka_unit_test(test_png_rgb8_and_errors),
-        cmocka_unit_test(test_7scenes_roundtrip),    cmocka_unit_test(test_open_errors),
-        cmocka_unit_test(test_tum_roundtrip),        cmocka_unit_test(test_real_7scenes),
+        cmocka_unit_test(test_png_gray16_roundtrip),
+        cmocka_unit_test(test_png_rgb8_and_errors),
+        cmocka_unit_test(test_7scenes_roundtrip),
+        cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_tum_roundtrip),
+        cmocka_unit_test(test_real_7scenes),
+        cmocka_unit_test(test_png_reader_survives_mutations),
+        cmocka_unit_test(test_text_readers_survive_garbage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

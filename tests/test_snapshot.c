@@ -1,6 +1,8 @@
 /*
  * test_snapshot.c - snapshot files (daemon/snapshot.c): round trips, the
- * atomic write, pruning, and refusal of every truncated or bit-flipped file.
+ * atomic write, pruning, and refusal of every truncated or bit-flipped file;
+ * plus the code review's regressions (sequence names beyond UINT64_MAX - 1,
+ * snap_list keeping the newest when full, a FIFO refused at once).
  */
 #define _GNU_SOURCE
 
@@ -564,6 +566,124 @@ static void test_engine_round_trip(void **state)
     free(depth);
 }
 
+/* ---- regressions from the code review ----------------------------------- */
+
+/* A fresh directory that exists (fresh_dir only clears the path), for the
+ * cases that create files in it by hand. */
+static const char *made_dir(const char *name)
+{
+    const char *dir = fresh_dir(name);
+    assert_int_equal(mkdir(dir, 0750), 0);
+    return dir;
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    size_t len;
+    unsigned char *bytes = slurp(from, &len);
+    spit(to, bytes, len);
+    free(bytes);
+}
+
+/* A stale snapshot whose name carries a sequence with no successor in 64
+ * bits (a client may `save` under any name in the state directory) made the
+ * daemon's next sequence wrap, so that stale file stayed the "newest" and
+ * every restart restored it. It must neither win "newest" over later saves
+ * nor survive pruning as such. */
+static void check_overflowing_name(const char *big_name)
+{
+    const char *dir = made_dir("seqwrap");
+    snap_map m, *got = NULL;
+    size_t n = 0;
+    char first[4096], second[4096], latest[4096], stale[4200];
+
+    fill_map(&m, "default", 0, 1);
+    assert_int_equal(snap_write(dir, &m, 1, first, sizeof first), TSDF_OK);
+    snprintf(stale, sizeof stale, "%s/%s", dir, big_name);
+    copy_file(first, stale);
+    assert_int_equal(unlink(first), 0);
+
+    fill_map(&m, "default", 0, 2);
+    assert_int_equal(snap_write(dir, &m, 1, second, sizeof second), TSDF_OK);
+    assert_int_equal(snap_find_latest_valid(dir, latest, sizeof latest, &got, &n), TSDF_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(latest, second);
+    assert_int_equal(got[0].version, 2);
+    snap_maps_free(got, n);
+
+    /* Pruning to one file keeps the daemon's own newest save. */
+    assert_true(snap_prune(dir, 1) >= 0);
+    assert_int_equal(access(second, F_OK), 0);
+
+    /* The largest sequence that still has a successor is a snapshot. */
+    char edge[4200];
+    snprintf(edge, sizeof edge, "%s/snap-18446744073709551614.tsdfsnap", dir);
+    copy_file(second, edge);
+    assert_int_equal(snap_find_latest_valid(dir, latest, sizeof latest, &got, &n), TSDF_OK);
+    assert_string_equal(latest, edge);
+    snap_maps_free(got, n);
+}
+
+static void test_snapshot_sequence_beyond_u64_is_not_newest(void **state)
+{
+    (void)state;
+    check_overflowing_name("snap-99999999999999999999.tsdfsnap");
+    check_overflowing_name("snap-18446744073709551615.tsdfsnap");
+}
+
+/* snap_list kept the first `max` names in readdir order instead of the
+ * newest ones when a directory held more than `max`. */
+static void test_snap_list_keeps_the_newest_when_full(void **state)
+{
+    (void)state;
+    const char *dir = made_dir("listfull");
+    /* 40 files created in a scrambled order, so that no directory order
+     * happens to put the newest first. */
+    enum { FILES = 40, MAX = 8 };
+    for (int k = 0; k < FILES; k++) {
+        int seq = 1 + (k * 17) % FILES;
+        char p[4200];
+        snprintf(p, sizeof p, "%s/snap-%020d.tsdfsnap", dir, seq);
+        FILE *f = fopen(p, "wb");
+        assert_non_null(f);
+        fclose(f);
+    }
+    char names[MAX][SNAP_FILE_NAME_LEN];
+    size_t count = 0;
+    assert_int_equal(snap_list(dir, names, MAX, &count), TSDF_OK);
+    assert_int_equal(count, MAX);
+    for (int i = 0; i < MAX; i++) {
+        char want[SNAP_FILE_NAME_LEN];
+        snprintf(want, sizeof want, "snap-%020d.tsdfsnap", FILES - i);
+        assert_string_equal(names[i], want);
+    }
+    /* max 0 lists nothing and touches no buffer. */
+    assert_int_equal(snap_list(dir, NULL, 0, &count), TSDF_OK);
+    assert_int_equal(count, 0);
+}
+
+/* snap_read (a client's `load PATH`) opened a FIFO before checking that it
+ * is a regular file, and so blocked its request context forever. */
+static void test_snap_read_refuses_a_fifo_at_once(void **state)
+{
+    (void)state;
+    const char *dir = made_dir("fifo");
+    char fifo[4200];
+    snprintf(fifo, sizeof fifo, "%s/snap-00000000000000000001.tsdfsnap", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snap_map *got = NULL;
+    size_t n = 0;
+    /* Before the fix open(2) blocked until a writer came: the alarm turns
+     * that hang into a failure (SIGALRM ends the program). */
+    alarm(10);
+    assert_int_equal(snap_read(fifo, &got, &n), TSDF_EIO);
+    assert_null(got);
+    /* The directory scan refuses it too, and reports "none". */
+    char latest[4096];
+    assert_int_equal(snap_find_latest_valid(dir, latest, sizeof latest, &got, &n), TSDF_ENOT_FOUND);
+    alarm(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -576,6 +696,9 @@ int main(void)
         cmocka_unit_test(test_find_latest_valid_skips_corrupt),
         cmocka_unit_test(test_concurrent_saves),
         cmocka_unit_test(test_engine_round_trip),
+        cmocka_unit_test(test_snapshot_sequence_beyond_u64_is_not_newest),
+        cmocka_unit_test(test_snap_list_keeps_the_newest_when_full),
+        cmocka_unit_test(test_snap_read_refuses_a_fifo_at_once),
     };
     int r = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[4200];
