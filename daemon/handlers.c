@@ -1,7 +1,7 @@
 /*
  * handlers.c - request and frame handlers (see handlers.h).
  */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 
 #include "handlers.h"
 
@@ -472,6 +472,29 @@ static void do_stats(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
 /* Resolves a client's path inside the state dir: relative paths are taken
  * from there, absolute ones must lie below it, ".." is refused. A client
  * may thus not make the daemon write or read files elsewhere. */
+/* TSDF_OK when path, with symbolic links resolved, lies inside dir: the
+ * deepest ancestor of path that exists (path itself when it exists) must
+ * resolve to dir or below it, so a link planted in the state directory
+ * cannot lead a save or load elsewhere. */
+static int inside_real_dir(const char *dir, const char *path)
+{
+    char real_dir[PATH_MAX], probe[PATH_MAX], real[PATH_MAX];
+    if (realpath(dir, real_dir) == NULL)
+        return TSDF_EIO;
+    if ((size_t)snprintf(probe, sizeof probe, "%s", path) >= sizeof probe)
+        return TSDF_ETOO_LARGE;
+    while (realpath(probe, real) == NULL) {
+        char *slash = strrchr(probe, '/');
+        if (errno != ENOENT || slash == NULL || slash == probe)
+            return TSDF_EINVAL;
+        *slash = '\0';
+    }
+    size_t n = strlen(real_dir);
+    if (strncmp(real, real_dir, n) != 0 || (real[n] != '\0' && real[n] != '/' && n > 1))
+        return TSDF_EINVAL;
+    return TSDF_OK;
+}
+
 static int resolve_path(daemon_ctx *d, const char *path, char *out, size_t len)
 {
     const char *dir = d->cfg->state_dir;
@@ -487,7 +510,7 @@ static int resolve_path(daemon_ctx *d, const char *path, char *out, size_t len)
     } else if ((size_t)snprintf(out, len, "%s/%s", dir, path) >= len) {
         return TSDF_ETOO_LARGE;
     }
-    return TSDF_OK;
+    return inside_real_dir(dir, out);
 }
 
 /* Exports every map (in parallel, each by its worker) and writes one

@@ -717,6 +717,17 @@ static void test_mesh_and_raycast_match_engine(void **state)
     assert_int_equal(tsdf_client_save(c, "site1", "/etc/tsdfd-evil.snap", NULL, 10000),
                      TSDF_EINVAL);
     assert_int_equal(tsdf_client_load(c, "site1", "../x.snap", NULL, 10000), TSDF_EINVAL);
+    /* So are paths that leave it through a symbolic link planted inside. */
+    {
+        char link[TSDFD_HARNESS_PATH_LEN + 32];
+        snprintf(link, sizeof link, "%s/escape", h.state_dir);
+        assert_int_equal(symlink("/tmp", link), 0);
+        assert_int_equal(tsdf_client_save(c, "site1", "escape/evil.snap", NULL, 10000),
+                         TSDF_EINVAL);
+        assert_int_equal(tsdf_client_load(c, "site1", "escape/evil.snap", NULL, 10000),
+                         TSDF_EINVAL);
+        assert_int_equal(unlink(link), 0);
+    }
     /* An explicit file inside it works both ways. */
     char file[TSDFD_HARNESS_PATH_LEN + 32];
     snprintf(file, sizeof file, "%s/explicit.snap", h.state_dir);
