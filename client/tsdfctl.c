@@ -242,8 +242,8 @@ static int cmd_replay(const global_opts *g, int argc, char **argv)
             /* Bounded so that the frame schedule (k / rate seconds) stays a
              * sane number of seconds: at least one frame a day. */
             if (parse_float(v, &r) != 0 || !(r >= 1.0f / 86400.0f && r <= 1e6f))
-                return usage_error("replay", "--rate needs a number in [1/86400, 1e6] Hz, not \"%s\"",
-                                   v);
+                return usage_error("replay",
+                                   "--rate needs a number in [1/86400, 1e6] Hz, not \"%s\"", v);
             o.rate_hz = r;
             i++;
         } else if (strcmp(a, "--ack") == 0) {

@@ -172,10 +172,10 @@ typedef struct {
 
 /* Caller-allocated outputs of a raycast. */
 typedef struct {
-    float *depth_m;  /* width*height z-depths in metres; NaN where no surface */
-    float *normals;  /* optional: width*height*3 unit normals in the world
-                      * frame (from the TSDF gradient); NaN where no surface */
-    uint8_t *rgb;    /* optional: width*height*3; 0 where no surface */
+    float *depth_m; /* width*height z-depths in metres; NaN where no surface */
+    float *normals; /* optional: width*height*3 unit normals in the world
+                     * frame (from the TSDF gradient); NaN where no surface */
+    uint8_t *rgb;   /* optional: width*height*3; 0 where no surface */
 } tsdf_raycast_output;
 
 /* Renders the fused surface seen from a pose: marches each ray through
@@ -189,9 +189,9 @@ int tsdf_volume_raycast(tsdf_volume *v, const tsdf_raycast_params *p, tsdf_rayca
 typedef struct {
     size_t vertex_count;
     size_t triangle_count;
-    float *positions; /* 3 * vertex_count, metres, world frame */
-    float *normals;   /* 3 * vertex_count, unit, pointing out of the surface */
-    uint8_t *colors;  /* 3 * vertex_count RGB8, or NULL when the volume has no colour */
+    float *positions;  /* 3 * vertex_count, metres, world frame */
+    float *normals;    /* 3 * vertex_count, unit, pointing out of the surface */
+    uint8_t *colors;   /* 3 * vertex_count RGB8, or NULL when the volume has no colour */
     uint32_t *indices; /* 3 * triangle_count, counter-clockwise seen from outside */
 } tsdf_mesh;
 
@@ -203,7 +203,7 @@ typedef struct {
 } tsdf_aabb;
 
 typedef struct {
-    int use_box;          /* 1: only blocks that intersect box */
+    int use_box; /* 1: only blocks that intersect box */
     tsdf_aabb box;
     uint64_t since_version; /* 0: all blocks; V: only blocks changed after version V */
 } tsdf_mesh_params;
@@ -226,17 +226,17 @@ typedef struct {
     tsdf_backend backend;
     uint64_t blocks_allocated;
     uint64_t capacity_slots;
-    double load_factor;         /* blocks_allocated / capacity_slots */
-    uint32_t max_probe;         /* longest displacement from a key's home slot */
-    double mean_probe;          /* mean displacement over resident keys */
+    double load_factor;                        /* blocks_allocated / capacity_slots */
+    uint32_t max_probe;                        /* longest displacement from a key's home slot */
+    double mean_probe;                         /* mean displacement over resident keys */
     uint64_t probe_hist[TSDF_PROBE_HIST_BINS]; /* bin i: displacement i; last bin: >= 15 */
-    uint64_t growth_events;     /* rehashes into a larger table */
+    uint64_t growth_events;                    /* rehashes into a larger table */
     uint64_t frames_integrated;
-    uint64_t frames_rejected;   /* frames refused by integrate (any error) */
-    uint64_t insert_failures;   /* blocks not inserted because of the memory cap */
-    uint64_t memory_bytes;      /* host (CPU) or device (CUDA) memory held */
+    uint64_t frames_rejected; /* frames refused by integrate (any error) */
+    uint64_t insert_failures; /* blocks not inserted because of the memory cap */
+    uint64_t memory_bytes;    /* host (CPU) or device (CUDA) memory held */
     uint64_t memory_cap_bytes;
-    uint64_t version;           /* bumps on every integrate, reset and import */
+    uint64_t version; /* bumps on every integrate, reset and import */
     int has_color;
     /* Device-side times of the last integrated frame and query, in ms
      * (CUDA events; wall time on the CPU backend). */

@@ -612,8 +612,8 @@ static void test_bad_frames_distinct_codes(void **state)
 
     /* The fault classes have distinct codes. */
     {
-        const int classes[] = {TSDF_EBAD_INTRINSICS,  TSDF_EBAD_POSE, TSDF_EEMPTY_IMAGE,
-                               TSDF_ETOO_LARGE,       TSDF_EBAD_SIZE, TSDF_EBAD_DEPTH_RANGE,
+        const int classes[] = {TSDF_EBAD_INTRINSICS, TSDF_EBAD_POSE, TSDF_EEMPTY_IMAGE,
+                               TSDF_ETOO_LARGE,      TSDF_EBAD_SIZE, TSDF_EBAD_DEPTH_RANGE,
                                TSDF_EINVAL};
         for (size_t i = 0; i < 7; i++)
             for (size_t j = i + 1; j < 7; j++)
