@@ -54,9 +54,10 @@ typedef struct {
     /* [queue] */
     uint32_t queue_length; /* frames per map queue */
     cfg_queue_policy queue_policy;
-    uint32_t push_timeout_ms;  /* block policy: an integrate request waits this long */
-    uint32_t drain_timeout_ms; /* at shutdown: how long to integrate what is queued */
-    uint32_t max_sensors;      /* sensors with their own counters */
+    uint32_t push_timeout_ms;    /* block policy: an integrate request waits this long */
+    uint32_t queue_max_bytes_mb; /* MiB the frames queued in all maps may hold together */
+    uint32_t drain_timeout_ms;   /* at shutdown: how long to integrate what is queued */
+    uint32_t max_sensors;        /* sensors with their own counters */
 
     /* [volume] */
     tsdf_volume_params volume; /* backend, voxel size, ... (memory cap from memory_cap_mb) */

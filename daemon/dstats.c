@@ -13,7 +13,7 @@
 const char *dstats_outcome_name(ds_outcome o)
 {
     static const char *const names[DS_OUTCOME_COUNT] = {
-        "integrated",    "queue_full", "shutdown", "decode_error",
+        "integrated",    "queue_full", "shutdown", "memory",       "decode_error",
         "invalid_frame", "capacity",   "no_map",   "engine_error",
     };
     if ((unsigned)o >= DS_OUTCOME_COUNT)

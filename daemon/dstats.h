@@ -38,6 +38,7 @@ typedef enum {
     /* dropped: a valid frame the daemon had no room or time for */
     DS_DROP_QUEUE_FULL,
     DS_DROP_SHUTDOWN,
+    DS_DROP_MEMORY, /* the global byte budget of queued frames ([queue] max_bytes_mb) */
     /* rejected: a frame that could not be integrated */
     DS_REJ_DECODE_ERROR,  /* not a decodable frame message */
     DS_REJ_INVALID_FRAME, /* decoded but refused by tsdf_frame_check / the engine's checks */
@@ -50,7 +51,7 @@ typedef enum {
 #define DS_FIRST_DROP DS_DROP_QUEUE_FULL
 #define DS_FIRST_REJECT DS_REJ_DECODE_ERROR
 
-/* "integrated", "queue_full", "shutdown", "decode_error", "invalid_frame",
+/* "integrated", "queue_full", "shutdown", "memory", "decode_error", "invalid_frame",
  * "capacity", "no_map", "engine_error". */
 const char *dstats_outcome_name(ds_outcome o);
 

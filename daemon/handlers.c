@@ -82,16 +82,38 @@ static void count_early_reject(daemon_ctx *d, int rc)
     dstats_frame_outcome(d->stats, DS_SENSOR_UNKNOWN, o);
 }
 
-/* A frame evicted by drop_oldest: counted, and its waiter (if any) told. */
-static void drop_victim(daemon_ctx *d, worker_job *victim)
+/* A frame evicted by drop_oldest (from any map's queue when it made room in
+ * the byte budget): counted, and its waiter (if any) told. Called by the
+ * queue with no queue lock held. */
+static void drop_victim(void *item, queue_drop_reason why, void *arg)
 {
-    if (victim == NULL)
-        return;
-    dstats_frame_outcome(d->stats, victim->sensor, DS_DROP_QUEUE_FULL);
-    TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "queue full (drop_oldest)",
-                         "queue full: dropped the oldest frame (seq %llu) of a sensor",
-                         (unsigned long long)victim->req.u.frame.seq);
+    daemon_ctx *d = arg;
+    worker_job *victim = item;
+
+    if (why == QUEUE_DROP_MEMORY) {
+        dstats_frame_outcome(d->stats, victim->sensor, DS_DROP_MEMORY);
+        TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "queue bytes (drop_oldest)",
+                             "queued frames at [queue] max_bytes_mb: dropped the oldest frame "
+                             "(seq %llu) to make room",
+                             (unsigned long long)victim->req.u.frame.seq);
+    } else {
+        dstats_frame_outcome(d->stats, victim->sensor, DS_DROP_QUEUE_FULL);
+        TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "queue full (drop_oldest)",
+                             "queue full: dropped the oldest frame (seq %llu) of a sensor",
+                             (unsigned long long)victim->req.u.frame.seq);
+    }
     job_complete(victim, TSDF_EDROPPED);
+}
+
+/* The host memory a queued frame job holds: its message (the payloads point
+ * into it) and the aligned copy of its depth, if one was made. */
+static size_t job_bytes(const worker_job *j)
+{
+    const tsdf_frame *f = &j->req.u.frame.frame;
+    size_t n = j->msg != NULL ? nng_msg_len(j->msg) : 0;
+    if (j->depth_aligned != NULL)
+        n += (size_t)f->width * f->height * (f->depth_format == TSDF_DEPTH_F32 ? 4u : 2u);
+    return n;
 }
 
 /*
@@ -101,24 +123,36 @@ static void drop_victim(daemon_ctx *d, worker_job *victim)
  */
 static int queue_frame(daemon_ctx *d, dmap *m, worker_job *j, int timeout_ms)
 {
-    void *victim = NULL;
+    queue_drop_reason why = QUEUE_DROP_FULL;
+    size_t bytes = job_bytes(j);
     int rc;
 
     j->t_queued_ns = worker_now_ns();
     if (timeout_ms >= 0 || d->cfg->queue_policy == CFG_POLICY_DROP_OLDEST) {
-        rc = queue_push_frame(&m->queue, j, j->sensor, timeout_ms < 0 ? 0 : timeout_ms, &victim);
+        rc = queue_push_frame_sized(&m->queue, j, j->sensor, bytes, timeout_ms < 0 ? 0 : timeout_ms,
+                                    drop_victim, d, &why);
     } else {
         for (;;) {
-            rc = queue_push_frame(&m->queue, j, j->sensor, FRAME_PUSH_SLICE_MS, &victim);
+            rc = queue_push_frame_sized(&m->queue, j, j->sensor, bytes, FRAME_PUSH_SLICE_MS,
+                                        drop_victim, d, &why);
             if (rc != TSDF_EQUEUE_FULL || atomic_load(&d->stopping))
                 break;
         }
         if (rc == TSDF_EQUEUE_FULL)
             rc = TSDF_ESHUTDOWN; /* gave up only because the daemon stops */
     }
-    drop_victim(d, victim);
     if (rc != TSDF_OK) {
-        dstats_frame_outcome(d->stats, j->sensor, dstats_outcome_for_error(rc));
+        ds_outcome o = dstats_outcome_for_error(rc);
+        /* No room in the byte budget (or a frame larger than all of it) is
+         * a drop for memory, whatever code the sender is answered. */
+        if ((rc == TSDF_EQUEUE_FULL || rc == TSDF_ETOO_LARGE) && why == QUEUE_DROP_MEMORY)
+            o = DS_DROP_MEMORY;
+        if (o == DS_DROP_MEMORY)
+            TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "queue bytes (refused)",
+                                 "map %s: a %zu-byte frame refused: queued frames at [queue] "
+                                 "max_bytes_mb",
+                                 m->name, bytes);
+        dstats_frame_outcome(d->stats, j->sensor, o);
         job_free(j);
     }
     return rc;
@@ -385,8 +419,16 @@ static void fill_daemon_stats(daemon_ctx *d, dmap *m, const job_counters *snap, 
         put_i(s, "queue.capacity", (int64_t)d->cfg->queue_length);
         put_i(s, "queue.dropped_oldest", (int64_t)q.dropped_oldest);
         put_i(s, "queue.push_timeouts", (int64_t)q.push_timeouts);
+        put_i(s, "queue.map_bytes", (int64_t)q.bytes);
+        put_i(s, "queue.dropped_memory", (int64_t)q.dropped_memory);
+        put_i(s, "queue.refused_memory", (int64_t)q.refused_memory);
         put_i(s, "map.frames_integrated", (int64_t)map_integrated);
     }
+    /* Bytes held by the frames queued in every map (the [queue] max_bytes_mb
+     * budget), read with the counters above when the worker took them. */
+    put_i(s, "queue.bytes",
+          (int64_t)(snap != NULL ? snap->queue_bytes : queue_budget_bytes(&d->maps->budget)));
+    put_i(s, "queue.max_bytes", (int64_t)d->maps->budget.limit_bytes);
     dmap *all[TSDF_PROTO_MAX_MAPS];
     put_i(s, "maps.count", (int64_t)maps_list(d->maps, all, TSDF_PROTO_MAX_MAPS));
     uint64_t reqs = 0, errs = 0;

@@ -190,6 +190,9 @@ static int render_metrics(void *arg, prom_buf *b)
         prom_gauge(b, "tsdfd_queue_depth", "Frames waiting in the map's queue.", labels,
                    (double)q.depth);
     }
+    prom_gauge(b, "tsdfd_queue_bytes",
+               "Bytes held by the frames queued in every map (bounded by [queue] max_bytes_mb).",
+               NULL, (double)queue_budget_bytes(&m->maps.budget));
     for (size_t i = 0; i < n; i++) {
         names[i] = all[i]->name;
         maps_cached_stats(all[i], &vstats[i]);

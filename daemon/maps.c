@@ -48,6 +48,9 @@ static int map_create_locked(map_registry *r, const char *name, const tsdf_volum
                     cfg->queue_policy == CFG_POLICY_DROP_OLDEST ? QUEUE_DROP_OLDEST : QUEUE_BLOCK);
     if (rc != TSDF_OK)
         goto fail_queue;
+    rc = queue_attach_budget(&m->queue, &r->budget);
+    if (rc != TSDF_OK)
+        goto fail_worker;
     rc = worker_start(m);
     if (rc != TSDF_OK)
         goto fail_worker;
@@ -96,7 +99,14 @@ int maps_init(map_registry *r, const tsdfd_config *cfg, dstats *stats)
     r->maps = calloc(cfg->max_maps, sizeof *r->maps);
     if (r->maps == NULL)
         return TSDF_ENOMEM;
+    rc = queue_budget_init(&r->budget, (uint64_t)cfg->queue_max_bytes_mb << 20, cfg->max_maps);
+    if (rc != TSDF_OK) {
+        free(r->maps);
+        r->maps = NULL;
+        return rc;
+    }
     if (pthread_mutex_init(&r->lock, NULL) != 0) {
+        queue_budget_fini(&r->budget);
         free(r->maps);
         r->maps = NULL;
         return TSDF_ENOMEM;
@@ -214,6 +224,7 @@ void maps_fini(map_registry *r)
         free(m);
     }
     pthread_mutex_destroy(&r->lock);
+    queue_budget_fini(&r->budget);
     free(r->maps);
     memset(r, 0, sizeof *r);
 }

@@ -65,6 +65,7 @@ typedef struct map_registry {
     dmap **maps; /* max_maps slots */
     size_t count;
     tsdf_backend backend; /* the backend new volumes use (auto resolved at init) */
+    queue_budget budget;  /* [queue] max_bytes_mb over every map's queued frames */
 } map_registry;
 
 /* Prepares the registry: resolves backend auto (logging the choice) and

@@ -12,11 +12,24 @@
  *     contexts, so it never fills in normal use), served before the next
  *     frame so that a query waits for at most one integration.
  *
+ * Optionally, queues share a queue_budget: a bound on the bytes held by the
+ * frames queued in all of them together (each frame is pushed with its size
+ * in bytes). The bytes of a frame are counted when it is admitted and
+ * released when it leaves the frame lane by any path (popped, dropped,
+ * drained), so the budget's count is exact and returns to 0 when every
+ * queue is empty. When a push would exceed the budget, QUEUE_BLOCK waits
+ * (like for a full lane) and QUEUE_DROP_OLDEST evicts the oldest frames
+ * (the same sensor's first, then the queue's own oldest, then the oldest of
+ * the other queues) or, when nothing can be evicted, refuses the frame.
+ * Queues that share a budget also share its mutex (one lock for all of
+ * them), so that an eviction from another map's queue needs no lock order.
+ *
  * Items are opaque pointers; the queue never frees them. Whoever pops an
  * item, or receives it back as dropped, owns it.
  *
  * Threads: every function is thread-safe (one mutex, two condition
- * variables); any number of producers and consumers.
+ * variables, plus the budget's condition variable; with a budget the mutex
+ * is the budget's); any number of producers and consumers.
  * Time: every wait is bounded by a timeout in milliseconds (negative = wait
  * until something changes or the queue closes).
  */
@@ -46,19 +59,45 @@ typedef struct {
     uint64_t queries_pushed;
     uint64_t queries_refused; /* query lane full (TSDF_EBUSY) */
     uint64_t blocked_waits;   /* pushes that had to wait for room */
+    uint64_t dropped_memory;  /* evicted from this queue to fit the byte budget */
+    uint64_t refused_memory;  /* pushes refused for the byte budget (TSDF_EQUEUE_FULL) */
+    uint64_t bytes;           /* bytes of the frames queued now (0 without a budget) */
     size_t depth;             /* frames queued now */
     size_t depth_max;         /* high-water mark */
     size_t queries_depth;
 } queue_stats;
 
-/* One queued frame: the item and the sensor it came from (for drop_oldest). */
+/* One queued frame: the item, the sensor it came from (for drop_oldest) and
+ * the bytes it holds (for the budget). */
 typedef struct {
     void *item;
     uint64_t sensor_key;
+    size_t bytes;
+    uint64_t seq; /* admission order across the budget's queues */
 } queue_slot;
 
-typedef struct {
+struct frame_queue;
+
+/*
+ * A byte budget shared by several queues (caller-owned; outlives them).
+ * limit_bytes: the most bytes the frames queued in all attached queues may
+ * hold together. Threads: its lock is the lock of every attached queue.
+ */
+typedef struct queue_budget {
     pthread_mutex_t lock;
+    pthread_cond_t room;         /* bytes were released, or a queue closed */
+    uint64_t limit_bytes;        /* >= 1 */
+    uint64_t bytes;              /* held by the frames queued now */
+    uint64_t bytes_max;          /* high-water mark */
+    uint64_t seq;                /* admissions so far (orders frames across queues) */
+    struct frame_queue **queues; /* attached queues (for cross-queue eviction) */
+    size_t nqueues, max_queues;
+} queue_budget;
+
+typedef struct frame_queue {
+    pthread_mutex_t lock;     /* the queue's own lock (unused once a budget is attached) */
+    pthread_mutex_t *mu;      /* &lock, or the budget's lock */
+    queue_budget *budget;     /* NULL: no byte bound */
     pthread_cond_t not_empty; /* a frame or a query arrived, or close */
     pthread_cond_t not_full;  /* a frame left the lane, or close */
     queue_slot *frames;       /* ring of capacity slots */
@@ -74,8 +113,9 @@ typedef struct {
  * queries (>= 1). TSDF_EINVAL, TSDF_ENOMEM. */
 int queue_init(frame_queue *q, size_t capacity, size_t query_capacity, queue_policy policy);
 
-/* Frees the rings. Items still queued are not freed (drain them first with
- * queue_pop). Safe on a zeroed struct. */
+/* Frees the rings and detaches the queue from its budget (releasing the
+ * bytes of any frame still queued). Items still queued are not freed
+ * (drain them first with queue_pop). Safe on a zeroed struct. */
 void queue_fini(frame_queue *q);
 
 /*
@@ -89,6 +129,56 @@ void queue_fini(frame_queue *q);
  */
 int queue_push_frame(frame_queue *q, void *item, uint64_t sensor_key, int timeout_ms,
                      void **dropped);
+/* (queue_push_frame is queue_push_frame_sized with bytes 0: such a frame
+ * never needs budget room, so at most one frame is dropped.) */
+
+/* Why queue_push_frame_sized handed a frame back as dropped. */
+typedef enum {
+    QUEUE_DROP_FULL = 0,   /* the frame lane was full (drop_oldest) */
+    QUEUE_DROP_MEMORY = 1, /* evicted to fit the byte budget (drop_oldest) */
+} queue_drop_reason;
+
+/* Receives a dropped frame (its owner now); called with no queue lock held. */
+typedef void (*queue_drop_fn)(void *item, queue_drop_reason why, void *arg);
+
+/*
+ * Prepares a budget of limit_bytes (>= 1) for at most max_queues attached
+ * queues. TSDF_EINVAL, TSDF_ENOMEM. queue_budget_fini: every attached queue
+ * must have been finalised first. Safe on a zeroed struct.
+ */
+int queue_budget_init(queue_budget *b, uint64_t limit_bytes, size_t max_queues);
+void queue_budget_fini(queue_budget *b);
+
+/* The bytes held by the frames queued now in all attached queues. */
+uint64_t queue_budget_bytes(queue_budget *b);
+
+/*
+ * Attaches an initialised, still empty and unused queue to b (from then on
+ * the queue uses b's lock; queue_fini detaches it). TSDF_EINVAL when q is
+ * not empty, TSDF_ELIMIT when b has max_queues attached already.
+ */
+int queue_attach_budget(frame_queue *q, queue_budget *b);
+
+/*
+ * queue_push_frame with the frame's size in bytes, counted against the
+ * queue's budget (if any). Every frame dropped to make room (lane full or
+ * budget) goes to on_drop (may be NULL only without drop_oldest), called
+ * with no lock held, possibly more than once, before this returns.
+ * With a budget and a frame that cannot fit:
+ *   QUEUE_BLOCK: waits up to timeout_ms for bytes to be released, then
+ *     TSDF_EQUEUE_FULL (refused_memory counted);
+ *   QUEUE_DROP_OLDEST: evicts the oldest frames of the same sensor in q,
+ *     then q's oldest, then the oldest of the other attached queues, until
+ *     it fits; TSDF_EQUEUE_FULL (refused_memory) when nothing is left to
+ *     evict.
+ * A frame larger than the whole budget is refused at once under both, with
+ * TSDF_ETOO_LARGE (refused_memory counted), so that no one waits for it.
+ * refused_why (may be NULL): on TSDF_EQUEUE_FULL or TSDF_ETOO_LARGE, whether
+ * the lane (QUEUE_DROP_FULL) or the budget (QUEUE_DROP_MEMORY) had no room.
+ */
+int queue_push_frame_sized(frame_queue *q, void *item, uint64_t sensor_key, size_t bytes,
+                           int timeout_ms, queue_drop_fn on_drop, void *arg,
+                           queue_drop_reason *refused_why);
 
 /* Appends a query; never waits. TSDF_EBUSY when the query lane is full,
  * TSDF_ESHUTDOWN when closed. */

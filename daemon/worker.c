@@ -300,6 +300,7 @@ static void run_query(dmap *m, worker_job *j)
         dstats_get_totals(m->reg->stats, &j->counters.totals);
         queue_get_stats(&m->queue, &j->counters.queue);
         j->counters.map_frames_integrated = atomic_load(&m->frames_done);
+        j->counters.queue_bytes = queue_budget_bytes(&m->reg->budget);
         break;
     case JOB_RESET:
         rc = tsdf_volume_reset(m->vol);

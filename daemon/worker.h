@@ -58,6 +58,7 @@ typedef struct {
     ds_totals totals;               /* every map's frame counters */
     queue_stats queue;              /* this map's queue */
     uint64_t map_frames_integrated; /* this map's frames integrated */
+    uint64_t queue_bytes;           /* bytes queued in every map (the byte budget) */
 } job_counters;
 
 typedef struct worker_job {

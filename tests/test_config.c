@@ -52,6 +52,7 @@ static void test_defaults(void **state)
     assert_string_equal(c.state_dir, "/var/lib/tsdfd");
     assert_int_equal(c.queue_length, 64);
     assert_int_equal(c.queue_policy, CFG_POLICY_BLOCK);
+    assert_int_equal(c.queue_max_bytes_mb, 1024);
     assert_int_equal(c.volume.backend, TSDF_BACKEND_AUTO);
     assert_true(fabsf(c.volume.voxel_size_m - 0.01f) < 1e-9f);
     assert_int_equal(c.max_maps, 16);
@@ -96,6 +97,7 @@ static void test_shipped_file_is_the_defaults(void **state)
         "length",
         "policy",
         "push_timeout_ms",
+        "max_bytes_mb",
         "drain_timeout_ms",
         "max_sensors",
         "backend",
@@ -251,6 +253,8 @@ static void test_bad_values_name_the_key(void **state)
         {"queue", "push_timeout_ms", "1e3"},
         {"queue", "drain_timeout_ms", "999999999"},
         {"queue", "max_sensors", "0"},
+        {"queue", "max_bytes_mb", "15"},
+        {"queue", "max_bytes_mb", "1048577"},
         {"volume", "backend", "opencl"},
         {"volume", "voxel_size_m", "0"},
         {"volume", "voxel_size_m", "nan"},

@@ -9,6 +9,8 @@
  *    frames fused in-process; save/reset/load round-trips the map;
  *  - malformed messages of every kind get the right error codes, and the
  *    daemon keeps serving;
+ *  - a small [queue] max_bytes_mb budget: frames dropped for memory are
+ *    counted, the counters reconcile and the queued bytes return to 0;
  *  - SIGTERM drains the queue and exits 0 with reconciled counters;
  *  - sensors with long names keep all their counters in the stats reply.
  */
@@ -151,7 +153,8 @@ static void wait_settled(tsdf_client *c, const char *map, int64_t expect_receive
              stat_get(st, "frames.received"), expect_received, stat_get(st, "frames.in_flight"));
 }
 
-static const char *const drop_reasons[] = {"dropped.queue_full", "dropped.shutdown"};
+static const char *const drop_reasons[] = {"dropped.queue_full", "dropped.shutdown",
+                                           "dropped.memory"};
 static const char *const reject_reasons[] = {
     "rejected.decode_error", "rejected.invalid_frame", "rejected.capacity",
     "rejected.no_map",       "rejected.engine_error",
@@ -167,7 +170,7 @@ static void assert_reconciled(const tsdf_rep_stats *st)
     int64_t rejected = stat_get(st, "frames.rejected");
     int64_t sum = 0;
     assert_int_equal(received, integrated + dropped + rejected);
-    for (size_t i = 0; i < 2; i++)
+    for (size_t i = 0; i < sizeof drop_reasons / sizeof drop_reasons[0]; i++)
         sum += stat_get(st, drop_reasons[i]);
     assert_int_equal(sum, dropped);
     sum = 0;
@@ -564,6 +567,93 @@ static void test_concurrent_streams_drop_oldest(void **state)
     printf("drop_oldest: %" PRId64 " received, %" PRId64 " integrated, %" PRId64
            " dropped (acked ok %d, acked dropped %d)\n",
            received, integrated, dropped, acked_ok, acked_dropped);
+
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    frames_free(&fs);
+    free(st);
+}
+
+/* ---- 1b. the byte budget of queued frames -------------------------------- */
+
+static void test_queue_byte_budget(void **state)
+{
+    tsdfd_harness h;
+    frame_set fs;
+    stream_arg args[STREAM_THREADS];
+    tsdf_rep_stats *st = calloc(1, sizeof *st);
+    const int frames = 40;
+    static const char *const set_args[] = {"--set", "queue.max_bytes_mb=16", NULL};
+    (void)state;
+
+    assert_non_null(st);
+    /* 640x480 float frames (~1.2 MB messages, plus the aligned depth copy):
+     * a 16 MiB budget holds a handful, far below the 64 frames of the
+     * queue, so the budget and not the length is what fills. */
+    frames_make(&fs, "room", 640, 480, 16);
+    assert_int_equal(start_daemon(&h, "[queue]\nlength = 64\npolicy = drop_oldest\n", set_args), 0);
+
+    /* A frame larger than the whole budget is refused (for memory) at once. */
+    tsdf_client *c = open_client(&h, 0);
+    tsdf_frame big = fs.frames[0];
+    big.width = 4096;
+    big.height = 1100; /* 18 MB of depth > 16 MiB */
+    float *big_depth = calloc((size_t)big.width * big.height, sizeof(float));
+    assert_non_null(big_depth);
+    big.depth = big_depth;
+    tsdf_client_frame bf;
+    memset(&bf, 0, sizeof bf);
+    bf.map = "default";
+    bf.sensor = "bigcam";
+    bf.frame = &big;
+    tsdf_rep_integrate irep;
+    assert_int_equal(tsdf_client_integrate(c, &bf, 30000, &irep), TSDF_ETOO_LARGE);
+    free(big_depth);
+
+    /* Four robots outrun the worker of the one map. */
+    run_streams(&h, &fs, frames, 4, args);
+    int acked_ok = 0, acked_dropped = 0, integrate_calls = 0;
+    for (int i = 0; i < STREAM_THREADS; i++) {
+        assert_int_equal(args[i].send_failed, 0);
+        if (args[i].acked_other != 0)
+            fail_msg("thread %d: integrate returned %s", i,
+                     tsdf_errname(args[i].last_other_status));
+        acked_ok += args[i].acked_ok;
+        acked_dropped += args[i].acked_dropped;
+        integrate_calls += args[i].integrate_calls;
+    }
+    assert_int_equal(acked_ok + acked_dropped, integrate_calls);
+
+    wait_settled(c, "default", STREAM_THREADS * frames + 1, st);
+    assert_reconciled(st);
+    int64_t received = stat_get(st, "frames.received");
+    int64_t integrated = stat_get(st, "frames.integrated");
+    int64_t dropped = stat_get(st, "frames.dropped");
+    int64_t memory = stat_get(st, "dropped.memory");
+    assert_int_equal(received, STREAM_THREADS * frames + 1);
+    assert_int_equal(received, integrated + dropped + stat_get(st, "frames.rejected"));
+    assert_int_equal(stat_get(st, "frames.rejected"), 0);
+    /* Only the budget dropped frames: the queue's length was never reached. */
+    assert_int_equal(stat_get(st, "dropped.queue_full"), 0);
+    assert_int_equal(stat_get(st, "queue.dropped_oldest"), 0);
+    assert_int_equal(memory, dropped);
+    assert_true(memory >= 1); /* at least the oversized frame */
+    assert_int_equal(stat_get(st, "sensor.bigcam.dropped"), 1);
+    /* Every memory drop is one eviction or one refusal by the queue. */
+    assert_int_equal(stat_get(st, "queue.dropped_memory") + stat_get(st, "queue.refused_memory"),
+                     memory);
+    assert_int_equal(stat_get(st, "queue.refused_memory"), 1);
+    assert_true(acked_dropped <= memory);
+    assert_true(acked_ok <= integrated);
+    assert_int_equal(st->engine.frames_integrated, (uint64_t)integrated);
+    /* Nothing is queued any more: the byte count is back to exactly 0. */
+    assert_int_equal(stat_get(st, "queue.bytes"), 0);
+    assert_int_equal(stat_get(st, "queue.map_bytes"), 0);
+    assert_int_equal(stat_get(st, "queue.max_bytes"), 16 << 20);
+    printf("byte budget: %" PRId64 " received, %" PRId64 " integrated, %" PRId64
+           " dropped for memory (%" PRId64 " evicted; acked ok %d, acked dropped %d)\n",
+           received, integrated, memory, stat_get(st, "queue.dropped_memory"), acked_ok,
+           acked_dropped);
 
     tsdf_client_close(c);
     assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
@@ -1363,6 +1453,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrent_streams_block),
         cmocka_unit_test(test_concurrent_streams_drop_oldest),
+        cmocka_unit_test(test_queue_byte_budget),
         cmocka_unit_test(test_mesh_and_raycast_match_engine),
         cmocka_unit_test(test_malformed_messages),
         cmocka_unit_test(test_sigterm_drains_queue),

@@ -70,7 +70,7 @@ families="tsdfd_build_info:gauge tsdfd_uptime_seconds:gauge
     tsdfd_host_memory_bytes:gauge"
 # Families only the daemon renders (documented in docs/OPERATIONS.md too).
 daemon_families="tsdfd_map_version:gauge tsdfd_queue_wait_seconds:summary
-    tsdfd_request_seconds:summary"
+    tsdfd_request_seconds:summary tsdfd_queue_bytes:gauge"
 check_families() { # what file [extra families]
     for f in $families ${3:-}; do
         grep -q "^# TYPE ${f%%:*} ${f##*:}\$" "$2" || fail "$1 lacks ${f%%:*} (${f##*:})"
@@ -176,7 +176,7 @@ if [ -n "$tsdfd" ]; then
         # counters, reason on drops and rejects, map on the per-map families.
         grep -q '^tsdfd_frames_integrated_total{sensor="cam0"} ' "$tmp/daemon2.txt" ||
             fail "tsdfd_frames_integrated_total has no {sensor=\"cam0\"} series"
-        for r in queue_full shutdown; do
+        for r in queue_full shutdown memory; do
             grep -q "^tsdfd_frames_dropped_total{reason=\"$r\"} " "$tmp/daemon2.txt" ||
                 fail "tsdfd_frames_dropped_total lacks reason=\"$r\""
         done

@@ -424,6 +424,8 @@ static void test_dstats_reasons_and_sensors(void **state)
     assert_int_equal(sn.outcome[DS_REJ_DECODE_ERROR], 1);
 
     assert_string_equal(dstats_outcome_name(DS_DROP_QUEUE_FULL), "queue_full");
+    assert_string_equal(dstats_outcome_name(DS_DROP_MEMORY), "memory");
+    assert_true(DS_DROP_MEMORY >= DS_FIRST_DROP && DS_DROP_MEMORY < DS_FIRST_REJECT);
     assert_string_equal(dstats_outcome_name(DS_REJ_DECODE_ERROR), "decode_error");
     assert_string_equal(dstats_outcome_name(DS_REJ_INVALID_FRAME), "invalid_frame");
     assert_string_equal(dstats_outcome_name(DS_REJ_CAPACITY), "capacity");
@@ -431,6 +433,396 @@ static void test_dstats_reasons_and_sensors(void **state)
     assert_int_equal(dstats_outcome_for_error(TSDF_ELIMIT), DS_REJ_NO_MAP);
     assert_int_equal(dstats_outcome_for_error(TSDF_ECUDA), DS_REJ_ENGINE);
     dstats_fini(&s);
+}
+
+/* ---- the byte budget shared by queues ----------------------------------- */
+
+/* Records what a sized push dropped, in order. */
+typedef struct {
+    int items[16];
+    queue_drop_reason why[16];
+    int n;
+} drop_log;
+
+static void log_drop(void *item, queue_drop_reason why, void *arg)
+{
+    drop_log *l = arg;
+    assert_true(l->n < 16);
+    l->items[l->n] = VAL(item);
+    l->why[l->n] = why;
+    l->n++;
+}
+
+static uint64_t queue_bytes_of(frame_queue *q)
+{
+    queue_stats st;
+    queue_get_stats(q, &st);
+    return st.bytes;
+}
+
+static void test_budget_attach_rules(void **state)
+{
+    queue_budget b;
+    frame_queue q1, q2, q3;
+    void *dropped;
+    (void)state;
+
+    assert_int_equal(queue_budget_init(&b, 0, 2), TSDF_EINVAL);
+    assert_int_equal(queue_budget_init(&b, 100, 0), TSDF_EINVAL);
+    assert_int_equal(queue_budget_init(&b, 100, 2), TSDF_OK);
+    assert_int_equal(queue_init(&q1, 4, 1, QUEUE_BLOCK), TSDF_OK);
+    assert_int_equal(queue_init(&q2, 4, 1, QUEUE_BLOCK), TSDF_OK);
+    assert_int_equal(queue_init(&q3, 4, 1, QUEUE_BLOCK), TSDF_OK);
+    /* A queue that holds frames already cannot join: their bytes were never counted. */
+    assert_int_equal(queue_push_frame(&q3, ITEM(1), 0, 0, &dropped), TSDF_OK);
+    assert_int_equal(queue_attach_budget(&q3, &b), TSDF_EINVAL);
+    assert_int_equal(queue_attach_budget(&q1, &b), TSDF_OK);
+    assert_int_equal(queue_attach_budget(&q1, &b), TSDF_EINVAL);
+    assert_int_equal(queue_attach_budget(&q2, &b), TSDF_OK);
+    queue_fini(&q3);
+    assert_int_equal(queue_init(&q3, 4, 1, QUEUE_BLOCK), TSDF_OK);
+    assert_int_equal(queue_attach_budget(&q3, &b), TSDF_ELIMIT); /* max_queues = 2 */
+    /* Finalising a queue detaches it and frees its place. */
+    queue_fini(&q2);
+    assert_int_equal(b.nqueues, 1);
+    assert_int_equal(queue_attach_budget(&q3, &b), TSDF_OK);
+    assert_int_equal(b.nqueues, 2);
+    queue_fini(&q1);
+    queue_fini(&q3);
+    assert_int_equal(b.nqueues, 0);
+    assert_int_equal(b.bytes, 0);
+    queue_budget_fini(&b);
+}
+
+static void test_budget_block(void **state)
+{
+    queue_budget b;
+    frame_queue q1, q2;
+    queue_drop_reason why;
+    queue_stats st;
+    void *item;
+    int is_query;
+    (void)state;
+
+    assert_int_equal(queue_budget_init(&b, 100, 4), TSDF_OK);
+    assert_int_equal(queue_init(&q1, 8, 1, QUEUE_BLOCK), TSDF_OK);
+    assert_int_equal(queue_init(&q2, 8, 1, QUEUE_BLOCK), TSDF_OK);
+    assert_int_equal(queue_attach_budget(&q1, &b), TSDF_OK);
+    assert_int_equal(queue_attach_budget(&q2, &b), TSDF_OK);
+
+    assert_int_equal(queue_push_frame_sized(&q1, ITEM(1), 0, 40, 0, NULL, NULL, &why), TSDF_OK);
+    assert_int_equal(queue_push_frame_sized(&q2, ITEM(2), 0, 40, 0, NULL, NULL, &why), TSDF_OK);
+    assert_int_equal(queue_budget_bytes(&b), 80);
+    assert_int_equal(queue_bytes_of(&q1), 40);
+    assert_int_equal(queue_bytes_of(&q2), 40);
+    /* The lanes have room but the budget has not: refused, for memory. */
+    why = QUEUE_DROP_FULL;
+    assert_int_equal(queue_push_frame_sized(&q1, ITEM(3), 0, 30, 0, NULL, NULL, &why),
+                     TSDF_EQUEUE_FULL);
+    assert_int_equal(why, QUEUE_DROP_MEMORY);
+    /* A bounded wait times out the same way. */
+    double t0 = now_ms();
+    why = QUEUE_DROP_FULL;
+    assert_int_equal(queue_push_frame_sized(&q1, ITEM(3), 0, 30, 100, NULL, NULL, &why),
+                     TSDF_EQUEUE_FULL);
+    assert_true(now_ms() - t0 >= 80.0);
+    assert_int_equal(why, QUEUE_DROP_MEMORY);
+    /* Larger than the whole budget: refused at once, whatever the timeout. */
+    t0 = now_ms();
+    why = QUEUE_DROP_FULL;
+    assert_int_equal(queue_push_frame_sized(&q1, ITEM(4), 0, 101, 5000, NULL, NULL, &why),
+                     TSDF_ETOO_LARGE);
+    assert_true(now_ms() - t0 < 1000.0);
+    assert_int_equal(why, QUEUE_DROP_MEMORY);
+    queue_get_stats(&q1, &st);
+    assert_int_equal(st.refused_memory, 3);
+    assert_int_equal(st.frames_pushed, 1);
+    assert_int_equal(st.push_timeouts, 0);
+    assert_int_equal(queue_budget_bytes(&b), 80);
+
+    /* Popping from the OTHER queue makes room: a waiting push gets in. */
+    popper_arg a = {&q2, 100, 0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, popper, &a), 0);
+    t0 = now_ms();
+    assert_int_equal(queue_push_frame_sized(&q1, ITEM(5), 0, 60, 5000, NULL, NULL, &why), TSDF_OK);
+    double waited = now_ms() - t0;
+    pthread_join(t, NULL);
+    assert_int_equal(a.popped, 2);
+    assert_true(waited >= 80.0);
+    assert_true(waited < 4000.0);
+    assert_int_equal(queue_budget_bytes(&b), 100);
+    assert_int_equal(b.bytes_max, 100);
+    assert_int_equal(queue_bytes_of(&q1), 100);
+    assert_int_equal(queue_bytes_of(&q2), 0);
+
+    /* Every frame popped: the count is back to exactly 0. */
+    assert_int_equal(queue_pop(&q1, &item, &is_query, 0), TSDF_OK);
+    assert_int_equal(VAL(item), 1);
+    assert_int_equal(queue_budget_bytes(&b), 60);
+    assert_int_equal(queue_pop(&q1, &item, &is_query, 0), TSDF_OK);
+    assert_int_equal(VAL(item), 5);
+    assert_int_equal(queue_budget_bytes(&b), 0);
+    assert_int_equal(queue_bytes_of(&q1), 0);
+    queue_fini(&q1);
+    queue_fini(&q2);
+    queue_budget_fini(&b);
+}
+
+static void test_budget_drop_oldest(void **state)
+{
+    queue_budget b;
+    frame_queue q1, q2;
+    queue_drop_reason why;
+    queue_stats st1, st2;
+    drop_log log;
+    void *item;
+    int is_query;
+    (void)state;
+
+    assert_int_equal(queue_budget_init(&b, 100, 4), TSDF_OK);
+    assert_int_equal(queue_init(&q1, 3, 1, QUEUE_DROP_OLDEST), TSDF_OK);
+    assert_int_equal(queue_init(&q2, 3, 1, QUEUE_DROP_OLDEST), TSDF_OK);
+    assert_int_equal(queue_attach_budget(&q1, &b), TSDF_OK);
+    assert_int_equal(queue_attach_budget(&q2, &b), TSDF_OK);
+    memset(&log, 0, sizeof log);
+
+    /* q2: A(1) 30; q1: B(sensor 1) 30, C(sensor 2) 30. 90 bytes. */
+    assert_int_equal(queue_push_frame_sized(&q2, ITEM(1), 1, 30, 0, log_drop, &log, &why), TSDF_OK);
+    assert_int_equal(queue_push_frame_sized(&q1, ITEM(2), 1, 30, 0, log_drop, &log, &why), TSDF_OK);
+    assert_int_equal(queue_push_frame_sized(&q1, ITEM(3), 2, 30, 0, log_drop, &log, &why), TSDF_OK);
+    assert_int_equal(log.n, 0);
+    assert_int_equal(queue_budget_bytes(&b), 90);
+
+    /* D (sensor 2, 30): the same sensor's oldest (C) makes room. */
+    assert_int_equal(queue_push_frame_sized(&q1, ITEM(4), 2, 30, 0, log_drop, &log, &why), TSDF_OK);
+    assert_int_equal(log.n, 1);
+    assert_int_equal(log.items[0], 3);
+    assert_int_equal(log.why[0], QUEUE_DROP_MEMORY);
+    assert_int_equal(queue_budget_bytes(&b), 90);
+
+    /* E (sensor 3, 60): no frame of that sensor; q1's oldest go, B then D. */
+    assert_int_equal(queue_push_frame_sized(&q1, ITEM(5), 3, 60, 0, log_drop, &log, &why), TSDF_OK);
+    assert_int_equal(log.n, 3);
+    assert_int_equal(log.items[1], 2);
+    assert_int_equal(log.items[2], 4);
+    assert_int_equal(log.why[2], QUEUE_DROP_MEMORY);
+    assert_int_equal(queue_budget_bytes(&b), 90);
+    assert_int_equal(queue_bytes_of(&q1), 60);
+
+    /* F (sensor 1, 80): E goes, then -- q1 being empty -- A from the other map. */
+    assert_int_equal(queue_push_frame_sized(&q1, ITEM(6), 1, 80, 0, log_drop, &log, &why), TSDF_OK);
+    assert_int_equal(log.n, 5);
+    assert_int_equal(log.items[3], 5);
+    assert_int_equal(log.items[4], 1);
+    assert_int_equal(log.why[4], QUEUE_DROP_MEMORY);
+    assert_int_equal(queue_budget_bytes(&b), 80);
+    assert_int_equal(queue_bytes_of(&q2), 0);
+
+    /* Larger than the budget: refused, nothing evicted for it. */
+    why = QUEUE_DROP_FULL;
+    assert_int_equal(queue_push_frame_sized(&q2, ITEM(7), 1, 101, 0, log_drop, &log, &why),
+                     TSDF_ETOO_LARGE);
+    assert_int_equal(why, QUEUE_DROP_MEMORY);
+    assert_int_equal(log.n, 5);
+
+    /* A full lane still drops by count (reason "full"), with exact bytes. */
+    assert_int_equal(queue_push_frame_sized(&q2, ITEM(8), 1, 1, 0, log_drop, &log, &why), TSDF_OK);
+    assert_int_equal(queue_push_frame_sized(&q2, ITEM(9), 1, 1, 0, log_drop, &log, &why), TSDF_OK);
+    assert_int_equal(queue_push_frame_sized(&q2, ITEM(10), 2, 1, 0, log_drop, &log, &why), TSDF_OK);
+    assert_int_equal(queue_push_frame_sized(&q2, ITEM(11), 2, 5, 0, log_drop, &log, &why), TSDF_OK);
+    assert_int_equal(log.n, 6);
+    assert_int_equal(log.items[5], 10);
+    assert_int_equal(log.why[5], QUEUE_DROP_FULL);
+    assert_int_equal(queue_bytes_of(&q2), 7);
+    assert_int_equal(queue_budget_bytes(&b), 87);
+
+    queue_get_stats(&q1, &st1);
+    queue_get_stats(&q2, &st2);
+    assert_int_equal(st1.dropped_memory, 4); /* C, B, D, E */
+    assert_int_equal(st2.dropped_memory, 1); /* A */
+    assert_int_equal(st2.refused_memory, 1);
+    assert_int_equal(st2.dropped_oldest, 1);
+    /* Every frame is accounted for: pushed = popped later + dropped + queued. */
+    assert_int_equal(st1.frames_pushed + st2.frames_pushed, 10);
+    assert_int_equal(st1.depth + st2.depth, 4);
+
+    while (queue_pop(&q1, &item, &is_query, 0) == TSDF_OK)
+        ;
+    while (queue_pop(&q2, &item, &is_query, 0) == TSDF_OK)
+        ;
+    assert_int_equal(queue_budget_bytes(&b), 0);
+    assert_int_equal(b.bytes_max, 90);
+    queue_fini(&q1);
+    queue_fini(&q2);
+    queue_budget_fini(&b);
+}
+
+static void test_budget_released_on_every_exit(void **state)
+{
+    queue_budget b;
+    frame_queue q1, q2;
+    void *item;
+    int is_query, drained = 0;
+    (void)state;
+
+    assert_int_equal(queue_budget_init(&b, 1000, 2), TSDF_OK);
+    assert_int_equal(queue_init(&q1, 8, 1, QUEUE_BLOCK), TSDF_OK);
+    assert_int_equal(queue_init(&q2, 8, 1, QUEUE_BLOCK), TSDF_OK);
+    assert_int_equal(queue_attach_budget(&q1, &b), TSDF_OK);
+    assert_int_equal(queue_attach_budget(&q2, &b), TSDF_OK);
+    for (int i = 1; i <= 4; i++) {
+        assert_int_equal(queue_push_frame_sized(&q1, ITEM(i), 0, 10 * i, 0, NULL, NULL, NULL),
+                         TSDF_OK);
+        assert_int_equal(queue_push_frame_sized(&q2, ITEM(i), 0, 7 * i, 0, NULL, NULL, NULL),
+                         TSDF_OK);
+    }
+    assert_int_equal(queue_budget_bytes(&b), 100 + 70);
+    /* A query is not a frame: it holds no budget bytes. */
+    assert_int_equal(queue_push_query(&q1, ITEM(99)), TSDF_OK);
+    assert_int_equal(queue_budget_bytes(&b), 170);
+    assert_int_equal(queue_pop(&q1, &item, &is_query, 0), TSDF_OK);
+    assert_true(is_query);
+    assert_int_equal(queue_budget_bytes(&b), 170);
+    /* Popped (integrated or rejected by the worker). */
+    assert_int_equal(queue_pop(&q1, &item, &is_query, 0), TSDF_OK);
+    assert_false(is_query);
+    assert_int_equal(queue_budget_bytes(&b), 160);
+    /* A push refused because the queue is closed holds nothing. */
+    queue_close(&q1);
+    assert_int_equal(queue_push_frame_sized(&q1, ITEM(5), 0, 10, 0, NULL, NULL, NULL),
+                     TSDF_ESHUTDOWN);
+    assert_int_equal(queue_budget_bytes(&b), 160);
+    /* Drained at shutdown. */
+    queue_drain_frames(&q1, count_item, &drained);
+    assert_int_equal(drained, 2 + 3 + 4); /* count_item sums the items */
+    assert_int_equal(queue_bytes_of(&q1), 0);
+    assert_int_equal(queue_budget_bytes(&b), 70);
+    /* Finalised with frames still queued: their bytes are released too. */
+    queue_fini(&q2);
+    assert_int_equal(queue_budget_bytes(&b), 0);
+    queue_fini(&q1);
+    queue_budget_fini(&b);
+}
+
+/* Producers push frames of varied sizes into two queues sharing a small
+ * budget while consumers pop them: the budget is never exceeded and every
+ * frame is accounted for; once drained the count is exactly 0. */
+typedef struct {
+    frame_queue *q;
+    int id;
+    atomic_int *dropped;
+    atomic_int *refused;
+    atomic_int *pushed;
+} budget_producer_arg;
+
+static void count_budget_drop(void *item, queue_drop_reason why, void *arg)
+{
+    (void)item;
+    (void)why;
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static void *budget_producer(void *arg)
+{
+    budget_producer_arg *a = arg;
+    for (int i = 0; i < 2000; i++) {
+        size_t bytes = (size_t)(1 + (i * 7 + a->id * 13) % 40);
+        int rc = queue_push_frame_sized(a->q, ITEM(i + 1), (uint64_t)(i % 3), bytes, 2,
+                                        count_budget_drop, a->dropped, NULL);
+        if (rc == TSDF_OK)
+            atomic_fetch_add(a->pushed, 1);
+        else
+            atomic_fetch_add(a->refused, 1);
+    }
+    return NULL;
+}
+
+typedef struct {
+    frame_queue *q;
+    queue_budget *b;
+    atomic_int *stop;
+    int popped;
+    int over_limit;
+} budget_consumer_arg;
+
+static void *budget_consumer(void *arg)
+{
+    budget_consumer_arg *a = arg;
+    void *item;
+    int is_query;
+    for (;;) {
+        int rc = queue_pop(a->q, &item, &is_query, 5);
+        if (rc == TSDF_OK)
+            a->popped++;
+        else if (atomic_load(a->stop))
+            break;
+        if (queue_budget_bytes(a->b) > a->b->limit_bytes)
+            a->over_limit = 1;
+    }
+    return NULL;
+}
+
+static void run_budget_concurrent(queue_policy policy)
+{
+    queue_budget b;
+    frame_queue q[2];
+    atomic_int dropped = 0, refused = 0, pushed = 0, stop = 0;
+    pthread_t prod[4], cons[2];
+    budget_producer_arg pa[4];
+    budget_consumer_arg ca[2];
+
+    assert_int_equal(queue_budget_init(&b, 100, 2), TSDF_OK);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(queue_init(&q[i], 16, 1, policy), TSDF_OK);
+        assert_int_equal(queue_attach_budget(&q[i], &b), TSDF_OK);
+        ca[i] = (budget_consumer_arg){&q[i], &b, &stop, 0, 0};
+        assert_int_equal(pthread_create(&cons[i], NULL, budget_consumer, &ca[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pa[i] = (budget_producer_arg){&q[i % 2], i, &dropped, &refused, &pushed};
+        assert_int_equal(pthread_create(&prod[i], NULL, budget_producer, &pa[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(prod[i], NULL);
+    /* Let the consumers empty the queues, then stop them. */
+    for (int waited = 0; waited < 5000 && queue_budget_bytes(&b) != 0; waited += 5) {
+        struct timespec ts = {0, 5000000L};
+        nanosleep(&ts, NULL);
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(cons[i], NULL);
+
+    assert_int_equal(queue_budget_bytes(&b), 0);
+    assert_true(b.bytes_max <= b.limit_bytes);
+    assert_false(ca[0].over_limit);
+    assert_false(ca[1].over_limit);
+    int popped = ca[0].popped + ca[1].popped;
+    assert_int_equal(atomic_load(&pushed) + atomic_load(&refused), 4 * 2000);
+    assert_int_equal(atomic_load(&pushed), popped + atomic_load(&dropped));
+    if (policy == QUEUE_DROP_OLDEST)
+        assert_int_equal(atomic_load(&refused), 0); /* every frame fits the budget */
+    for (int i = 0; i < 2; i++) {
+        queue_stats st;
+        queue_get_stats(&q[i], &st);
+        assert_int_equal(st.bytes, 0);
+        assert_int_equal(st.depth, 0);
+        queue_fini(&q[i]);
+    }
+    queue_budget_fini(&b);
+}
+
+static void test_budget_concurrent_block(void **state)
+{
+    (void)state;
+    run_budget_concurrent(QUEUE_BLOCK);
+}
+
+static void test_budget_concurrent_drop_oldest(void **state)
+{
+    (void)state;
+    run_budget_concurrent(QUEUE_DROP_OLDEST);
 }
 
 int main(void)
@@ -447,6 +839,12 @@ int main(void)
         cmocka_unit_test(test_concurrent_block),
         cmocka_unit_test(test_concurrent_drop_oldest),
         cmocka_unit_test(test_dstats_reasons_and_sensors),
+        cmocka_unit_test(test_budget_attach_rules),
+        cmocka_unit_test(test_budget_block),
+        cmocka_unit_test(test_budget_drop_oldest),
+        cmocka_unit_test(test_budget_released_on_every_exit),
+        cmocka_unit_test(test_budget_concurrent_block),
+        cmocka_unit_test(test_budget_concurrent_drop_oldest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
