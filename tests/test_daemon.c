@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dirent.h>
 #include <unistd.h>
 
 /* ---- backend under test ------------------------------------------------- */
@@ -1063,17 +1064,26 @@ static void test_sigterm_drains_queue(void **state)
 
 /* ---- 5. persistence: autosave, save_on_stop, load_on_start ------------- */
 
-static int count_files(const char *dir)
+/* Entries of dir other than . and ..; with only_snapshots, just the
+ * snapshot files (snap-*.tsdfsnap). -1 when dir cannot be read. */
+static int count_entries(const char *dir, int only_snapshots)
 {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "ls -1 '%s' | wc -l", dir);
-    FILE *p = popen(cmd, "r");
-    int n = -1;
-    if (p != NULL) {
-        if (fscanf(p, "%d", &n) != 1)
-            n = -1;
-        pclose(p);
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *name = e->d_name;
+        size_t len = strlen(name);
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+            continue;
+        if (only_snapshots && (strncmp(name, "snap-", 5) != 0 || len < 14 ||
+                               strcmp(name + len - 9, ".tsdfsnap") != 0))
+            continue;
+        n++;
     }
+    closedir(d);
     return n;
 }
 
@@ -1110,7 +1120,7 @@ static void test_persistence_across_restarts(void **state)
     tsdf_client_mesh_release(&other);
     /* Autosave runs every second and keeps at most 2 files. */
     sleep_ms(3500);
-    int files = count_files(a.state_dir);
+    int files = count_entries(a.state_dir, 0);
     assert_true(files >= 1);
     assert_true(files <= 2);
     tsdf_client_close(c);
@@ -1143,21 +1153,6 @@ static void test_persistence_across_restarts(void **state)
 }
 
 /* ---- 5b. save and load as proto/PROTOCOL.md (6.4) describes them -------- */
-
-/* Snapshot files (snap-*.tsdfsnap) in dir. */
-static int count_snapshots(const char *dir)
-{
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "ls -1 '%s' | grep -c '^snap-.*\\.tsdfsnap$'", dir);
-    FILE *p = popen(cmd, "r");
-    int n = -1;
-    if (p != NULL) {
-        if (fscanf(p, "%d", &n) != 1)
-            n = -1;
-        pclose(p);
-    }
-    return n;
-}
 
 static uint64_t map_blocks(tsdf_client *c, const char *map, tsdf_rep_stats *st)
 {
@@ -1211,7 +1206,7 @@ static void test_save_load_semantics(void **state)
         assert_int_equal(sp.version, (uint64_t)fs.count);
     }
     snprintf(newest, sizeof newest, "%s", sp.path);
-    assert_int_equal(count_snapshots(h.state_dir), 2);
+    assert_int_equal(count_entries(h.state_dir, 1), 2);
     assert_int_equal(access(newest, R_OK), 0);
 
     /* load without a path: only the named map, from the newest snapshot;
@@ -1237,7 +1232,7 @@ static void test_save_load_semantics(void **state)
     assert_int_equal(tsdf_client_save(c, "b", "one.snap", &sp, 60000), TSDF_OK);
     assert_non_null(strstr(sp.path, h.state_dir));
     assert_non_null(strstr(sp.path, "/one.snap"));
-    assert_int_equal(count_snapshots(h.state_dir), 2);
+    assert_int_equal(count_entries(h.state_dir, 1), 2);
     assert_int_equal(tsdf_client_reset(c, "a", 10000), TSDF_OK);
     assert_int_equal(tsdf_client_load(c, "a", "one.snap", &lp, 60000), TSDF_OK);
     assert_string_equal(lp.path, sp.path);
