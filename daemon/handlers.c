@@ -556,8 +556,10 @@ static int resolve_path(daemon_ctx *d, const char *path, char *out, size_t len)
 }
 
 /* Exports every map (in parallel, each by its worker) and writes one
- * snapshot into dir; prune: keep only the newest snapshot_keep files. */
-static int save_maps(daemon_ctx *d, const char *dir, int prune, char *path_out, size_t path_len)
+ * snapshot: to the client's file when file is not NULL, else under the
+ * daemon's own next name in dir, keeping the newest snapshot_keep files. */
+static int save_maps(daemon_ctx *d, const char *dir, const char *file, char *path_out,
+                     size_t path_len)
 {
     dmap *all[TSDF_PROTO_MAX_MAPS];
     worker_job *jobs[TSDF_PROTO_MAX_MAPS];
@@ -598,10 +600,15 @@ static int save_maps(daemon_ctx *d, const char *dir, int prune, char *path_out, 
         sm[i].blocks = jobs[i]->blocks;
         sm[i].version = jobs[i]->version;
     }
-    if (rc == TSDF_OK && prune)
+    if (rc == TSDF_OK && file != NULL) {
+        /* keep is not applied: the file's directory may hold the daemon's
+         * own snapshots too, and an explicit save must not prune them. */
+        rc = snap_write_file(file, sm, n);
+        if (rc == TSDF_OK)
+            snprintf(path_out, path_len, "%s", file);
+    } else if (rc == TSDF_OK) {
         rc = snap_save(dir, sm, n, d->cfg->snapshot_keep, path_out, path_len);
-    else if (rc == TSDF_OK)
-        rc = snap_write(dir, sm, n, path_out, path_len);
+    }
     for (size_t i = 0; i < n; i++)
         job_free(jobs[i]); /* frees the block sets sm[] borrowed */
     free(sm);
@@ -610,36 +617,7 @@ static int save_maps(daemon_ctx *d, const char *dir, int prune, char *path_out, 
 
 int handlers_save_all(daemon_ctx *d, const char *dir, char *path_out, size_t path_len)
 {
-    return save_maps(d, dir ? dir : d->cfg->state_dir, 1, path_out, path_len);
-}
-
-/* Save into an explicit file: a snapshot written in the file's directory,
- * then renamed onto the file (rename is atomic, so the file is always
- * either the old or the new snapshot). */
-static int save_to_file(daemon_ctx *d, const char *file, char *path_out, size_t path_len)
-{
-    char dir[PATH_MAX];
-    char tmp[PATH_MAX];
-    const char *slash = strrchr(file, '/');
-    if (slash == NULL || (size_t)(slash - file) >= sizeof dir)
-        return TSDF_EINVAL;
-    if (strlen(file) >= path_len)
-        return TSDF_ETOO_LARGE;
-    memcpy(dir, file, (size_t)(slash - file));
-    dir[slash - file] = '\0';
-    /* keep is not applied here: the directory may hold the daemon's own
-     * snapshots too, and an explicit save must not prune them. */
-    int rc = save_maps(d, dir, 0, tmp, sizeof tmp);
-    if (rc != TSDF_OK)
-        return rc;
-    if (rename(tmp, file) != 0) {
-        int e = errno;
-        TSDF_LOG(TSDF_LOG_ERROR, "save: rename %s -> %s: %s", tmp, file, strerror(e));
-        remove(tmp);
-        return TSDF_EIO;
-    }
-    memcpy(path_out, file, strlen(file) + 1);
-    return TSDF_OK;
+    return save_maps(d, dir ? dir : d->cfg->state_dir, NULL, path_out, path_len);
 }
 
 int handlers_load(daemon_ctx *d, const char *path, const char *only_map, char *path_out,
@@ -709,9 +687,22 @@ static void do_save(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
     int rc;
 
     if (req->u.path.path[0] != '\0') {
+        const char *slash = strrchr(req->u.path.path, '/');
+        const char *base = slash ? slash + 1 : req->u.path.path;
+        /* The daemon restores and prunes its snapshots by name: a client's
+         * file under such a name could pin every later restart to it. */
+        if (snap_name_is_reserved(base)) {
+            tsdf_reply_set_error(rep, TSDF_EINVAL,
+                                 "save: the name '%.64s' is reserved for the daemon's own "
+                                 "snapshots (snap-*.tsdfsnap, .snap-*); choose another",
+                                 base);
+            return;
+        }
         rc = resolve_path(d, req->u.path.path, file, sizeof file);
+        if (rc == TSDF_OK && strlen(file) >= sizeof rep->u.path.path)
+            rc = TSDF_ETOO_LARGE;
         if (rc == TSDF_OK)
-            rc = save_to_file(d, file, rep->u.path.path, sizeof rep->u.path.path);
+            rc = save_maps(d, NULL, file, rep->u.path.path, sizeof rep->u.path.path);
     } else {
         rc = handlers_save_all(d, NULL, rep->u.path.path, sizeof rep->u.path.path);
     }

@@ -38,6 +38,13 @@
 #define SEQ_DIGITS 20
 /* UINT64_MAX - 1: the largest sequence a snapshot file may carry. */
 #define SEQ_MAX_DIGITS "18446744073709551614"
+/* A sequence is the write time in microseconds. One further ahead of the
+ * clock than this was not written by this daemon with a sane clock (a file
+ * planted under a daemon name, or a clock that has since been set back a
+ * long way): it is listed after every plausible snapshot and does not raise
+ * the next sequence, so it can neither pin the restore nor exhaust the
+ * sequence space. */
+#define SEQ_FUTURE_SLACK_US (24ull * 3600ull * 1000000ull)
 /* Temporary files younger than this are never pruned (see snap_prune). */
 #define SNAP_TMP_GRACE_S 60
 
@@ -189,6 +196,34 @@ static int is_snapshot_name(const char *name)
     return strncmp(name + pl, SEQ_MAX_DIGITS, SEQ_DIGITS) <= 0;
 }
 
+/* The sequence of a snapshot name (is_snapshot_name must hold). */
+static uint64_t name_sequence(const char *name)
+{
+    return strtoull(name + strlen(FILE_PREFIX), NULL, 10);
+}
+
+static uint64_t now_us(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
+}
+
+/* Sequences above this are not plausible now (see SEQ_FUTURE_SLACK_US). */
+static uint64_t plausible_horizon(void)
+{
+    return now_us() + SEQ_FUTURE_SLACK_US;
+}
+
+int snap_name_is_reserved(const char *name)
+{
+    size_t n = strlen(name), pl = strlen(FILE_PREFIX), sl = strlen(FILE_SUFFIX);
+    if (strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0)
+        return 1;
+    return n >= pl + sl && strncmp(name, FILE_PREFIX, pl) == 0 &&
+           strcmp(name + n - sl, FILE_SUFFIX) == 0;
+}
+
 static int is_temp_name(const char *name)
 {
     size_t n = strlen(name), pl = strlen(TMP_PREFIX), sl = strlen(TMP_SUFFIX);
@@ -235,6 +270,29 @@ int snap_list(const char *dir, char (*names)[SNAP_FILE_NAME_LEN], size_t max, si
     closedir(d);
     if (found > 1) /* qsort's base must not be NULL, even for 0 elements */
         qsort(names, found, SNAP_FILE_NAME_LEN, cmp_name_desc);
+    /* Newest first, but sequences from the far future go last (in their
+     * order): they are not what this daemon wrote most recently. Sorted
+     * descending, they form the head of the list. */
+    uint64_t horizon = plausible_horizon();
+    size_t future = 0;
+    while (future < found && name_sequence(names[future]) > horizon)
+        future++;
+    if (future > 0 && future < found) {
+        char(*head)[SNAP_FILE_NAME_LEN] = malloc(future * SNAP_FILE_NAME_LEN);
+        if (head == NULL) {
+            *count = 0;
+            return TSDF_ENOMEM;
+        }
+        memcpy(head, names, future * SNAP_FILE_NAME_LEN);
+        memmove(names, names + future, (found - future) * SNAP_FILE_NAME_LEN);
+        memcpy(names + (found - future), head, future * SNAP_FILE_NAME_LEN);
+        free(head);
+    }
+    if (future > 0)
+        TSDF_LOG(TSDF_LOG_WARN,
+                 "snapshot: %s holds %zu snapshot name(s) dated more than a day ahead of the "
+                 "clock (e.g. %s); they rank below every other snapshot",
+                 dir, future, names[found - future]);
     if (ignored)
         TSDF_LOG(TSDF_LOG_WARN,
                  "snapshot: %s holds more than %zu snapshots; %zu older ones ignored", dir, max,
@@ -243,8 +301,9 @@ int snap_list(const char *dir, char (*names)[SNAP_FILE_NAME_LEN], size_t max, si
     return TSDF_OK;
 }
 
-/* The newest sequence number in dir, 0 when none. */
-static uint64_t newest_sequence(const char *dir)
+/* The newest plausible sequence number in dir (see SEQ_FUTURE_SLACK_US),
+ * 0 when none. */
+static uint64_t newest_sequence(const char *dir, uint64_t horizon)
 {
     uint64_t newest = 0;
     DIR *d = opendir(dir);
@@ -254,8 +313,8 @@ static uint64_t newest_sequence(const char *dir)
     while ((de = readdir(d)) != NULL) {
         if (!is_snapshot_name(de->d_name))
             continue;
-        uint64_t seq = strtoull(de->d_name + strlen(FILE_PREFIX), NULL, 10);
-        if (seq > newest)
+        uint64_t seq = name_sequence(de->d_name);
+        if (seq > newest && seq <= horizon)
             newest = seq;
     }
     closedir(d);
@@ -268,14 +327,14 @@ static uint64_t newest_sequence(const char *dir)
  * microsecond (an autosave and a client's save) still get distinct names. */
 static _Atomic uint64_t last_sequence;
 
-/* A sequence above the clock, every file in dir and every earlier one of
- * this process. */
+/* A sequence above the clock, every plausible file in dir and every earlier
+ * one of this process. Plausible sequences lie at most a day ahead of the
+ * clock, so this stays far below SEQ_MAX_DIGITS: it never wraps and never
+ * makes a name that snap_list would refuse. */
 static uint64_t next_sequence(const char *dir)
 {
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    uint64_t seq = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
-    uint64_t newest = newest_sequence(dir);
+    uint64_t seq = now_us();
+    uint64_t newest = newest_sequence(dir, seq + SEQ_FUTURE_SLACK_US);
     if (seq <= newest)
         seq = newest + 1;
     uint64_t last = atomic_load(&last_sequence);
@@ -387,10 +446,9 @@ done:
     return r;
 }
 
-int snap_write(const char *dir, const snap_map *maps, size_t n, char *path_out, size_t path_len)
+/* Checks the maps and creates dir (mode 0750) when missing. */
+static int prepare_write(const char *dir, const snap_map *maps, size_t n)
 {
-    if (!dir || !*dir)
-        return TSDF_EINVAL;
     int r = check_maps(maps, n);
     if (r != TSDF_OK) {
         TSDF_LOG(TSDF_LOG_ERROR, "snapshot: refusing to write %zu maps: bad names or block sets",
@@ -401,16 +459,16 @@ int snap_write(const char *dir, const snap_map *maps, size_t n, char *path_out, 
         TSDF_LOG(TSDF_LOG_ERROR, "snapshot: cannot create %s: %s", dir, strerror(errno));
         return TSDF_EIO;
     }
+    return TSDF_OK;
+}
 
-    char tmp[4096], final[4096];
+/* Writes maps into a temporary file of dir and renames it onto final (a
+ * path in dir), durably: see "Crash safety" in snapshot.h. */
+static int write_atomic(const char *dir, const char *final, const snap_map *maps, size_t n)
+{
+    char tmp[4096];
+    int r;
     if ((size_t)snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX "XXXXXX" TMP_SUFFIX, dir) >= sizeof tmp)
-        return TSDF_ETOO_LARGE;
-
-    uint64_t seq = next_sequence(dir);
-    if ((size_t)snprintf(final, sizeof final, "%s/" FILE_PREFIX "%020" PRIu64 FILE_SUFFIX, dir,
-                         seq) >= sizeof final)
-        return TSDF_ETOO_LARGE;
-    if (path_out && strlen(final) >= path_len)
         return TSDF_ETOO_LARGE;
 
     int fd = mkostemps(tmp, (int)strlen(TMP_SUFFIX), O_CLOEXEC);
@@ -472,11 +530,52 @@ int snap_write(const char *dir, const snap_map *maps, size_t n, char *path_out, 
                  strerror(errno));
         return TSDF_EIO;
     }
-    if (path_out)
-        snprintf(path_out, path_len, "%s", final);
     TSDF_LOG(TSDF_LOG_INFO, "snapshot: wrote %s (%zu maps, %" PRIu64 " bytes)", final, n,
              snap_file_size(maps, n));
     return TSDF_OK;
+}
+
+int snap_write(const char *dir, const snap_map *maps, size_t n, char *path_out, size_t path_len)
+{
+    if (!dir || !*dir)
+        return TSDF_EINVAL;
+    int r = prepare_write(dir, maps, n);
+    if (r != TSDF_OK)
+        return r;
+    char final[4096];
+    uint64_t seq = next_sequence(dir);
+    if ((size_t)snprintf(final, sizeof final, "%s/" FILE_PREFIX "%020" PRIu64 FILE_SUFFIX, dir,
+                         seq) >= sizeof final)
+        return TSDF_ETOO_LARGE;
+    if (path_out && strlen(final) >= path_len)
+        return TSDF_ETOO_LARGE;
+    r = write_atomic(dir, final, maps, n);
+    if (r == TSDF_OK && path_out)
+        snprintf(path_out, path_len, "%s", final);
+    return r;
+}
+
+int snap_write_file(const char *path, const snap_map *maps, size_t n)
+{
+    if (!path || !*path)
+        return TSDF_EINVAL;
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (*base == '\0' || snap_name_is_reserved(base))
+        return TSDF_EINVAL;
+    if (slash == NULL) {
+        snprintf(dir, sizeof dir, ".");
+    } else if ((size_t)(slash - path) >= sizeof dir) {
+        return TSDF_ETOO_LARGE;
+    } else {
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = '\0';
+        if (dir[0] == '\0')
+            snprintf(dir, sizeof dir, "/");
+    }
+    int r = prepare_write(dir, maps, n);
+    return r == TSDF_OK ? write_atomic(dir, path, maps, n) : r;
 }
 
 int snap_save(const char *dir, const snap_map *maps, size_t n, size_t keep, char *path_out,

@@ -8,7 +8,12 @@
  * format"). Files are named snap-<20-digit sequence>.tsdfsnap in the state
  * directory; a larger sequence is newer (the sequence is the write time in
  * microseconds, raised above every existing file so that a clock stepping
- * back never makes a new snapshot look old).
+ * back never makes a new snapshot look old). A sequence more than a day
+ * ahead of the clock is not one this daemon wrote with a sane clock: such a
+ * file ranks below every other one in listings, restore and prune, and never
+ * raises the next sequence, so no file can pin the restore or make the
+ * sequence run out. Clients save only under names that cannot pose as the
+ * daemon's (snap_write_file).
  *
  * Crash safety: snap_write writes a hidden temporary file in the same
  * directory, flushes and fsyncs it, renames it over its final name and
@@ -75,6 +80,20 @@ typedef struct {
  */
 int snap_write(const char *dir, const snap_map *maps, size_t n, char *path_out, size_t path_len);
 
+/*
+ * Writes maps into the file at path (a name a client chose), atomically and
+ * durably as snap_write does: a temporary file in path's directory (created,
+ * mode 0750, if missing) is renamed onto path. Returns snap_write's codes;
+ * TSDF_EINVAL also when path's last component is empty or reserved for the
+ * daemon's own files (snap_name_is_reserved): a client's name can never pose
+ * as one of the daemon's snapshots, which restore and prune go by.
+ */
+int snap_write_file(const char *path, const snap_map *maps, size_t n);
+
+/* 1 when a file name (no directory) has the form of the daemon's own files:
+ * snap-*.tsdfsnap (snapshots) or .snap-* (their temporary files). */
+int snap_name_is_reserved(const char *name);
+
 /* snap_write, then snap_prune(dir, keep). A failed prune is logged, not
  * returned: the new snapshot is safely written either way. */
 int snap_save(const char *dir, const snap_map *maps, size_t n, size_t keep, char *path_out,
@@ -107,7 +126,8 @@ int snap_prune(const char *dir, size_t keep);
  */
 int snap_find_latest_valid(const char *dir, char *path_out, size_t len, snap_map **maps, size_t *n);
 
-/* Lists the snapshot files of dir (names only, not paths), newest first,
+/* Lists the snapshot files of dir (names only, not paths), newest first
+ * (those with a sequence more than a day ahead of the clock last),
  * into names[0 .. max-1] (each SNAP_FILE_NAME_LEN bytes); *count receives
  * how many. When dir holds more than max, the newest max are listed and the
  * rest counted in a warning. Returns TSDF_OK, TSDF_ENOT_FOUND (no dir), TSDF_EIO. */

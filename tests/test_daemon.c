@@ -1245,6 +1245,92 @@ static void test_save_load_semantics(void **state)
     free(st);
 }
 
+/* A client saved under the daemon's own name with the largest sequence
+ * (snap-18446744073709551614.tsdfsnap), after which the daemon's sequence
+ * wrapped or named files it then refused, so every restart restored the
+ * planted, stale state. Client names may not pose as the daemon's, and a
+ * file already planted (by an older build) no longer wins the restore. */
+static void copy_file_bytes(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    assert_int_equal(fclose(out), 0);
+}
+
+static void test_client_cannot_pin_the_restored_snapshot(void **state)
+{
+    tsdfd_harness a, b;
+    frame_set fs;
+    tsdf_rep_path sp;
+    char ini[2048], planted[TSDFD_HARNESS_PATH_LEN + 64];
+    (void)state;
+
+    tsdf_rep_stats *st = malloc(sizeof *st);
+    assert_non_null(st);
+    frames_make(&fs, "box", 128, 96, 6);
+    assert_int_equal(start_daemon(&a, "[snapshot]\nsave_on_stop = true\nkeep = 3\n", NULL), 0);
+    tsdf_client *c = open_client(&a, 0);
+    tsdf_client_frame f;
+    memset(&f, 0, sizeof f);
+    f.map = "default";
+    f.frame = &fs.frames[0];
+    assert_int_equal(tsdf_client_integrate(c, &f, 60000, NULL), TSDF_OK);
+
+    /* Names of the daemon's own files are refused, wherever they point. */
+    static const char *const reserved[] = {
+        "snap-18446744073709551614.tsdfsnap", "snap-00000000000000000001.tsdfsnap",
+        "sub/snap-x.tsdfsnap", ".snap-abc.tmp", "snap-.tsdfsnap"};
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++) {
+        assert_int_equal(tsdf_client_save(c, "default", reserved[i], &sp, 60000), TSDF_EINVAL);
+        assert_non_null(strstr(tsdf_client_last_message(), "reserved"));
+    }
+    assert_int_equal(count_entries(a.state_dir, 1), 0);
+    /* An ordinary name still saves. */
+    assert_int_equal(tsdf_client_save(c, "default", "mine.tsdfsnap", &sp, 60000), TSDF_OK);
+
+    /* An older build let such a file in: plant one holding the 1-frame state. */
+    assert_int_equal(tsdf_client_save(c, "default", NULL, &sp, 60000), TSDF_OK);
+    uint64_t stale_blocks = map_blocks(c, "default", st);
+    snprintf(planted, sizeof planted, "%s/snap-18446744073709551614.tsdfsnap", a.state_dir);
+    copy_file_bytes(sp.path, planted);
+    assert_int_equal(unlink(sp.path), 0);
+
+    for (uint32_t i = 1; i < fs.count; i++) {
+        f.frame = &fs.frames[i];
+        assert_int_equal(tsdf_client_integrate(c, &f, 60000, NULL), TSDF_OK);
+    }
+    uint64_t fresh_blocks = map_blocks(c, "default", st);
+    assert_true(fresh_blocks > stale_blocks);
+    /* The daemon's next save gets an ordinary, later name. */
+    assert_int_equal(tsdf_client_save(c, "default", NULL, &sp, 60000), TSDF_OK);
+    assert_null(strstr(sp.path, "1844674407370955161"));
+    assert_non_null(strstr(sp.path, "/snap-"));
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&a, 30000), 0);
+
+    /* Restarts restore the truly newest state, twice over (the final save
+     * of the first restart must not lose to the planted file either). */
+    snprintf(ini, sizeof ini,
+             "[server]\nstate_dir = %s\n[snapshot]\nload_on_start = true\nsave_on_stop = true\n"
+             "keep = 3\n",
+             a.state_dir);
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(start_daemon(&b, ini, NULL), 0);
+        c = open_client(&b, 0);
+        assert_int_equal(map_blocks(c, "default", st), fresh_blocks);
+        tsdf_client_close(c);
+        assert_int_equal(tsdfd_harness_stop(&b, 30000), 0);
+    }
+    frames_free(&fs);
+    free(st);
+}
+
 /* ---- 6. the map limit --------------------------------------------------- */
 
 static void test_max_maps_is_enforced(void **state)
@@ -1454,6 +1540,7 @@ int main(void)
         cmocka_unit_test(test_sigterm_drains_queue),
         cmocka_unit_test(test_persistence_across_restarts),
         cmocka_unit_test(test_save_load_semantics),
+        cmocka_unit_test(test_client_cannot_pin_the_restored_snapshot),
         cmocka_unit_test(test_max_maps_is_enforced),
         cmocka_unit_test(test_mutated_messages),
         cmocka_unit_test(test_stats_keep_long_sensor_names),

@@ -615,13 +615,92 @@ static void check_overflowing_name(const char *big_name)
     assert_true(snap_prune(dir, 1) >= 0);
     assert_int_equal(access(second, F_OK), 0);
 
-    /* The largest sequence that still has a successor is a snapshot. */
-    char edge[4200];
+    /* The largest sequence that still has a successor, or any other far
+     * ahead of the clock, neither wins "newest" nor raises the daemon's
+     * next sequence: that next name is one snap_list lists, first. */
+    char edge[4200], third[4096];
     snprintf(edge, sizeof edge, "%s/snap-18446744073709551614.tsdfsnap", dir);
-    copy_file(second, edge);
+    copy_file(stale, edge);
+    assert_int_equal(unlink(stale), 0);
     assert_int_equal(snap_find_latest_valid(dir, latest, sizeof latest, &got, &n), TSDF_OK);
-    assert_string_equal(latest, edge);
+    assert_string_equal(latest, second);
     snap_maps_free(got, n);
+    fill_map(&m, "default", 0, 3);
+    assert_int_equal(snap_write(dir, &m, 1, third, sizeof third), TSDF_OK);
+    assert_null(strstr(third, "18446744073709551615"));
+    char names[8][SNAP_FILE_NAME_LEN];
+    size_t count = 0;
+    assert_int_equal(snap_list(dir, names, 8, &count), TSDF_OK);
+    assert_true(count >= 3);
+    assert_non_null(strstr(third, names[0]));
+    assert_string_equal(names[count - 1], "snap-18446744073709551614.tsdfsnap");
+    assert_int_equal(snap_find_latest_valid(dir, latest, sizeof latest, &got, &n), TSDF_OK);
+    assert_string_equal(latest, third);
+    assert_int_equal(got[0].version, 3);
+    snap_maps_free(got, n);
+    /* Pruning keeps the daemon's newest and drops the planted one first. */
+    assert_true(snap_prune(dir, 2) >= 1);
+    assert_int_equal(access(third, F_OK), 0);
+    assert_int_equal(access(second, F_OK), 0);
+    assert_int_equal(access(edge, F_OK), -1);
+}
+
+/* Only when nothing plausible is left does a far-future file serve (a
+ * clock set back by more than a day must not make a good snapshot
+ * unreachable). */
+static void test_future_snapshot_is_the_last_resort(void **state)
+{
+    (void)state;
+    const char *dir = made_dir("future");
+    snap_map m, *got = NULL;
+    size_t n = 0;
+    char first[4096], future[4200], latest[4096];
+
+    fill_map(&m, "default", 0, 7);
+    assert_int_equal(snap_write(dir, &m, 1, first, sizeof first), TSDF_OK);
+    snprintf(future, sizeof future, "%s/snap-10000000000000000000.tsdfsnap", dir);
+    assert_int_equal(rename(first, future), 0);
+    assert_int_equal(snap_find_latest_valid(dir, latest, sizeof latest, &got, &n), TSDF_OK);
+    assert_string_equal(latest, future);
+    assert_int_equal(got[0].version, 7);
+    snap_maps_free(got, n);
+}
+
+/* Client-chosen files: written atomically under exactly their name, never
+ * under a name of the daemon's own files. */
+static void test_write_file_refuses_reserved_names(void **state)
+{
+    (void)state;
+    const char *dir = made_dir("clientnames");
+    snap_map m, *got = NULL;
+    size_t n = 0;
+    char p[4200];
+
+    fill_map(&m, "default", 2, 5);
+    static const char *const reserved[] = {"snap-18446744073709551614.tsdfsnap", "snap-1.tsdfsnap",
+                                           "snap-.tsdfsnap", ".snap-x.tmp", ".snap-"};
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++) {
+        assert_true(snap_name_is_reserved(reserved[i]));
+        snprintf(p, sizeof p, "%s/%s", dir, reserved[i]);
+        assert_int_equal(snap_write_file(p, &m, 1), TSDF_EINVAL);
+        assert_int_equal(access(p, F_OK), -1);
+    }
+    snprintf(p, sizeof p, "%s/", dir);
+    assert_int_equal(snap_write_file(p, &m, 1), TSDF_EINVAL);
+    assert_false(snap_name_is_reserved("snap-1.tsdfsnap.bak"));
+    assert_false(snap_name_is_reserved("mysnap-1.tsdfsnap"));
+    snprintf(p, sizeof p, "%s/robot.tsdfsnap", dir);
+    assert_int_equal(snap_write_file(p, &m, 1), TSDF_OK);
+    assert_int_equal(snap_read(p, &got, &n), TSDF_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(got[0].version, 5);
+    snap_maps_free(got, n);
+    /* No snapshot of the daemon's appeared on the way (the old code wrote
+     * one and renamed it). */
+    char names[4][SNAP_FILE_NAME_LEN];
+    size_t count = 9;
+    assert_int_equal(snap_list(dir, names, 4, &count), TSDF_OK);
+    assert_int_equal(count, 0);
 }
 
 static void test_snapshot_sequence_beyond_u64_is_not_newest(void **state)
@@ -697,6 +776,8 @@ int main(void)
         cmocka_unit_test(test_concurrent_saves),
         cmocka_unit_test(test_engine_round_trip),
         cmocka_unit_test(test_snapshot_sequence_beyond_u64_is_not_newest),
+        cmocka_unit_test(test_future_snapshot_is_the_last_resort),
+        cmocka_unit_test(test_write_file_refuses_reserved_names),
         cmocka_unit_test(test_snap_list_keeps_the_newest_when_full),
         cmocka_unit_test(test_snap_read_refuses_a_fifo_at_once),
     };
