@@ -643,6 +643,8 @@ static int decode_entry(const char *path, const uint8_t *e, snap_map *m, uint64_
     p->memory_cap_bytes = get_u64(e + 88);
     p->cuda_device = (int32_t)get_u32(e + 96);
     m->version = get_u64(e + 104);
+    /* An import continues the map's versions above the snapshot's. */
+    m->blocks.version = m->version;
     uint64_t blocks = get_u64(e + 112);
     *payload_len = get_u64(e + 120);
     *payload_crc = get_u32(e + 128);

@@ -412,16 +412,21 @@ static int cpu_export(void *impl, tsdf_block_set *out)
         free(order);
     }
     tsdf_block_set_fini(out);
+    s.version = v->version;
     *out = s;
     return TSDF_OK;
 }
 
 /* Builds the new content aside and swaps it in only when complete, so a
  * failure leaves the volume as it was. Every imported block gets the new
- * volume version: for mesh(since_version) the whole content changed. */
+ * volume version, one above both the volume's and the set's: for
+ * mesh(since_version) the whole content changed. */
 static int cpu_import(void *impl, const tsdf_block_set *in)
 {
     cpu_volume *v = impl;
+    /* The version continues above the exporter's, so `mesh since` of a
+     * client that saw the snapshot's versions still finds later changes. */
+    const uint64_t version = (in->version > v->version ? in->version : v->version) + 1;
     cpu_volume fresh;
     uint64_t table_cap;
     /* The content is replaced, so is the colour flag: set when any imported
@@ -457,7 +462,7 @@ static int cpu_import(void *impl, const tsdf_block_set *in)
             return rc != TSDF_OK ? rc : TSDF_EINVAL;
         }
         fresh.block_keys[i] = key;
-        fresh.block_versions[i] = v->version + 1;
+        fresh.block_versions[i] = version;
         memcpy(fresh.voxels + i * TSDF_BLOCK_VOXELS, in->voxels + i * TSDF_BLOCK_VOXELS,
                TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
         for (size_t k = 0; k < TSDF_BLOCK_VOXELS && !has_color; k++) {
@@ -480,7 +485,7 @@ static int cpu_import(void *impl, const tsdf_block_set *in)
     v->pool_count = fresh.pool_count;
     v->pool_cap = fresh.pool_cap;
     v->has_color = has_color;
-    v->version++;
+    v->version = version;
     return TSDF_OK;
 }
 

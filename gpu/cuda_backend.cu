@@ -448,11 +448,17 @@ static int cuda_timeline_op(void *impl, tsdf_frame_timeline *out, size_t max, si
 
 /* ---- export / import ------------------------------------------------------- */
 
-static const uint64_t *g_sort_keys;
+/* Sorting pairs keeps the comparison free of shared state: workers of
+ * different maps export at the same time (a save exports every map in
+ * parallel), so a file-scope key array for qsort would race. */
+typedef struct {
+    uint64_t key;
+    uint32_t idx;
+} cuda_key_index;
 
-static int cmp_by_key(const void *a, const void *b)
+static int cmp_key_index(const void *a, const void *b)
 {
-    uint64_t ka = g_sort_keys[*(const uint32_t *)a], kb = g_sort_keys[*(const uint32_t *)b];
+    uint64_t ka = ((const cuda_key_index *)a)->key, kb = ((const cuda_key_index *)b)->key;
     return ka < kb ? -1 : ka > kb;
 }
 
@@ -466,7 +472,7 @@ static int cuda_export_blocks(void *impl, tsdf_block_set *out)
     uint64_t *keys = (uint64_t *)malloc((n ? n : 1) * sizeof(uint64_t));
     uint64_t *vers = (uint64_t *)malloc((n ? n : 1) * sizeof(uint64_t));
     tsdf_voxel *vox = (tsdf_voxel *)malloc((n ? n : 1) * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
-    uint32_t *order = (uint32_t *)malloc((n ? n : 1) * sizeof(uint32_t));
+    cuda_key_index *order = (cuda_key_index *)malloc((n ? n : 1) * sizeof(cuda_key_index));
     int32_t *coords = (int32_t *)malloc((n ? n : 1) * 3 * sizeof(int32_t));
     uint64_t *out_vers = (uint64_t *)malloc((n ? n : 1) * sizeof(uint64_t));
     tsdf_voxel *out_vox =
@@ -493,12 +499,13 @@ static int cuda_export_blocks(void *impl, tsdf_block_set *out)
         if (rc != TSDF_OK)
             goto done;
     }
-    for (size_t i = 0; i < n; i++)
-        order[i] = (uint32_t)i;
-    g_sort_keys = keys;
-    qsort(order, n, sizeof(uint32_t), cmp_by_key);
     for (size_t i = 0; i < n; i++) {
-        uint32_t b = order[i];
+        order[i].key = keys[i];
+        order[i].idx = (uint32_t)i;
+    }
+    qsort(order, n, sizeof(cuda_key_index), cmp_key_index);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b = order[i].idx;
         tsdf_block_key_unpack(keys[b], &coords[3 * i], &coords[3 * i + 1], &coords[3 * i + 2]);
         out_vers[i] = vers[b];
         memcpy(&out_vox[i * TSDF_BLOCK_VOXELS], &vox[(size_t)b * TSDF_BLOCK_VOXELS],
@@ -509,6 +516,7 @@ static int cuda_export_blocks(void *impl, tsdf_block_set *out)
     out->coords = coords;
     out->versions = out_vers;
     out->voxels = out_vox;
+    out->version = v->version;
     coords = NULL;
     out_vers = NULL;
     out_vox = NULL;
@@ -544,11 +552,16 @@ static int cuda_import_blocks(void *impl, const tsdf_block_set *in)
         return TSDF_ENOMEM;
     for (size_t i = 0; i < n; i++)
         keys[i] = tsdf_block_key(in->coords[3 * i], in->coords[3 * i + 1], in->coords[3 * i + 2]);
-    /* As on the CPU backend: the version moves by one (every imported
-     * block carries the new version), growth while building the imported
-     * table is not counted as growth under load, and has_color is kept. */
+    /* As on the CPU backend: the version moves one above the larger of its
+     * own and the set's (every imported block carries the new version), growth while building the
+     * imported table is not counted as growth under load, and has_color is kept. */
     const uint64_t growth_before = v->growth_events;
     const int had_color = v->has_color;
+    /* The version continues above the exporter's (the reset below moves it
+     * one further), so `mesh since` of a client that saw the snapshot's
+     * versions still finds every later change. */
+    if (in->version > v->version)
+        v->version = in->version;
     rc = cuda_reset(v);
     if (rc == TSDF_OK)
         rc = cuda_reserve(v, n);

@@ -262,6 +262,11 @@ typedef struct {
     int32_t *coords;    /* 3 * count block coordinates */
     uint64_t *versions; /* count: version at which each block last changed */
     tsdf_voxel *voxels; /* TSDF_BLOCK_VOXELS * count */
+    /* Export: the volume's version. Import: the importing volume's version
+     * becomes one above the larger of its own and this one, and every
+     * imported block carries it, so versions never go back across a
+     * snapshot and a restart (0: no constraint). */
+    uint64_t version;
 } tsdf_block_set;
 
 void tsdf_block_set_init(tsdf_block_set *s);
@@ -272,9 +277,9 @@ void tsdf_block_set_fini(tsdf_block_set *s);
 int tsdf_volume_export_blocks(tsdf_volume *v, tsdf_block_set *out);
 
 /* Replaces the whole content of v by the blocks of *in (growing the table as
- * needed). Validates first (coords in range, no duplicate, finite sdf within
- * the truncation band, weights in [0, max_weight]); on any error v is
- * unchanged. */
+ * needed); v's version moves above in->version (see tsdf_block_set). Validates first (coords in
+ * range, no duplicate, finite sdf within the truncation band, weights in [0, max_weight]); on any
+ * error v is unchanged. */
 int tsdf_volume_import_blocks(tsdf_volume *v, const tsdf_block_set *in);
 
 /* ---- frame timeline (CUDA backend) -------------------------------------

@@ -1109,9 +1109,11 @@ static void test_persistence_across_restarts(void **state)
         assert_int_equal(tsdf_client_integrate(c, &f, 60000, NULL), TSDF_OK);
     }
     tsdf_mesh before;
+    uint64_t version_before = 0;
     tsdf_mesh_init(&before);
-    assert_int_equal(tsdf_client_mesh(c, "siteB", NULL, &before, NULL, 60000), TSDF_OK);
+    assert_int_equal(tsdf_client_mesh(c, "siteB", NULL, &before, &version_before, 60000), TSDF_OK);
     assert_true(before.triangle_count > 0);
+    assert_int_equal(version_before, fs.count);
     /* The other map stays empty: maps do not mix. */
     tsdf_mesh other;
     tsdf_mesh_init(&other);
@@ -1147,6 +1149,24 @@ static void test_persistence_across_restarts(void **state)
         assert_true(fabsf(after.positions[i] - before.positions[i]) <= 1e-6f);
     tsdf_client_mesh_release(&after);
     tsdf_client_mesh_release(&before);
+
+    /* Versions continue across the restart: a frame integrated now is
+     * found by `mesh since` the version a client saw before it (the map's
+     * version used to restart at 1, so such a mesh came back empty). */
+    uint64_t version_after = 0;
+    tsdf_client_frame f;
+    memset(&f, 0, sizeof f);
+    f.map = "siteB";
+    f.frame = &fs.frames[0];
+    assert_int_equal(tsdf_client_integrate(c, &f, 60000, NULL), TSDF_OK);
+    tsdf_mesh_params mp;
+    memset(&mp, 0, sizeof mp);
+    mp.since_version = version_before;
+    tsdf_mesh_init(&after);
+    assert_int_equal(tsdf_client_mesh(c, "siteB", &mp, &after, &version_after, 60000), TSDF_OK);
+    assert_true(version_after > version_before + 1);
+    assert_true(after.triangle_count > 0);
+    tsdf_client_mesh_release(&after);
     tsdf_client_close(c);
     assert_int_equal(tsdfd_harness_stop(&b, 30000), 0);
     frames_free(&fs);

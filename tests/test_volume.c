@@ -828,7 +828,9 @@ static void test_export_import_roundtrip(void **state)
     assert_int_equal(tsdf_volume_export_blocks(b, &sb), TSDF_OK);
     assert_sets_equal(&sa, &sb);
     assert_int_equal(get_stats(b).blocks_allocated, sa.count);
-    assert_int_equal(get_stats(b).version, 2);
+    /* One above the larger of b's version (1) and the exporter's (3). */
+    assert_int_equal(sa.version, 3);
+    assert_int_equal(get_stats(b).version, 4);
 
     /* Invalid sets are refused and leave b as it was. */
     {
@@ -886,6 +888,53 @@ static void test_export_import_roundtrip(void **state)
     free(depth);
 }
 
+/* A restore into a fresh volume (a restarted daemon) started the version
+ * at 1 again while clients still held the snapshot's versions, so `mesh
+ * since=V` missed every change until the version climbed past V. The
+ * importer continues above the exporter's version instead. */
+static void test_import_continues_versions(void **state)
+{
+    float *depth = malloc(W * H * sizeof(float));
+    tsdf_volume *a = make_volume(0.01f, 64.0f, 0, 1024), *b = make_volume(0.01f, 64.0f, 0, 16);
+    tsdf_block_set sa, sb;
+    tsdf_frame f;
+    tsdf_mesh m;
+    (void)state;
+    assert_non_null(depth);
+    for (int i = 0; i < 5; i++) {
+        plane_frame(&f, depth, 1.0f, 0.02f * (float)i, 0.0f, 0.0f);
+        assert_int_equal(tsdf_volume_integrate(a, &f), TSDF_OK);
+    }
+    uint64_t seen = get_stats(a).version; /* what a client of `a` last saw */
+    assert_int_equal(seen, 5);
+    tsdf_block_set_init(&sa);
+    tsdf_block_set_init(&sb);
+    assert_int_equal(tsdf_volume_export_blocks(a, &sa), TSDF_OK);
+    assert_int_equal(sa.version, seen);
+    assert_int_equal(tsdf_volume_import_blocks(b, &sa), TSDF_OK);
+    uint64_t restored = get_stats(b).version;
+    assert_true(restored > seen);
+    assert_int_equal(tsdf_volume_export_blocks(b, &sb), TSDF_OK);
+    for (size_t i = 0; i < sb.count; i++)
+        assert_int_equal(sb.versions[i], restored);
+
+    /* A frame after the restore is found by `since` the client's version. */
+    plane_frame(&f, depth, 1.5f, 0.3f, 0.0f, 0.0f);
+    assert_int_equal(tsdf_volume_integrate(b, &f), TSDF_OK);
+    tsdf_mesh_params mp;
+    memset(&mp, 0, sizeof mp);
+    mp.since_version = restored;
+    tsdf_mesh_init(&m);
+    assert_int_equal(tsdf_volume_mesh(b, &mp, &m), TSDF_OK);
+    assert_true(m.triangle_count > 0);
+    tsdf_mesh_fini(&m);
+    tsdf_block_set_fini(&sa);
+    tsdf_block_set_fini(&sb);
+    tsdf_volume_destroy(a);
+    tsdf_volume_destroy(b);
+    free(depth);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -901,6 +950,7 @@ int main(void)
         cmocka_unit_test(test_growth_keeps_blocks),
         cmocka_unit_test(test_reset),
         cmocka_unit_test(test_export_import_roundtrip),
+        cmocka_unit_test(test_import_continues_versions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
