@@ -35,7 +35,8 @@ struct conn {
     int handles_open; /* tcp + timer: freed when this drops to 0 */
     int closing;
     int responded;
-    char *resp; /* the response being written, owned */
+    uint64_t accepted_ms; /* uv_now at accept */
+    char *resp;           /* the response being written, owned */
     size_t req_len;
     char req[]; /* lim.max_request_bytes + 1 (room for a NUL) */
 };
@@ -284,6 +285,24 @@ static void on_reject_closed(uv_handle_t *h)
     free(h);
 }
 
+/* Closes the oldest open connection that has not completed a request
+ * within evict_after_ms (see metrics_http.h). Returns 1 when it closed one.
+ * The list holds the newest first, so the walk keeps the last match. */
+static int evict_one(metrics_http *m)
+{
+    uint64_t now = uv_now(m->loop);
+    conn *victim = NULL;
+    for (conn *c = m->conns; c != NULL; c = c->next) {
+        if (!c->closing && !c->responded && now - c->accepted_ms >= m->lim.evict_after_ms)
+            victim = c;
+    }
+    if (victim == NULL)
+        return 0;
+    m->stats.evicted++;
+    conn_close(victim);
+    return 1;
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     metrics_http *m = server->data;
@@ -292,7 +311,12 @@ static void on_connection(uv_stream_t *server, int status)
                              uv_strerror(status));
         return;
     }
-    if (m->conn_count >= m->lim.max_connections) {
+    if (m->conn_count >= m->lim.max_connections && evict_one(m)) {
+        TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "metrics evict",
+                             "metrics: %u connections open; closed the oldest one that sent no "
+                             "request within %u ms",
+                             m->lim.max_connections, m->lim.evict_after_ms);
+    } else if (m->conn_count >= m->lim.max_connections) {
         /* The connection must still be accepted, or libuv reports it again
          * at once; it is closed without a word. */
         uv_tcp_t *t = malloc(sizeof *t);
@@ -328,6 +352,7 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     m->stats.connections++;
+    c->accepted_ms = uv_now(m->loop);
     uv_timer_start(&c->timer, on_timeout, m->lim.timeout_ms, 0);
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
         conn_close(c);
@@ -368,6 +393,7 @@ int metrics_http_start_ex(uv_loop_t *loop, const char *host, int port,
     m->lim.max_request_bytes = METRICS_HTTP_MAX_REQUEST_BYTES;
     m->lim.max_connections = METRICS_HTTP_MAX_CONNECTIONS;
     m->lim.timeout_ms = METRICS_HTTP_TIMEOUT_MS;
+    m->lim.evict_after_ms = METRICS_HTTP_EVICT_AFTER_MS;
     if (limits) {
         if (limits->max_request_bytes)
             m->lim.max_request_bytes = limits->max_request_bytes;
@@ -375,6 +401,8 @@ int metrics_http_start_ex(uv_loop_t *loop, const char *host, int port,
             m->lim.max_connections = limits->max_connections;
         if (limits->timeout_ms)
             m->lim.timeout_ms = limits->timeout_ms;
+        if (limits->evict_after_ms)
+            m->lim.evict_after_ms = limits->evict_after_ms;
     }
 
     int r = uv_tcp_init(loop, &m->listener);

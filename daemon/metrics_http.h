@@ -9,10 +9,16 @@
  * request head larger than the limit 431.
  *
  * Bounded: a request head may be at most max_request_bytes (8 KiB by
- * default); at most max_connections (16) are open at once, further ones are
- * accepted and closed at once (counted in conns_rejected); a connection that
+ * default); at most max_connections (16) are open at once; a connection that
  * has not completed its request, or not taken its response, within
- * timeout_ms (5 s) is closed (counted in timeouts).
+ * timeout_ms (5 s) is closed (counted in timeouts). When the limit is
+ * reached, a new connection closes the oldest one that has still not sent
+ * a complete request after evict_after_ms (100 ms; counted in evicted) and
+ * takes its place: a real scrape sends its request at once, so connections
+ * that trickle or send nothing (twenty of them used to lock out every scrape
+ * for their whole timeout) give way to it. Only when every open connection
+ * is younger than that, or already being answered, is the new one accepted
+ * and closed at once (counted in conns_rejected).
  *
  * Threads: everything, render included, runs on the thread that runs the
  * libuv loop; start and stop must be called on that thread too. The render
@@ -40,6 +46,7 @@ extern "C" {
 #define METRICS_HTTP_MAX_REQUEST_BYTES 8192u
 #define METRICS_HTTP_MAX_CONNECTIONS 16u
 #define METRICS_HTTP_TIMEOUT_MS 5000u
+#define METRICS_HTTP_EVICT_AFTER_MS 100u
 
 /* Fills *out with the text of one scrape. Returns TSDF_OK, or an error
  * code: the client then gets 500 and the error is logged. A prom_buf
@@ -52,12 +59,14 @@ typedef struct {
     uint32_t max_request_bytes; /* 0: METRICS_HTTP_MAX_REQUEST_BYTES */
     uint32_t max_connections;   /* 0: METRICS_HTTP_MAX_CONNECTIONS */
     uint32_t timeout_ms;        /* 0: METRICS_HTTP_TIMEOUT_MS */
+    uint32_t evict_after_ms;    /* 0: METRICS_HTTP_EVICT_AFTER_MS */
 } metrics_http_limits;
 
 /* Counters of the server itself (for the daemon's own metrics). */
 typedef struct {
     uint64_t connections;    /* accepted and served (not rejected) */
     uint64_t conns_rejected; /* closed at once: max_connections reached */
+    uint64_t evicted;        /* closed without a request to make room for a new one */
     uint64_t responses_2xx, responses_4xx, responses_5xx;
     uint64_t timeouts;  /* connections closed by the timeout */
     uint64_t oversized; /* requests answered 431 */

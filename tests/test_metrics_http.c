@@ -387,9 +387,11 @@ static void test_idle_connection_times_out(void **state)
     assert_int_equal(H.stats.timeouts, 1);
 }
 
+/* While every open connection is young (its client may be about to send
+ * its request), a connection beyond the limit is closed at once. */
 static void test_connection_limit(void **state)
 {
-    metrics_http_limits lim = {.max_connections = 2};
+    metrics_http_limits lim = {.max_connections = 2, .evict_after_ms = 60000};
     harness_start(&H, &lim, NULL);
     int idle1 = connect_to(H.port);
     int idle2 = connect_to(H.port);
@@ -410,7 +412,36 @@ static void test_connection_limit(void **state)
     free(resp);
     harness_stop(&H);
     assert_int_equal(H.stats.conns_rejected, 1);
+    assert_int_equal(H.stats.evicted, 0);
     assert_int_equal(H.stats.responses_2xx, 1);
+}
+
+/* Twenty connections that send part of a request and then nothing used to
+ * hold every slot for their whole timeout, so real scrapes failed. Now each
+ * scrape closes the oldest of them and is answered. */
+static void test_slow_connections_do_not_lock_out_scrapes(void **state)
+{
+    enum { SLOW = 20, SCRAPES = 10 };
+    metrics_http_limits lim = {.max_connections = 16, .evict_after_ms = 50};
+    int slow[SLOW];
+    harness_start(&H, &lim, NULL);
+    for (int i = 0; i < SLOW; i++) {
+        slow[i] = connect_to(H.port);
+        send_all(slow[i], "GET /met", 8);
+    }
+    usleep(150000); /* all of them older than evict_after_ms */
+    for (int k = 0; k < SCRAPES; k++) {
+        char *resp = request(H.port, "GET /metrics HTTP/1.1\r\n\r\n", NULL);
+        assert_int_equal(status_of(resp), 200);
+        free(resp);
+    }
+    for (int i = 0; i < SLOW; i++)
+        close(slow[i]);
+    harness_stop(&H);
+    assert_int_equal(H.stats.responses_2xx, SCRAPES);
+    /* The first scrape frees a slot for good; later ones find it free. */
+    assert_true(H.stats.evicted >= 1 && H.stats.evicted <= SLOW);
+    assert_int_equal(H.stats.responses_4xx, 0);
 }
 
 static void test_render_failure_is_500(void **state)
@@ -534,6 +565,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_oversized_request_gets_431),
         cmocka_unit_test(test_idle_connection_times_out),
         cmocka_unit_test(test_connection_limit),
+        cmocka_unit_test(test_slow_connections_do_not_lock_out_scrapes),
         cmocka_unit_test(test_render_failure_is_500),
         cmocka_unit_test(test_stop_with_open_connections),
         cmocka_unit_test(test_bad_address_and_port_in_use),
