@@ -23,8 +23,12 @@ if(TARGET tsdf_client)
   add_dependencies(tsdfd_harness tsdfd)
 
   if(TARGET tsdf_scenes)
+    # What the end-to-end daemon tests share (daemon_testlib.h).
+    add_library(tsdfd_testlib STATIC daemon_testlib.c)
+    target_link_libraries(tsdfd_testlib PUBLIC tsdfd_harness tsdf_client tsdf_proto tsdf_engine
+      tsdf_scenes nng::nng PkgConfig::MSGPACK tsdf_testutil PRIVATE tsdf_warnings)
     tsdf_add_test(NAME daemon SOURCES test_daemon.c
-      LIBS tsdfd_harness tsdf_client tsdf_proto tsdf_engine tsdf_scenes nng::nng Threads::Threads
+      LIBS tsdfd_testlib tsdfd_harness tsdf_client tsdf_proto tsdf_engine tsdf_scenes nng::nng Threads::Threads
       LABELS daemon TIMEOUT 600)
     # The same end-to-end suite against a daemon on the CUDA backend (the
     # reference volume in the test on CUDA too); skipped (77) without a GPU.

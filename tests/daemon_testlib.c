@@ -1,0 +1,301 @@
+/*
+ * daemon_testlib.c - helpers of the end-to-end daemon tests (see
+ * daemon_testlib.h).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "testutil.h"
+
+#include "daemon_testlib.h"
+
+#include <inttypes.h>
+#include <nng/protocol/pipeline0/push.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- backend under test ------------------------------------------------- */
+
+/* The daemon and the in-process reference use the CPU backend, unless
+ * TSDF_TEST_DAEMON_BACKEND=cuda asks for the CUDA one (run on a GPU host;
+ * the program skips where no GPU is usable). */
+tsdf_backend test_backend(void)
+{
+    const char *b = getenv("TSDF_TEST_DAEMON_BACKEND");
+    return (b != NULL && strcmp(b, "cuda") == 0) ? TSDF_BACKEND_CUDA : TSDF_BACKEND_CPU;
+}
+
+int start_daemon(tsdfd_harness *h, const char *extra_ini, const char *const *args)
+{
+    char ini[4096];
+    snprintf(ini, sizeof ini, "[volume]\nbackend = %s\n%s", tsdf_backend_name(test_backend()),
+             extra_ini != NULL ? extra_ini : "");
+    return tsdfd_harness_start(h, ini, args);
+}
+
+/* ---- synthetic frames ---------------------------------------------------- */
+
+void frames_make(frame_set *fs, const char *scene, uint32_t w, uint32_t h, uint32_t count)
+{
+    assert_int_equal(tsdf_synth_sequence_init(&fs->seq, scene), TSDF_OK);
+    assert_int_equal(tsdf_synth_sequence_set_resolution(&fs->seq, w, h), TSDF_OK);
+    if (count > fs->seq.frame_count)
+        count = fs->seq.frame_count;
+    fs->count = count;
+    fs->depth = calloc(count, sizeof *fs->depth);
+    fs->frames = calloc(count, sizeof *fs->frames);
+    assert_non_null(fs->depth);
+    assert_non_null(fs->frames);
+    for (uint32_t i = 0; i < count; i++) {
+        /* Spread the frames over the whole trajectory. */
+        uint32_t k = (uint32_t)((uint64_t)i * fs->seq.frame_count / count);
+        fs->depth[i] = malloc((size_t)w * h * sizeof(float));
+        assert_non_null(fs->depth[i]);
+        assert_int_equal(tsdf_synth_sequence_frame(&fs->seq, k, fs->depth[i], NULL, &fs->frames[i]),
+                         TSDF_OK);
+    }
+}
+
+void frames_free(frame_set *fs)
+{
+    for (uint32_t i = 0; i < fs->count; i++)
+        free(fs->depth[i]);
+    free(fs->depth);
+    free(fs->frames);
+    memset(fs, 0, sizeof *fs);
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
+void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+int stat_find(const tsdf_rep_stats *s, const char *key, int64_t *v)
+{
+    for (uint32_t i = 0; i < s->extra_count; i++) {
+        if (strcmp(s->extra[i].key, key) == 0) {
+            *v = s->extra[i].is_float ? (int64_t)s->extra[i].f : s->extra[i].i;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int64_t stat_get(const tsdf_rep_stats *s, const char *key)
+{
+    int64_t v = 0;
+    if (!stat_find(s, key, &v))
+        fail_msg("stats reply has no key '%s'", key);
+    return v;
+}
+
+tsdf_client *open_client(const tsdfd_harness *h, int with_push)
+{
+    tsdf_client_options o;
+    tsdf_client *c = NULL;
+    tsdf_client_options_default(&o);
+    o.default_timeout_ms = 30000;
+    o.push_send_buffer = 4;
+    int rc = tsdf_client_open(h->req_url, with_push ? h->frames_url : NULL, &o, &c);
+    if (rc != TSDF_OK)
+        fail_msg("tsdf_client_open(%s): %s", h->req_url, tsdf_strerror(rc));
+    return c;
+}
+
+/* Polls stats until `expect_received` frames were received and none is in
+ * flight (queued or being integrated), then leaves the reply in *st. */
+void wait_settled(tsdf_client *c, const char *map, int64_t expect_received, tsdf_rep_stats *st)
+{
+    for (int waited = 0; waited < 60000; waited += 50) {
+        int rc = tsdf_client_stats(c, map, st, 10000);
+        assert_int_equal(rc, TSDF_OK);
+        if (stat_get(st, "frames.received") >= expect_received &&
+            stat_get(st, "frames.in_flight") == 0)
+            return;
+        sleep_ms(50);
+    }
+    fail_msg("frames did not settle: received %" PRId64 " of %" PRId64 ", in flight %" PRId64,
+             stat_get(st, "frames.received"), expect_received, stat_get(st, "frames.in_flight"));
+}
+
+const char *const drop_reasons[] = {"dropped.queue_full", "dropped.shutdown", "dropped.memory"};
+const char *const reject_reasons[] = {
+    "rejected.decode_error", "rejected.invalid_frame", "rejected.capacity",
+    "rejected.no_map",       "rejected.engine_error",
+};
+
+/* received == integrated + dropped + rejected, and each total is the sum
+ * of its reasons. */
+void assert_reconciled(const tsdf_rep_stats *st)
+{
+    int64_t received = stat_get(st, "frames.received");
+    int64_t integrated = stat_get(st, "frames.integrated");
+    int64_t dropped = stat_get(st, "frames.dropped");
+    int64_t rejected = stat_get(st, "frames.rejected");
+    int64_t sum = 0;
+    assert_int_equal(received, integrated + dropped + rejected);
+    for (size_t i = 0; i < sizeof drop_reasons / sizeof drop_reasons[0]; i++)
+        sum += stat_get(st, drop_reasons[i]);
+    assert_int_equal(sum, dropped);
+    sum = 0;
+    for (size_t i = 0; i < 5; i++)
+        sum += stat_get(st, reject_reasons[i]);
+    assert_int_equal(sum, rejected);
+}
+
+/* Raw nng sockets for bytes the client library would refuse to send. */
+nng_socket raw_req(const tsdfd_harness *h)
+{
+    nng_socket s;
+    assert_int_equal(nng_req0_open(&s), 0);
+    assert_int_equal(nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 10000), 0);
+    assert_int_equal(nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 10000), 0);
+    assert_int_equal(nng_dial(s, h->req_url, NULL, 0), 0);
+    return s;
+}
+
+nng_socket raw_push(const tsdfd_harness *h)
+{
+    nng_socket s;
+    assert_int_equal(nng_push0_open(&s), 0);
+    assert_int_equal(nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 10000), 0);
+    assert_int_equal(nng_dial(s, h->frames_url, NULL, 0), 0);
+    return s;
+}
+
+/* Sends bytes on a raw REQ socket and decodes the reply into *rep. */
+void raw_roundtrip(nng_socket s, const void *data, size_t len, tsdf_reply *rep)
+{
+    nng_msg *m;
+    tsdf_proto_error perr;
+    assert_int_equal(nng_msg_alloc(&m, 0), 0);
+    assert_int_equal(nng_msg_append(m, data, len), 0);
+    assert_int_equal(nng_sendmsg(s, m, 0), 0);
+    nng_msg *r;
+    int rv = nng_recvmsg(s, &r, 0);
+    if (rv != 0)
+        fail_msg("no reply to a %zu-byte request: %s", len, nng_strerror(rv));
+    int rc = tsdf_proto_decode_reply(nng_msg_body(r), nng_msg_len(r), rep, &perr);
+    nng_msg_free(r);
+    if (rc != TSDF_OK)
+        fail_msg("reply does not decode: %s (%s)", tsdf_errname(rc), perr.message);
+}
+
+/* ---- msgpack builders for malformed requests ---------------------------- */
+
+void pk_str(msgpack_packer *pk, const char *s)
+{
+    size_t n = strlen(s);
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
+
+pk_opts pk_defaults(void)
+{
+    pk_opts o;
+    memset(&o, 0, sizeof o);
+    o.type = "integrate";
+    o.version = 1;
+    o.width = 4;
+    o.fx = 100.0f;
+    o.fmt = "u16";
+    o.map = "default";
+    return o;
+}
+
+void pack_request(msgpack_sbuffer *sb, const pk_opts *o, uint64_t id)
+{
+    msgpack_packer pk;
+    const uint32_t h = 2;
+    int integrate = strcmp(o->type, "integrate") == 0 || strcmp(o->type, "frame") == 0;
+    size_t n = 3 + (integrate ? 13 - (o->omit_depth ? 1 : 0) : 0) + (o->pad_bytes ? 1 : 0);
+
+    msgpack_sbuffer_init(sb);
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, n);
+    pk_str(&pk, "v");
+    msgpack_pack_int(&pk, o->version);
+    pk_str(&pk, "type");
+    pk_str(&pk, o->type);
+    pk_str(&pk, "id");
+    if (o->id_as_string)
+        pk_str(&pk, "seven");
+    else
+        msgpack_pack_uint64(&pk, id);
+    if (integrate) {
+        pk_str(&pk, "map");
+        pk_str(&pk, o->map);
+        pk_str(&pk, "sensor");
+        pk_str(&pk, "raw");
+        pk_str(&pk, "width");
+        msgpack_pack_uint32(&pk, o->width);
+        pk_str(&pk, "height");
+        msgpack_pack_uint32(&pk, h);
+        pk_str(&pk, "fx");
+        msgpack_pack_float(&pk, o->fx);
+        pk_str(&pk, "fy");
+        msgpack_pack_float(&pk, 100.0f);
+        pk_str(&pk, "cx");
+        msgpack_pack_float(&pk, (float)o->width / 2.0f);
+        pk_str(&pk, "cy");
+        msgpack_pack_float(&pk, 1.0f);
+        pk_str(&pk, "depth_format");
+        pk_str(&pk, o->fmt);
+        pk_str(&pk, "min_depth");
+        msgpack_pack_float(&pk, 0.1f);
+        pk_str(&pk, "max_depth");
+        msgpack_pack_float(&pk, 5.0f);
+        pk_str(&pk, "T_world_cam");
+        msgpack_pack_array(&pk, 16);
+        for (int i = 0; i < 16; i++) {
+            float v = (i % 5 == 0) ? 1.0f : 0.0f;
+            if (o->bad_pose && i == 0)
+                v = 2.0f;
+            msgpack_pack_float(&pk, v);
+        }
+        if (!o->omit_depth) {
+            size_t bytes = (size_t)o->width * h * 2 + (size_t)o->depth_delta;
+            uint16_t *d = calloc(bytes / 2 + 1, 2);
+            assert_non_null(d);
+            for (size_t i = 0; i < bytes / 2; i++)
+                d[i] = 1000;
+            pk_str(&pk, "depth");
+            msgpack_pack_bin(&pk, bytes);
+            msgpack_pack_bin_body(&pk, d, bytes);
+            free(d);
+        }
+    }
+    if (o->pad_bytes) {
+        char *pad = calloc(1, o->pad_bytes);
+        assert_non_null(pad);
+        pk_str(&pk, "pad");
+        msgpack_pack_bin(&pk, o->pad_bytes);
+        msgpack_pack_bin_body(&pk, pad, o->pad_bytes);
+        free(pad);
+    }
+}
+
+/* Sends a built request and checks the error reply. */
+void expect_error(nng_socket s, const pk_opts *o, uint64_t id, int want_status,
+                  tsdf_msg_type want_type)
+{
+    msgpack_sbuffer sb;
+    tsdf_reply *rep = malloc(sizeof *rep);
+    assert_non_null(rep);
+    pack_request(&sb, o, id);
+    raw_roundtrip(s, sb.data, sb.size, rep);
+    msgpack_sbuffer_destroy(&sb);
+    if (rep->status != want_status)
+        fail_msg("type %s: status %d (%s: %s), expected %d (%s)", o->type, rep->status, rep->error,
+                 rep->message, want_status, tsdf_errname(want_status));
+    assert_int_equal(rep->type, want_type);
+    assert_string_equal(rep->error, tsdf_errname(want_status));
+    if (want_type != TSDF_MSG_ERROR && !o->id_as_string)
+        assert_int_equal(rep->id, id);
+    free(rep);
+}
