@@ -8,6 +8,7 @@
 #include "log.h"
 #include "snapshot.h"
 #include "tsdf_error.h"
+#include "tsdf_version.h"
 #include "worker.h"
 
 #include <errno.h>
@@ -17,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TSDFD_SERVER_NAME "tsdfd 0.1.0"
+#define TSDFD_SERVER_NAME "tsdfd " TSDF_VERSION
 
 /* How long one blocked push of a streamed frame waits before it looks at
  * the shutdown flag again. */

@@ -27,6 +27,7 @@
 #include "server.h"
 #include "snapshot.h"
 #include "tsdf_error.h"
+#include "tsdf_version.h"
 #include "worker.h"
 
 #include <inttypes.h>
@@ -144,7 +145,7 @@ static int render_metrics(void *arg, prom_buf *b)
     const char *names[TSDF_PROTO_MAX_MAPS];
     static tsdf_volume_stats vstats[TSDF_PROTO_MAX_MAPS]; /* loop thread only */
 
-    prom_tsdfd_process_families(b, "0.1.0", tsdf_backend_name(m->maps.backend),
+    prom_tsdfd_process_families(b, TSDF_VERSION, tsdf_backend_name(m->maps.backend),
                                 (double)(worker_now_ns() - m->d.start_ns) / 1e9);
     dstats_get_totals(&m->stats, &t);
 
@@ -373,7 +374,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (action == CFG_ACTION_VERSION) {
-        puts("tsdfd 0.1.0");
+        puts("tsdfd " TSDF_VERSION);
         return 0;
     }
     if (rc != TSDF_OK) {
@@ -387,7 +388,7 @@ int main(int argc, char **argv)
     tsdf_log_set_level(m.cfg.log_level);
     /* A peer that vanishes mid-send must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
-    TSDF_LOG(TSDF_LOG_INFO, "tsdfd 0.1.0 starting (config: %s)",
+    TSDF_LOG(TSDF_LOG_INFO, "tsdfd " TSDF_VERSION " starting (config: %s)",
              config_path[0] ? config_path : "none, defaults");
 
     m.exit_code = 1;
