@@ -30,6 +30,10 @@ if(TARGET tsdf_client)
     tsdf_add_test(NAME daemon SOURCES test_daemon.c
       LIBS tsdfd_testlib tsdfd_harness tsdf_client tsdf_proto tsdf_engine tsdf_scenes nng::nng Threads::Threads
       LABELS daemon TIMEOUT 600)
+    # Load and faults: many clients, vanishing clients, a full or read-only
+    # state directory, CUDA asked for without a GPU.
+    tsdf_add_test(NAME daemon_faults SOURCES test_daemon_faults.c
+      LIBS tsdfd_testlib Threads::Threads LABELS daemon TIMEOUT 300)
     # The same end-to-end suite against a daemon on the CUDA backend (the
     # reference volume in the test on CUDA too); skipped (77) without a GPU.
     add_test(NAME daemon_cuda COMMAND test_daemon)
