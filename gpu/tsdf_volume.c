@@ -123,13 +123,6 @@ static int check_image_size(uint32_t w, uint32_t h)
     return TSDF_OK;
 }
 
-static int check_intrinsics(const tsdf_intrinsics *K)
-{
-    if (!finite_positive(K->fx) || !finite_positive(K->fy) || !isfinite(K->cx) || !isfinite(K->cy))
-        return TSDF_EBAD_INTRINSICS;
-    return TSDF_OK;
-}
-
 /* The same rigidity test (and 1e-3 tolerance) as the wire codec, so a pose
  * the codec accepts is never refused here or the other way round. */
 static int check_pose(const float *T)
@@ -151,7 +144,7 @@ int tsdf_frame_check(const tsdf_frame *f)
         return TSDF_EINVAL;
     if ((rc = check_image_size(f->width, f->height)) != TSDF_OK)
         return rc;
-    if ((rc = check_intrinsics(&f->K)) != TSDF_OK)
+    if ((rc = tsdf_intrinsics_check(&f->K, f->width, f->height)) != TSDF_OK)
         return rc;
     if ((rc = check_pose(f->T_world_cam)) != TSDF_OK)
         return rc;
@@ -182,7 +175,7 @@ static int raycast_params_check(const tsdf_raycast_params *p, const tsdf_raycast
         return TSDF_EINVAL;
     if ((rc = check_image_size(p->width, p->height)) != TSDF_OK)
         return rc;
-    if ((rc = check_intrinsics(&p->K)) != TSDF_OK)
+    if ((rc = tsdf_intrinsics_check(&p->K, p->width, p->height)) != TSDF_OK)
         return rc;
     if ((rc = check_pose(p->T_world_cam)) != TSDF_OK)
         return rc;
