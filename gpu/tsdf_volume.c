@@ -293,6 +293,33 @@ int tsdf_volume_sync(tsdf_volume *v)
     return v->ops->sync(v->impl);
 }
 
+int tsdf_volume_set_memory_cap(tsdf_volume *v, uint64_t cap_bytes)
+{
+    if (v == NULL)
+        return TSDF_EINVAL;
+    /* The front end's copy is what get_params and the stats report. */
+    v->params.memory_cap_bytes = cap_bytes;
+    return v->ops->set_memory_cap(v->impl, cap_bytes);
+}
+
+uint64_t tsdf_volume_memory_bytes(const tsdf_volume *v)
+{
+    return v != NULL ? v->ops->memory_bytes(v->impl) : 0;
+}
+
+int tsdf_cuda_device_memory(int cuda_device, uint64_t *total_bytes)
+{
+    if (total_bytes == NULL)
+        return TSDF_EINVAL;
+    *total_bytes = 0;
+#ifdef TSDF_HAVE_CUDA
+    return tsdf_cuda_total_memory(cuda_device, total_bytes);
+#else
+    (void)cuda_device;
+    return TSDF_ENOT_BUILT;
+#endif
+}
+
 int tsdf_volume_get_timeline(tsdf_volume *v, tsdf_frame_timeline *out, size_t max, size_t *n)
 {
     if (v == NULL || out == NULL || n == NULL)

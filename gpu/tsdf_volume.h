@@ -179,6 +179,28 @@ int tsdf_volume_integrate(tsdf_volume *v, const tsdf_frame *f);
  * backend returns TSDF_OK at once. */
 int tsdf_volume_sync(tsdf_volume *v);
 
+/* Changes the memory cap of v to cap_bytes (0 = none) for every later
+ * integrate and import, as if v had been created with it: a frame whose
+ * blocks would not fit under it is refused whole with TSDF_ECAPACITY and
+ * counted. Memory already held is kept even when it exceeds the new cap
+ * (nothing integrated is dropped); frames that need no new block still go
+ * in. tsdf_volume_get_params and the stats show the new cap. On the CUDA
+ * backend this first settles a frame queued without a cap, so it may
+ * return that frame's failure (counted as for the next call, see
+ * tsdf_volume_integrate); the cap is changed anyway. */
+int tsdf_volume_set_memory_cap(tsdf_volume *v, uint64_t cap_bytes);
+
+/* The bytes of host (CPU) or device (CUDA) memory v holds now, as
+ * stats.memory_bytes, but without waiting for the device or walking the
+ * table: cheap enough to call after every frame. 0 for v NULL. */
+uint64_t tsdf_volume_memory_bytes(const tsdf_volume *v);
+
+/* The total memory of CUDA device `cuda_device` in bytes, for sizing
+ * memory budgets. TSDF_ENOT_BUILT in a binary without the CUDA backend,
+ * TSDF_ENO_GPU when the device does not exist, TSDF_EINVAL for total NULL.
+ * Any thread. */
+int tsdf_cuda_device_memory(int cuda_device, uint64_t *total_bytes);
+
 typedef struct {
     uint32_t width, height;
     tsdf_intrinsics K;
