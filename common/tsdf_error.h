@@ -21,7 +21,9 @@ extern "C" {
 #define TSDF_ERRNO_MAP(X)                                                                          \
     X(INVAL, -1, "invalid argument")                                                               \
     X(NOMEM, -2, "out of host memory")                                                             \
-    X(BAD_INTRINSICS, -3, "intrinsics are zero, negative or not finite")                           \
+    X(BAD_INTRINSICS, -3,                                                                          \
+      "intrinsics describe no real camera (zero, negative, not finite, or a field of view "        \
+      "beyond 170 degrees)")                                                                       \
     X(BAD_POSE, -4, "pose is not a finite rigid transform")                                        \
     X(BAD_SIZE, -5, "sizes do not match")                                                          \
     X(EMPTY_IMAGE, -6, "image has zero width or height")                                           \

@@ -32,6 +32,7 @@ typedef enum {
     KEY_BACKEND,   /* auto | cpu | cuda */
     KEY_LOG_LEVEL, /* error | warn | info | debug */
     KEY_MEMCAP_MB, /* u32 MiB into volume.memory_cap_bytes */
+    KEY_BUDGET_MB, /* auto, or u32 MiB (0 = auto) into volume_memory_budget_bytes */
 } key_type;
 
 typedef struct {
@@ -72,6 +73,8 @@ static const key_def cfg_keys[] = {
      1u << 30, 0, 0},
     {"volume", "max_load_factor", KEY_FLOAT, OFF(volume.max_load_factor), 0, 0.95, 1, 0},
     {"volume", "memory_cap_mb", KEY_MEMCAP_MB, OFF(volume.memory_cap_bytes), 0, 16u << 20, 0, 0},
+    {"volume", "memory_budget_mb", KEY_BUDGET_MB, OFF(volume_memory_budget_bytes), 0, 16u << 20, 0,
+     0},
     {"volume", "cuda_device", KEY_U32, OFF(volume.cuda_device), 0, 63, 0, 0},
     {"volume", "max_maps", KEY_U32, OFF(max_maps), 1, 256, 0, 0},
     {"volume", "auto_create_maps", KEY_BOOL, OFF(auto_create_maps), 0, 0, 0, 0},
@@ -128,6 +131,11 @@ void cfg_defaults(tsdfd_config *c)
     c->max_sensors = 1024;
 
     tsdf_volume_params_default(&c->volume);
+    /* A map is bounded on its own and all maps together (memory_budget_mb,
+     * 0 = auto: derived from the machine at start), so no stream of frames
+     * can take the host's or the device's memory. */
+    c->volume.memory_cap_bytes = (uint64_t)CFG_DEFAULT_MEMORY_CAP_MB << 20;
+    c->volume_memory_budget_bytes = 0;
     c->max_maps = 16;
     c->auto_create_maps = 1;
     snprintf(c->maps[0], CFG_NAME_LEN, "%s", TSDF_PROTO_DEFAULT_MAP);
@@ -306,17 +314,22 @@ int cfg_set(tsdfd_config *c, const char *section, const char *key, const char *v
 
     switch (k->type) {
     case KEY_U32:
-    case KEY_MEMCAP_MB: {
+    case KEY_MEMCAP_MB:
+    case KEY_BUDGET_MB: {
         uint32_t x;
+        if (k->type == KEY_BUDGET_MB && strcmp(v, "auto") == 0) {
+            *(uint64_t *)field = 0;
+            break;
+        }
         if (parse_u32(v, k->min, k->max, &x) != TSDF_OK) {
-            snprintf(why, sizeof why, "'%.64s' is not an integer in [%.0f, %.0f]", v, k->min,
-                     k->max);
+            snprintf(why, sizeof why, "'%.64s' is not %san integer in [%.0f, %.0f]", v,
+                     k->type == KEY_BUDGET_MB ? "auto or " : "", k->min, k->max);
             rc = TSDF_EINVAL;
             break;
         }
-        /* The field's C type decides the store: memory_cap_bytes is given in
-         * MiB but kept in bytes, and cuda_device is an int. */
-        if (k->type == KEY_MEMCAP_MB)
+        /* The field's C type decides the store: the memory cap and budget
+         * are given in MiB but kept in bytes, and cuda_device is an int. */
+        if (k->type == KEY_MEMCAP_MB || k->type == KEY_BUDGET_MB)
             *(uint64_t *)field = (uint64_t)x << 20;
         else if (k->offset == OFF(volume.cuda_device))
             *(int *)field = (int)x;

@@ -34,6 +34,9 @@ extern "C" {
 
 #define CFG_DEFAULT_PATH "/etc/tsdfd/tsdfd.conf"
 
+/* [volume] memory_cap_mb by default: one map's volume, MiB. */
+#define CFG_DEFAULT_MEMORY_CAP_MB 4096u
+
 typedef enum {
     CFG_POLICY_BLOCK = 0,       /* senders wait: the daemon stops pulling while full */
     CFG_POLICY_DROP_OLDEST = 1, /* drop the oldest frame of the same sensor, else the oldest */
@@ -62,6 +65,7 @@ typedef struct {
 
     /* [volume] */
     tsdf_volume_params volume; /* backend, voxel size, ... (memory cap from memory_cap_mb) */
+    uint64_t volume_memory_budget_bytes; /* all maps' volumes together; 0 = auto (maps.h) */
     uint32_t max_maps;
     int auto_create_maps;                           /* create a map on first use */
     char maps[CFG_MAX_DECLARED_MAPS][CFG_NAME_LEN]; /* declared maps, created at start */

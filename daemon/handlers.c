@@ -432,6 +432,14 @@ static void fill_daemon_stats(daemon_ctx *d, dmap *m, const job_counters *snap, 
     put_i(s, "queue.max_bytes", (int64_t)d->maps->budget.limit_bytes);
     put_i(s, "connections.open", (int64_t)atomic_load(&d->stats->conns_open));
     put_i(s, "connections.refused", (int64_t)atomic_load(&d->stats->conns_refused));
+    /* The volume memory of every map together (the [volume] memory_budget_mb
+     * budget) and the frames it refused (counted as rejected.capacity too). */
+    volume_budget *vb = &d->maps->vbudget;
+    put_i(s, "volume.memory_bytes",
+          (int64_t)(snap != NULL ? snap->volume_bytes : atomic_load(&vb->used_bytes)));
+    put_i(s, "volume.memory_budget_bytes", (int64_t)vb->limit_bytes);
+    put_i(s, "volume.budget_refused_frames",
+          (int64_t)(snap != NULL ? snap->budget_refused : atomic_load(&vb->refused_frames)));
     dmap *all[TSDF_PROTO_MAX_MAPS];
     put_i(s, "maps.count", (int64_t)maps_list(d->maps, all, TSDF_PROTO_MAX_MAPS));
     uint64_t reqs = 0, errs = 0;

@@ -199,6 +199,17 @@ static int render_metrics(void *arg, prom_buf *b)
     prom_gauge(b, "tsdfd_queue_bytes",
                "Bytes held by the frames queued in every map (bounded by [queue] max_bytes_mb).",
                NULL, (double)queue_budget_bytes(&m->maps.budget));
+    prom_gauge(b, "tsdfd_volume_memory_bytes",
+               "Memory held by every map's volume together (host for CPU volumes, device for "
+               "CUDA ones).",
+               NULL, (double)atomic_load(&m->maps.vbudget.used_bytes));
+    prom_gauge(b, "tsdfd_volume_memory_budget_bytes",
+               "The bound on tsdfd_volume_memory_bytes ([volume] memory_budget_mb, resolved).",
+               NULL, (double)m->maps.vbudget.limit_bytes);
+    prom_counter(b, "tsdfd_volume_budget_refused_frames_total",
+                 "Frames refused because the volume memory budget had no room (also counted in "
+                 "tsdfd_frames_rejected_total, reason capacity).",
+                 NULL, (double)atomic_load(&m->maps.vbudget.refused_frames));
     for (size_t i = 0; i < n; i++) {
         names[i] = all[i]->name;
         maps_cached_stats(all[i], &vstats[i]);

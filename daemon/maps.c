@@ -10,6 +10,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Query lane size: every request context may have one query in flight on a
  * map, plus room for the daemon's own (autosave, shutdown save). */
@@ -34,9 +35,16 @@ static int map_create_locked(map_registry *r, const char *name, const tsdf_volum
     m->reg = r;
     p.backend = r->backend;
     p.cuda_device = cfg->volume.cuda_device;
+    /* The configured cap, also for a map loaded from a snapshot that was
+     * saved under another one, so that a lowered memory_cap_mb holds from
+     * the next start on; the volume starts under what the budget leaves. */
+    m->own_cap_bytes = cfg->volume.memory_cap_bytes;
+    p.memory_cap_bytes = maps_budget_cap(m, NULL);
     rc = tsdf_volume_create(&p, &m->vol);
     if (rc != TSDF_OK)
         goto fail_volume;
+    m->cap_set_bytes = p.memory_cap_bytes;
+    maps_publish_memory(m);
     /* The first statistics are taken here, before the worker owns the
      * volume, so that the metrics show the map from its creation on. */
     if (pthread_mutex_init(&m->stats_lock, NULL) != 0) {
@@ -66,6 +74,7 @@ fail_worker:
 fail_queue:
     pthread_mutex_destroy(&m->stats_lock);
 fail_stats:
+    atomic_fetch_sub(&r->vbudget.used_bytes, m->published_bytes);
     tsdf_volume_destroy(m->vol);
 fail_volume:
     free(m);
@@ -87,6 +96,68 @@ static int check_map_name(const char *name)
     if (len > MAPS_NAME_MAX)
         return TSDF_ETOO_LARGE;
     return tsdf_proto_check_name(name, len);
+}
+
+/* ---- the volume memory budget ------------------------------------------- */
+
+uint64_t maps_auto_budget_bytes(tsdf_backend backend, int cuda_device)
+{
+    if (backend == TSDF_BACKEND_CUDA) {
+        uint64_t total = 0;
+        if (tsdf_cuda_device_memory(cuda_device, &total) == TSDF_OK && total > 0)
+            return total / 4 * 3;
+    } else {
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && page > 0)
+            return (uint64_t)pages * (uint64_t)page / 2;
+    }
+    return 4ull << 30;
+}
+
+uint64_t maps_budget_cap(dmap *m, int *by_budget)
+{
+    volume_budget *b = &m->reg->vbudget;
+    uint64_t used = atomic_load(&b->used_bytes);
+    /* The map's own share is what it may replace; the others' stays. */
+    uint64_t others = used > m->published_bytes ? used - m->published_bytes : 0;
+    uint64_t room = b->limit_bytes > others ? b->limit_bytes - others : 0;
+    uint64_t cap = m->own_cap_bytes;
+    int budget = cap == 0 || room < cap;
+    if (budget)
+        cap = room;
+    /* A cap of 0 means none to the engine. Without any room a cap of one
+     * byte refuses every new block and keeps what the volume holds. */
+    if (cap == 0)
+        cap = 1;
+    if (by_budget != NULL)
+        *by_budget = budget;
+    return cap;
+}
+
+int maps_apply_budget(dmap *m)
+{
+    int by_budget;
+    uint64_t cap = maps_budget_cap(m, &by_budget);
+    /* Only a change costs a call, so a lone map sets its cap once. */
+    if (cap != m->cap_set_bytes) {
+        int rc = tsdf_volume_set_memory_cap(m->vol, cap);
+        if (rc != TSDF_OK)
+            TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "memory cap", "map %s: setting the cap: %s",
+                                 m->name, tsdf_strerror(rc));
+        m->cap_set_bytes = cap;
+    }
+    return by_budget;
+}
+
+void maps_publish_memory(dmap *m)
+{
+    uint64_t now = tsdf_volume_memory_bytes(m->vol);
+    if (now == m->published_bytes)
+        return;
+    /* Unsigned wrap-around makes this a subtraction when the volume shrank
+     * (reset, import); the sum stays the sum of every map's share. */
+    atomic_fetch_add(&m->reg->vbudget.used_bytes, now - m->published_bytes);
+    m->published_bytes = now;
 }
 
 int maps_init(map_registry *r, const tsdfd_config *cfg, dstats *stats)
@@ -121,6 +192,16 @@ int maps_init(map_registry *r, const tsdfd_config *cfg, dstats *stats)
         TSDF_LOG(TSDF_LOG_INFO, "backend %s (from the configuration)",
                  tsdf_backend_name(r->backend));
     }
+    atomic_init(&r->vbudget.used_bytes, 0);
+    atomic_init(&r->vbudget.refused_frames, 0);
+    r->vbudget.limit_bytes = cfg->volume_memory_budget_bytes;
+    if (r->vbudget.limit_bytes == 0)
+        r->vbudget.limit_bytes = maps_auto_budget_bytes(r->backend, cfg->volume.cuda_device);
+    TSDF_LOG(TSDF_LOG_INFO, "volume memory: %llu MiB for all maps (%s), %llu MiB per map%s",
+             (unsigned long long)(r->vbudget.limit_bytes >> 20),
+             cfg->volume_memory_budget_bytes != 0 ? "configured" : "auto",
+             (unsigned long long)(cfg->volume.memory_cap_bytes >> 20),
+             cfg->volume.memory_cap_bytes != 0 ? "" : " (no cap of its own)");
     for (size_t i = 0; i < cfg->maps_count; i++) {
         dmap *m;
         rc = maps_get_with(r, cfg->maps[i], &cfg->volume, &m);

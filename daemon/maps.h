@@ -51,6 +51,11 @@ typedef struct dmap {
     pthread_mutex_t stats_lock;
     tsdf_volume_stats cached_stats;
     int64_t frame_stats_at_ns; /* CLOCK_MONOTONIC of the last refresh after a frame; worker only */
+    /* The volume memory budget (volume_budget below); worker only once the
+     * worker runs. */
+    uint64_t own_cap_bytes;   /* [volume] memory_cap_mb: this map's own cap; 0 = none */
+    uint64_t published_bytes; /* this map's share of volume_budget.used_bytes */
+    uint64_t cap_set_bytes;   /* the cap the volume was last given */
 } dmap;
 
 #define MAPS_STATS_PERIOD_MS 200
@@ -58,15 +63,55 @@ typedef struct dmap {
 /* Copies m's cached volume statistics; any thread, never waits for the worker. */
 void maps_cached_stats(dmap *m, tsdf_volume_stats *out);
 
+/*
+ * The daemon-wide budget of volume memory ([volume] memory_budget_mb). Each
+ * worker publishes its volume's memory (tsdf_volume_memory_bytes) into
+ * used_bytes after every job, and before every frame and import gives its
+ * volume the cap that is left: its own cap, lowered to limit_bytes minus
+ * what the other maps hold. The engine then refuses, whole and counted
+ * (CAPACITY), any frame whose blocks would not fit, growth steps of the
+ * pool and the table included, and keeps everything already integrated;
+ * frames that need no new block still go in, and queries are untouched.
+ * Maps that grow at the same moment each see the others' memory as last
+ * published, so together they can pass the limit by at most the growth of
+ * those concurrent frames, after which their next frames are refused.
+ */
+typedef struct {
+    uint64_t limit_bytes;                 /* resolved at start (never 0) */
+    atomic_uint_least64_t used_bytes;     /* every map's published memory */
+    atomic_uint_least64_t refused_frames; /* CAPACITY because of the budget, not a map's own cap */
+} volume_budget;
+
+/* The budget [volume] memory_budget_mb = auto (0) gives: half the host's
+ * physical memory for CPU volumes, three quarters of the device's for
+ * CUDA volumes (the rest is the frames' scratch, the queries' buffers and
+ * the CUDA context). A machine that cannot say falls back to 4 GiB. */
+uint64_t maps_auto_budget_bytes(tsdf_backend backend, int cuda_device);
+
 typedef struct map_registry {
     pthread_mutex_t lock;
     const tsdfd_config *cfg;
     dstats *stats;
     dmap **maps; /* max_maps slots */
     size_t count;
-    tsdf_backend backend; /* the backend new volumes use (auto resolved at init) */
-    queue_budget budget;  /* [queue] max_bytes_mb over every map's queued frames */
+    tsdf_backend backend;  /* the backend new volumes use (auto resolved at init) */
+    queue_budget budget;   /* [queue] max_bytes_mb over every map's queued frames */
+    volume_budget vbudget; /* [volume] memory_budget_mb over every map's volume */
 } map_registry;
+
+/* Gives m's volume the cap the budget leaves it (when that changed) and
+ * returns 1 when that cap is the budget's rather than the map's own (a
+ * CAPACITY refusal is then the budget's). Called by m's worker before a
+ * frame or an import. A failure to set the cap (CUDA: a frame settled
+ * then had failed) is logged; the cap is set regardless. */
+int maps_apply_budget(dmap *m);
+
+/* The cap maps_apply_budget would give m's volume now (never 0). */
+uint64_t maps_budget_cap(dmap *m, int *by_budget);
+
+/* Publishes the memory m's volume holds now into the budget. m's worker,
+ * after every job (or the creator, before the worker starts). */
+void maps_publish_memory(dmap *m);
 
 /* Prepares the registry: resolves backend auto (logging the choice) and
  * creates the declared maps. TSDF_ENO_GPU / TSDF_ENOT_BUILT when cuda is

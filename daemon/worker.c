@@ -166,19 +166,25 @@ static void run_frame(dmap *m, worker_job *j)
     int64_t t0 = worker_now_ns();
 
     lat_window_add(&ds->lat_queue_wait, (double)(t0 - j->t_queued_ns) / 1e6);
+    int by_budget = maps_apply_budget(m);
     int rc = tsdf_volume_integrate(m->vol, &j->req.u.frame.frame);
     /* An acked frame is synced so that the ack carries the frame's real
      * status; the stream keeps the GPU fed back to back instead. */
     if (rc == TSDF_OK && j->has_waiter)
         rc = tsdf_volume_sync(m->vol);
+    maps_publish_memory(m);
     double ms = (double)(worker_now_ns() - t0) / 1e6;
     if (rc == TSDF_OK) {
         lat_window_add(&ds->lat_integrate, ms);
         atomic_fetch_add(&m->frames_done, 1);
     } else {
+        int budget = rc == TSDF_ECAPACITY && by_budget;
+        if (budget)
+            atomic_fetch_add(&m->reg->vbudget.refused_frames, 1);
         TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "integrate failed",
-                             "map %s: frame seq %llu refused by the engine: %s", m->name,
-                             (unsigned long long)j->req.u.frame.seq, tsdf_strerror(rc));
+                             "map %s: frame seq %llu refused by the engine: %s%s", m->name,
+                             (unsigned long long)j->req.u.frame.seq, tsdf_strerror(rc),
+                             budget ? " ([volume] memory_budget_mb, all maps together)" : "");
     }
     dstats_frame_outcome(ds, j->sensor, dstats_outcome_for_error(rc));
     j->integrate_ms = ms;
@@ -245,6 +251,8 @@ static int run_import(dmap *m, worker_job *j)
      * this daemon's backend), and swap it in only once the import worked. */
     want.backend = m->reg->backend;
     want.cuda_device = m->reg->cfg->volume.cuda_device;
+    /* An import is bounded like frames: by what the budget leaves. */
+    want.memory_cap_bytes = maps_budget_cap(m, NULL);
     if (cur->voxel_size_m != want.voxel_size_m || cur->trunc_vox != want.trunc_vox ||
         cur->max_weight != want.max_weight) {
         tsdf_volume *nv = NULL;
@@ -258,8 +266,10 @@ static int run_import(dmap *m, worker_job *j)
         }
         tsdf_volume_destroy(m->vol);
         m->vol = nv;
+        m->cap_set_bytes = want.memory_cap_bytes;
         return TSDF_OK;
     }
+    maps_apply_budget(m);
     return tsdf_volume_import_blocks(m->vol, &j->blocks);
 }
 
@@ -301,6 +311,8 @@ static void run_query(dmap *m, worker_job *j)
         queue_get_stats(&m->queue, &j->counters.queue);
         j->counters.map_frames_integrated = atomic_load(&m->frames_done);
         j->counters.queue_bytes = queue_budget_bytes(&m->reg->budget);
+        j->counters.volume_bytes = atomic_load(&m->reg->vbudget.used_bytes);
+        j->counters.budget_refused = atomic_load(&m->reg->vbudget.refused_frames);
         break;
     case JOB_RESET:
         rc = tsdf_volume_reset(m->vol);
@@ -310,6 +322,9 @@ static void run_query(dmap *m, worker_job *j)
         if (rc == TSDF_OK)
             rc = tsdf_volume_export_blocks(m->vol, &j->blocks);
         j->params = *tsdf_volume_get_params(m->vol);
+        /* The volume's cap follows the budget; the map's own is what a
+         * snapshot keeps. */
+        j->params.memory_cap_bytes = m->own_cap_bytes;
         break;
     case JOB_IMPORT:
         rc = run_import(m, j);
@@ -318,6 +333,8 @@ static void run_query(dmap *m, worker_job *j)
         rc = TSDF_EINTERNAL;
         break;
     }
+    /* Reset and import change what the volume holds; the rest is cheap. */
+    maps_publish_memory(m);
     /* The mesh reply carries the version the mesh was made at: the worker
      * made both, so nothing can have changed in between. */
     tsdf_volume_stats st;

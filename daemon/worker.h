@@ -59,6 +59,8 @@ typedef struct {
     queue_stats queue;              /* this map's queue */
     uint64_t map_frames_integrated; /* this map's frames integrated */
     uint64_t queue_bytes;           /* bytes queued in every map (the byte budget) */
+    uint64_t volume_bytes;          /* every map's volume memory (the volume budget) */
+    uint64_t budget_refused;        /* frames the volume budget refused */
 } job_counters;
 
 typedef struct worker_job {

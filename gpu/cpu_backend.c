@@ -489,6 +489,22 @@ static int cpu_import(void *impl, const tsdf_block_set *in)
     return TSDF_OK;
 }
 
+/* ---- memory ------------------------------------------------------------------ */
+
+/* The next allocation decision reads params.memory_cap_bytes, so changing it
+ * is all a new cap needs; memory above it stays until reset or import. */
+static int cpu_set_memory_cap(void *impl, uint64_t cap_bytes)
+{
+    cpu_volume *v = impl;
+    v->params.memory_cap_bytes = cap_bytes;
+    return TSDF_OK;
+}
+
+static uint64_t cpu_memory_bytes(void *impl)
+{
+    return memory_bytes(impl);
+}
+
 const tsdf_backend_ops tsdf_cpu_ops = {
     .name = "cpu",
     .create = cpu_create,
@@ -501,4 +517,6 @@ const tsdf_backend_ops tsdf_cpu_ops = {
     .stats = cpu_stats,
     .export_blocks = cpu_export,
     .import_blocks = cpu_import,
+    .set_memory_cap = cpu_set_memory_cap,
+    .memory_bytes = cpu_memory_bytes,
 };

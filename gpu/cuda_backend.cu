@@ -632,6 +632,45 @@ static int cuda_mesh_op(void *impl, const tsdf_mesh_params *p, tsdf_mesh *out)
     return cuda_mesh(v, p, out);
 }
 
+/* ---- memory ------------------------------------------------------------------ */
+
+/* A frame queued without a cap took the asynchronous path, which settles
+ * against the cap it was queued under: settle it first, so that the new cap
+ * applies from the next call on and the path switches cleanly. The cap is
+ * changed even when the settled frame failed (its failure is returned). */
+static int cuda_set_memory_cap(void *impl, uint64_t cap_bytes)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    int rc = v->p.memory_cap_bytes == 0 ? enter_settled(v) : TSDF_OK;
+    v->p.memory_cap_bytes = cap_bytes;
+    return rc;
+}
+
+/* mem_bytes is the host's count of every device allocation of the volume;
+ * reading it needs no device work. */
+static uint64_t cuda_memory_bytes(void *impl)
+{
+    return ((struct cuda_volume *)impl)->mem_bytes;
+}
+
+extern "C" int tsdf_cuda_total_memory(int ordinal, uint64_t *total_bytes)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return TSDF_ENO_GPU;
+    }
+    if (ordinal < 0 || ordinal >= count)
+        return TSDF_ENO_GPU;
+    cudaDeviceProp prop;
+    int rc = cuda_check(cudaGetDeviceProperties(&prop, ordinal), "device properties", __FILE__,
+                        __LINE__);
+    if (rc != TSDF_OK)
+        return rc;
+    *total_bytes = (uint64_t)prop.totalGlobalMem;
+    return TSDF_OK;
+}
+
 extern "C" const tsdf_backend_ops tsdf_cuda_ops = {
     "cuda",
     cuda_create,
@@ -644,6 +683,8 @@ extern "C" const tsdf_backend_ops tsdf_cuda_ops = {
     cuda_stats,
     cuda_export_blocks,
     cuda_import_blocks,
+    cuda_set_memory_cap,
+    cuda_memory_bytes,
     cuda_timeline_op,
 };
 

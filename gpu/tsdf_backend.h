@@ -29,6 +29,11 @@ typedef struct tsdf_backend_ops {
     int (*stats)(void *impl, tsdf_volume_stats *out);
     int (*export_blocks)(void *impl, tsdf_block_set *out);
     int (*import_blocks)(void *impl, const tsdf_block_set *in);
+    /* Sets the memory cap of later integrate / import calls (see
+     * tsdf_volume_set_memory_cap), and reads the memory held now without
+     * waiting for the device. */
+    int (*set_memory_cap)(void *impl, uint64_t cap_bytes);
+    uint64_t (*memory_bytes)(void *impl);
     /* Optional (NULL: TSDF_ENOT_BUILT): tsdf_volume_get_timeline. */
     int (*timeline)(void *impl, tsdf_frame_timeline *out, size_t max, size_t *n);
 } tsdf_backend_ops;
@@ -39,6 +44,8 @@ extern const tsdf_backend_ops tsdf_cpu_ops;
 extern const tsdf_backend_ops tsdf_cuda_ops;
 /* 1 when device `ordinal` exists and a context can be made on it. */
 int tsdf_cuda_probe(int ordinal);
+/* tsdf_cuda_device_memory of the CUDA backend. */
+int tsdf_cuda_total_memory(int ordinal, uint64_t *total_bytes);
 #endif
 
 #ifdef __cplusplus

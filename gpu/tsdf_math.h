@@ -196,7 +196,12 @@ TSDF_HD void tsdf_voxel_update_color(tsdf_voxel *v, float w_old, const uint8_t *
  *     (same for v); see tsdf_project_nearest.
  *   - Rays are parameterised by camera depth z (not by length): the point at
  *     camera depth z of pixel (u, v) is origin + z * dir with the
- *     unnormalised dir of tsdf_pixel_ray_world.
+ *     unnormalised dir of tsdf_pixel_ray_world, so one metre of depth is
+ *     |dir| >= 1 metres along the ray.
+ *   - The allocation band of a sample is measured along its ray: the points
+ *     within trunc metres of the measured point on the ray, i.e. camera
+ *     depths d +- trunc / |dir| (tsdf_band_dda_init), so every ray's band
+ *     has the same length 2 trunc whatever its angle to the optical axis.
  *   - Integration touches exactly the blocks that the allocation pass yields
  *     for this frame (tsdf_band_dda_* over every valid pixel), and updates
  *     every voxel of those blocks with tsdf_integrate_voxel, which skips
@@ -405,9 +410,20 @@ TSDF_HD int tsdf_block_dda_next(tsdf_block_dda *s, int32_t b[3])
     return 1;
 }
 
-/* The allocation band of one depth sample: the blocks of the ray segment at
- * camera depths [max(depth - trunc, 0), depth + trunc], which hold every
- * voxel on this ray that the sample updates with |sdf| < trunc.
+/* The allocation band of one depth sample: the blocks of the ray segment
+ * within trunc_m of the measured point, measured along the ray, i.e. camera
+ * depths [max(depth - h, 0), depth + h] with h = trunc_m / |dir|. A band of
+ * camera depths depth +- trunc_m would be |dir| = 1 / cos(angle off the
+ * optical axis) times longer along the ray: at grazing angles (wide or
+ * bogus intrinsics) thousands of blocks per pixel. Measured along the ray it
+ * is 2 trunc_m long for every ray, so one sample yields at most
+ * 4 + floor(sqrt(3) * 2 trunc_m / block size) blocks (the segment crosses at
+ * most floor(L |u_i| / b) + 1 block boundaries on axis i, with sum |u_i| <=
+ * sqrt(3) for the unit direction u). The voxels near the surface that the
+ * sample updates, those within trunc_m of it along the ray, lie in it.
+ * |dir| is computed here, in this expression order, on both backends (sqrtf
+ * and the division are correctly rounded on the host and under nvcc's
+ * default -prec-sqrt / -prec-div), so both allocate the same blocks.
  * origin, dir: from tsdf_pixel_ray_world. Returns 0 when depth_m <= 0 or the
  * segment leaves the key range (the sample then allocates nothing). */
 TSDF_HD int tsdf_band_dda_init(tsdf_block_dda *s, const float origin[3], const float dir[3],
@@ -415,8 +431,13 @@ TSDF_HD int tsdf_band_dda_init(tsdf_block_dda *s, const float origin[3], const f
 {
     if (!(depth_m > 0.0f))
         return 0;
-    float z0 = depth_m - trunc_m;
-    float z1 = depth_m + trunc_m;
+    float dir_len = sqrtf(dir[0] * dir[0] + dir[1] * dir[1] + dir[2] * dir[2]);
+    float half_z = trunc_m / dir_len;
+    /* NaN fails the comparison: a ray without a length allocates nothing. */
+    if (!(half_z > 0.0f))
+        return 0;
+    float z0 = depth_m - half_z;
+    float z1 = depth_m + half_z;
     if (z0 < 0.0f)
         z0 = 0.0f;
     float a[3], b[3];

@@ -123,13 +123,6 @@ static int check_image_size(uint32_t w, uint32_t h)
     return TSDF_OK;
 }
 
-static int check_intrinsics(const tsdf_intrinsics *K)
-{
-    if (!finite_positive(K->fx) || !finite_positive(K->fy) || !isfinite(K->cx) || !isfinite(K->cy))
-        return TSDF_EBAD_INTRINSICS;
-    return TSDF_OK;
-}
-
 /* The same rigidity test (and 1e-3 tolerance) as the wire codec, so a pose
  * the codec accepts is never refused here or the other way round. */
 static int check_pose(const float *T)
@@ -151,7 +144,7 @@ int tsdf_frame_check(const tsdf_frame *f)
         return TSDF_EINVAL;
     if ((rc = check_image_size(f->width, f->height)) != TSDF_OK)
         return rc;
-    if ((rc = check_intrinsics(&f->K)) != TSDF_OK)
+    if ((rc = tsdf_intrinsics_check(&f->K, f->width, f->height)) != TSDF_OK)
         return rc;
     if ((rc = check_pose(f->T_world_cam)) != TSDF_OK)
         return rc;
@@ -182,7 +175,7 @@ static int raycast_params_check(const tsdf_raycast_params *p, const tsdf_raycast
         return TSDF_EINVAL;
     if ((rc = check_image_size(p->width, p->height)) != TSDF_OK)
         return rc;
-    if ((rc = check_intrinsics(&p->K)) != TSDF_OK)
+    if ((rc = tsdf_intrinsics_check(&p->K, p->width, p->height)) != TSDF_OK)
         return rc;
     if ((rc = check_pose(p->T_world_cam)) != TSDF_OK)
         return rc;
@@ -298,6 +291,33 @@ int tsdf_volume_sync(tsdf_volume *v)
     if (v == NULL)
         return TSDF_EINVAL;
     return v->ops->sync(v->impl);
+}
+
+int tsdf_volume_set_memory_cap(tsdf_volume *v, uint64_t cap_bytes)
+{
+    if (v == NULL)
+        return TSDF_EINVAL;
+    /* The front end's copy is what get_params and the stats report. */
+    v->params.memory_cap_bytes = cap_bytes;
+    return v->ops->set_memory_cap(v->impl, cap_bytes);
+}
+
+uint64_t tsdf_volume_memory_bytes(const tsdf_volume *v)
+{
+    return v != NULL ? v->ops->memory_bytes(v->impl) : 0;
+}
+
+int tsdf_cuda_device_memory(int cuda_device, uint64_t *total_bytes)
+{
+    if (total_bytes == NULL)
+        return TSDF_EINVAL;
+    *total_bytes = 0;
+#ifdef TSDF_HAVE_CUDA
+    return tsdf_cuda_total_memory(cuda_device, total_bytes);
+#else
+    (void)cuda_device;
+    return TSDF_ENOT_BUILT;
+#endif
 }
 
 int tsdf_volume_get_timeline(tsdf_volume *v, tsdf_frame_timeline *out, size_t max, size_t *n)

@@ -79,6 +79,22 @@ typedef struct {
     float fx, fy, cx, cy; /* pinhole intrinsics in pixels */
 } tsdf_intrinsics;
 
+/* The widest camera accepted: no pixel ray more than 85 degrees off the
+ * optical axis (a field of view of at most 170 degrees), and tan(85 deg). */
+#define TSDF_INTRINSICS_MAX_ANGLE_DEG 85.0
+#define TSDF_INTRINSICS_MAX_TAN 11.430052302761343
+
+/* TSDF_OK if K describes a real pinhole camera for a width x height image:
+ * fx, fy > 0, all four finite, and no ray of the image's extent (pixel
+ * edges -0.5 .. width - 0.5, -0.5 .. height - 0.5) more than
+ * TSDF_INTRINSICS_MAX_ANGLE_DEG off the optical axis; else
+ * TSDF_EBAD_INTRINSICS (TSDF_EINVAL for K NULL). A pinhole model cannot
+ * describe a wider lens, and rays that graze every surface would walk
+ * volumes of empty space (a 16x16 image with fx = 0.05 spans 179.6
+ * degrees). Used by tsdf_frame_check, the raycast's checks and the wire
+ * codec; implemented in common/ so the codec needs no engine. Any thread. */
+int tsdf_intrinsics_check(const tsdf_intrinsics *K, uint32_t width, uint32_t height);
+
 typedef enum {
     TSDF_DEPTH_U16 = 0, /* uint16 samples, metres = value * depth_scale */
     TSDF_DEPTH_F32 = 1, /* float32 samples in metres */
@@ -128,9 +144,10 @@ const tsdf_volume_params *tsdf_volume_get_params(const tsdf_volume *v);
 
 /* Checks a frame without touching any volume. Distinct codes for distinct
  * faults: TSDF_EEMPTY_IMAGE (zero width or height), TSDF_ETOO_LARGE (beyond
- * TSDF_MAX_IMAGE_DIM / _PIXELS), TSDF_EBAD_INTRINSICS (fx, fy <= 0 or any
- * value not finite), TSDF_EBAD_POSE (not finite, last row not 0 0 0 1, or
- * rotation not orthonormal with det +1 within 1e-3), TSDF_EBAD_DEPTH_RANGE
+ * TSDF_MAX_IMAGE_DIM / _PIXELS), TSDF_EBAD_INTRINSICS (refused by
+ * tsdf_intrinsics_check for the frame's size), TSDF_EBAD_POSE (not finite,
+ * last row not 0 0 0 1, or rotation not orthonormal with det +1 within
+ * 1e-3), TSDF_EBAD_DEPTH_RANGE
  * (min < 0, max <= min, not finite, or depth_scale <= 0 for U16),
  * TSDF_EBAD_SIZE (a stated buffer size that does not match the image),
  * TSDF_EINVAL (NULL depth or unknown format). */
@@ -162,6 +179,28 @@ int tsdf_volume_integrate(tsdf_volume *v, const tsdf_frame *f);
  * backend returns TSDF_OK at once. */
 int tsdf_volume_sync(tsdf_volume *v);
 
+/* Changes the memory cap of v to cap_bytes (0 = none) for every later
+ * integrate and import, as if v had been created with it: a frame whose
+ * blocks would not fit under it is refused whole with TSDF_ECAPACITY and
+ * counted. Memory already held is kept even when it exceeds the new cap
+ * (nothing integrated is dropped); frames that need no new block still go
+ * in. tsdf_volume_get_params and the stats show the new cap. On the CUDA
+ * backend this first settles a frame queued without a cap, so it may
+ * return that frame's failure (counted as for the next call, see
+ * tsdf_volume_integrate); the cap is changed anyway. */
+int tsdf_volume_set_memory_cap(tsdf_volume *v, uint64_t cap_bytes);
+
+/* The bytes of host (CPU) or device (CUDA) memory v holds now, as
+ * stats.memory_bytes, but without waiting for the device or walking the
+ * table: cheap enough to call after every frame. 0 for v NULL. */
+uint64_t tsdf_volume_memory_bytes(const tsdf_volume *v);
+
+/* The total memory of CUDA device `cuda_device` in bytes, for sizing
+ * memory budgets. TSDF_ENOT_BUILT in a binary without the CUDA backend,
+ * TSDF_ENO_GPU when the device does not exist, TSDF_EINVAL for total NULL.
+ * Any thread. */
+int tsdf_cuda_device_memory(int cuda_device, uint64_t *total_bytes);
+
 typedef struct {
     uint32_t width, height;
     tsdf_intrinsics K;
@@ -181,7 +220,8 @@ typedef struct {
 /* Renders the fused surface seen from a pose: marches each ray through
  * allocated blocks, skipping unallocated space block by block, and finds the
  * zero crossing by trilinear interpolation. Checks its parameters like
- * tsdf_frame_check. Does not change the volume. */
+ * tsdf_frame_check (intrinsics with tsdf_intrinsics_check for the output's
+ * size). Does not change the volume. */
 int tsdf_volume_raycast(tsdf_volume *v, const tsdf_raycast_params *p, tsdf_raycast_output *out);
 
 /* A triangle mesh with shared vertices. Caller-owned struct: init before

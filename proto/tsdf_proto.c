@@ -581,7 +581,9 @@ static int read_size(const reader *r, uint32_t *w, uint32_t *h)
     return TSDF_OK;
 }
 
-static int read_intrinsics(const reader *r, tsdf_intrinsics *K)
+/* The intrinsics of a w x h image, checked by the engine's own test
+ * (tsdf_intrinsics_check), so the codec and the engine agree on them. */
+static int read_intrinsics(const reader *r, uint32_t w, uint32_t h, tsdf_intrinsics *K)
 {
     TRY(get_float(r, "fx", TSDF_EBAD_INTRINSICS, &K->fx, NULL));
     TRY(get_float(r, "fy", TSDF_EBAD_INTRINSICS, &K->fy, NULL));
@@ -590,6 +592,11 @@ static int read_intrinsics(const reader *r, tsdf_intrinsics *K)
     if (!(K->fx > 0.0f) || !(K->fy > 0.0f))
         return fail(r->err, TSDF_EBAD_INTRINSICS, K->fx > 0.0f ? "fy" : "fx",
                     "focal lengths must be positive (fx %g, fy %g)", K->fx, K->fy);
+    if (tsdf_intrinsics_check(K, w, h) != TSDF_OK)
+        return fail(r->err, TSDF_EBAD_INTRINSICS, "fx",
+                    "intrinsics fx %g fy %g cx %g cy %g describe no real %ux%u camera (a pixel "
+                    "ray more than %g degrees off the optical axis)",
+                    K->fx, K->fy, K->cx, K->cy, w, h, TSDF_INTRINSICS_MAX_ANGLE_DEG);
     return TSDF_OK;
 }
 
@@ -737,7 +744,7 @@ static int read_frame(const reader *r, tsdf_req_frame *f)
     TRY(get_uint(r, "seq", UINT64_MAX, &f->seq, &present));
     TRY(get_uint(r, "stamp_ns", UINT64_MAX, &f->stamp_ns, &present));
     TRY(read_size(r, &fr->width, &fr->height));
-    TRY(read_intrinsics(r, &fr->K));
+    TRY(read_intrinsics(r, fr->width, fr->height, &fr->K));
 
     char fmt[8] = "u16";
     TRY(get_str(r, "depth_format", fmt, sizeof(fmt), 1, &present));
@@ -783,7 +790,7 @@ static int read_frame(const reader *r, tsdf_req_frame *f)
 static int read_raycast(const reader *r, tsdf_req_raycast *q)
 {
     TRY(read_size(r, &q->width, &q->height));
-    TRY(read_intrinsics(r, &q->K));
+    TRY(read_intrinsics(r, q->width, q->height, &q->K));
     TRY(read_pose(r, q->T_world_cam));
     TRY(read_depth_range(r, &q->min_depth_m, &q->max_depth_m));
     TRY(get_bool(r, "rgb", &q->want_rgb));

@@ -315,7 +315,8 @@ int tsdf_proto_peek(const void *data, size_t len, tsdf_msg_type *type, uint64_t 
  *                       ("depth_format")
  *   TSDF_EEMPTY_IMAGE   width or height is 0
  *   TSDF_EBAD_SIZE      a payload's length differs from width*height*bytes
- *   TSDF_EBAD_INTRINSICS fx, fy <= 0 or an intrinsic not finite
+ *   TSDF_EBAD_INTRINSICS refused by tsdf_intrinsics_check (fx, fy <= 0, an
+ *                       intrinsic not finite, a field of view beyond 170 degrees)
  *   TSDF_EBAD_POSE      T_world_cam not finite or not rigid (tsdf_pose_is_rigid)
  *   TSDF_EBAD_DEPTH_RANGE min/max depth or depth_scale invalid (as tsdf_frame_check)
  *   TSDF_EINVAL         a name with bad characters, empty name or path, an

@@ -202,7 +202,11 @@ pk_opts pk_defaults(void)
     o.type = "integrate";
     o.version = 1;
     o.width = 4;
+    o.height = 2;
     o.fx = 100.0f;
+    o.fy = 100.0f;
+    o.cx = 2.0f;
+    o.cy = 1.0f;
     o.fmt = "u16";
     o.map = "default";
     return o;
@@ -211,7 +215,7 @@ pk_opts pk_defaults(void)
 void pack_request(msgpack_sbuffer *sb, const pk_opts *o, uint64_t id)
 {
     msgpack_packer pk;
-    const uint32_t h = 2;
+    const uint32_t h = o->height;
     int integrate = strcmp(o->type, "integrate") == 0 || strcmp(o->type, "frame") == 0;
     size_t n = 3 + (integrate ? 13 - (o->omit_depth ? 1 : 0) : 0) + (o->pad_bytes ? 1 : 0);
 
@@ -239,11 +243,11 @@ void pack_request(msgpack_sbuffer *sb, const pk_opts *o, uint64_t id)
         pk_str(&pk, "fx");
         msgpack_pack_float(&pk, o->fx);
         pk_str(&pk, "fy");
-        msgpack_pack_float(&pk, 100.0f);
+        msgpack_pack_float(&pk, o->fy);
         pk_str(&pk, "cx");
-        msgpack_pack_float(&pk, (float)o->width / 2.0f);
+        msgpack_pack_float(&pk, o->cx);
         pk_str(&pk, "cy");
-        msgpack_pack_float(&pk, 1.0f);
+        msgpack_pack_float(&pk, o->cy);
         pk_str(&pk, "depth_format");
         pk_str(&pk, o->fmt);
         pk_str(&pk, "min_depth");

@@ -77,7 +77,10 @@ typedef struct {
     int bad_pose;     /* a pose with scale 2 */
     int depth_delta;  /* bytes added to the depth payload */
     uint32_t width;   /* 4 */
+    uint32_t height;  /* 2 */
     float fx;         /* 100 */
+    float fy;         /* 100 */
+    float cx, cy;     /* width / 2, 1 */
     const char *fmt;  /* "u16" */
     const char *map;  /* "default" */
     int id_as_string; /* "id": "seven" */

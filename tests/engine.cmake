@@ -5,3 +5,4 @@ tsdf_add_test(NAME volume SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_volume.c
               LIBS tsdf_engine tsdf_scenes TIMEOUT 120)
 tsdf_add_test(NAME mesh SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_mesh.c
               LIBS tsdf_engine tsdf_scenes TIMEOUT 120)
+tsdf_add_test(NAME band SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_band.c LIBS tsdf_engine TIMEOUT 120)

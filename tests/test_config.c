@@ -55,6 +55,10 @@ static void test_defaults(void **state)
     assert_int_equal(c.queue_policy, CFG_POLICY_BLOCK);
     assert_int_equal(c.queue_max_bytes_mb, 1024);
     assert_int_equal(c.volume.backend, TSDF_BACKEND_AUTO);
+    /* Memory is bounded by default: per map, and all maps together by a
+     * budget derived from the machine (0 = auto). */
+    assert_int_equal(c.volume.memory_cap_bytes, 4096ull << 20);
+    assert_int_equal(c.volume_memory_budget_bytes, 0);
     assert_true(fabsf(c.volume.voxel_size_m - 0.01f) < 1e-9f);
     assert_int_equal(c.max_maps, 16);
     assert_int_equal(c.maps_count, 1);
@@ -109,6 +113,7 @@ static void test_shipped_file_is_the_defaults(void **state)
         "initial_capacity_blocks",
         "max_load_factor",
         "memory_cap_mb",
+        "memory_budget_mb",
         "cuda_device",
         "max_maps",
         "auto_create_maps",
@@ -170,6 +175,7 @@ static void test_every_key_parsed(void **state)
                                "initial_capacity_blocks = 1024\n"
                                "max_load_factor = 0.7\n"
                                "memory_cap_mb = 256\n"
+                               "memory_budget_mb = 1024\n"
                                "cuda_device = 1\n"
                                "max_maps = 4\n"
                                "auto_create_maps = no\n"
@@ -213,6 +219,11 @@ static void test_every_key_parsed(void **state)
     assert_int_equal(c.volume.initial_capacity_blocks, 1024);
     assert_true(fabsf(c.volume.max_load_factor - 0.7f) < 1e-7f);
     assert_int_equal(c.volume.memory_cap_bytes, 256ull << 20);
+    assert_int_equal(c.volume_memory_budget_bytes, 1024ull << 20);
+    /* "auto" and 0 both mean a budget derived from the machine at start. */
+    assert_int_equal(cfg_set(&c, "volume", "memory_budget_mb", "auto", err, sizeof err), TSDF_OK);
+    assert_int_equal(c.volume_memory_budget_bytes, 0);
+    assert_int_equal(cfg_set(&c, "volume", "memory_budget_mb", "1024", err, sizeof err), TSDF_OK);
     assert_int_equal(c.volume.cuda_device, 1);
     assert_int_equal(c.max_maps, 4);
     assert_false(c.auto_create_maps);
@@ -268,6 +279,9 @@ static void test_bad_values_name_the_key(void **state)
         {"volume", "initial_capacity_blocks", "8"},
         {"volume", "max_load_factor", "0.99"},
         {"volume", "memory_cap_mb", "-1"},
+        {"volume", "memory_budget_mb", "-1"},
+        {"volume", "memory_budget_mb", "half"},
+        {"volume", "memory_budget_mb", "16777217"},
         {"volume", "cuda_device", "64"},
         {"volume", "max_maps", "0"},
         {"volume", "auto_create_maps", "maybe"},

@@ -12,7 +12,10 @@
  *  - a small [queue] max_bytes_mb budget: frames dropped for memory are
  *    counted, the counters reconcile and the queued bytes return to 0;
  *  - SIGTERM drains the queue and exits 0 with reconciled counters;
- *  - sensors with long names keep all their counters in the stats reply.
+ *  - sensors with long names keep all their counters in the stats reply;
+ *  - the 16x16 fx = 0.05 frame of issue 8 is BAD_INTRINSICS on the wire, and
+ *    a tiny [volume] memory_budget_mb refuses frames (capacity) over two
+ *    maps while queries answer.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -1289,6 +1292,137 @@ static void test_stats_keep_long_sensor_names(void **state)
     frames_free(&fs);
 }
 
+/* ---- 7. memory: impossible cameras and the volume budget ---------------- */
+
+/* The 700-byte frame of issue 8 (16x16 u16, fx = fy = 0.05: a field of
+ * view of 179.6 degrees, which used to allocate 240 MiB) is refused as
+ * BAD_INTRINSICS by an integrate and dropped, counted, from the stream. */
+static void test_tiny_focal_length_refused(void **state)
+{
+    tsdfd_harness h;
+    tsdf_rep_stats *st = calloc(1, sizeof *st);
+    (void)state;
+    assert_non_null(st);
+    assert_int_equal(start_daemon(&h, NULL, NULL), 0);
+    nng_socket s = raw_req(&h);
+    nng_socket push = raw_push(&h);
+    pk_opts o = pk_defaults();
+    o.width = o.height = 16;
+    o.fx = o.fy = 0.05f;
+    o.cx = o.cy = 7.5f;
+    expect_error(s, &o, 1, TSDF_EBAD_INTRINSICS, TSDF_MSG_INTEGRATE);
+    {
+        msgpack_sbuffer sb;
+        o.type = "frame";
+        pack_request(&sb, &o, 2);
+        assert_true(sb.size < 1024);
+        assert_int_equal(nng_send(push, sb.data, sb.size, 0), 0);
+        msgpack_sbuffer_destroy(&sb);
+    }
+    tsdf_client *c = open_client(&h, 0);
+    wait_settled(c, "default", 2, st);
+    assert_reconciled(st);
+    assert_int_equal(stat_get(st, "rejected.invalid_frame"), 2);
+    assert_int_equal(stat_get(st, "frames.integrated"), 0);
+    assert_true(st->has_engine);
+    assert_int_equal(st->engine.blocks_allocated, 0);
+
+    tsdf_client_close(c);
+    nng_close(push);
+    nng_close(s);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    free(st);
+}
+
+/* A daemon-wide volume budget of 4 MiB over two maps of 4 cm voxels (about
+ * 10 MB together without it), each with the default (4 GiB) cap of its own: once the maps together
+ * hold what the budget allows, frames that need new blocks are refused with CAPACITY, counted under
+ * rejected.capacity and volume.budget_refused_frames, while stats and mesh queries answer, a frame
+ * that needs no new block still integrates, and nothing integrated is lost. */
+static void test_volume_memory_budget(void **state)
+{
+    tsdfd_harness h;
+    frame_set fs;
+    tsdf_rep_stats *st = calloc(1, sizeof *st);
+    const char *const names[2] = {"a", "b"};
+    (void)state;
+    assert_non_null(st);
+    frames_make(&fs, "room", 64, 48, 40);
+    assert_int_equal(start_daemon(&h,
+                                  "memory_budget_mb = 4\n"
+                                  "voxel_size_m = 0.04\n"
+                                  "initial_capacity_blocks = 1024\n",
+                                  NULL),
+                     0);
+    tsdf_client *c = open_client(&h, 0);
+
+    int ok = 0, refused = 0;
+    int ok_map[2] = {0, 0};
+    for (uint32_t i = 0; i < fs.count; i++) {
+        tsdf_client_frame f;
+        memset(&f, 0, sizeof f);
+        f.map = names[i % 2];
+        f.sensor = "cam";
+        f.frame = &fs.frames[i];
+        int rc = tsdf_client_integrate(c, &f, 30000, NULL);
+        if (rc == TSDF_OK) {
+            ok++;
+            ok_map[i % 2]++;
+        } else if (rc == TSDF_ECAPACITY) {
+            refused++;
+        } else {
+            fail_msg("frame %u: %s", i, tsdf_errname(rc));
+        }
+    }
+    printf("volume budget: %d frames integrated, %d refused for capacity\n", ok, refused);
+    assert_true(ok_map[0] >= 1 && ok_map[1] >= 1);
+    assert_true(refused >= 1);
+
+    /* All maps together (a, b and the declared, empty default) stay within
+     * the budget (one client, one frame at a time: no concurrent growth),
+     * and the stats say so. */
+    uint64_t blocks[2], memory = 0;
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(tsdf_client_stats(c, k < 2 ? names[k] : "default", st, 30000), TSDF_OK);
+        assert_true(st->has_engine);
+        memory += st->engine.memory_bytes;
+        if (k < 2) {
+            blocks[k] = st->engine.blocks_allocated;
+            assert_true(blocks[k] > 0);
+        }
+    }
+    assert_true(memory <= 4u << 20);
+    assert_reconciled(st);
+    assert_int_equal(stat_get(st, "volume.memory_budget_bytes"), 4 << 20);
+    assert_int_equal(stat_get(st, "volume.memory_bytes"), (int64_t)memory);
+    assert_int_equal(stat_get(st, "rejected.capacity"), refused);
+    assert_int_equal(stat_get(st, "volume.budget_refused_frames"), refused);
+    assert_int_equal(stat_get(st, "frames.integrated"), ok);
+
+    /* Queries still answer, from everything integrated. */
+    tsdf_mesh m;
+    tsdf_mesh_init(&m);
+    assert_int_equal(tsdf_client_mesh(c, "a", NULL, &m, NULL, 30000), TSDF_OK);
+    assert_true(m.triangle_count > 0);
+    tsdf_client_mesh_release(&m);
+
+    /* The first frame again needs no new block of map a: it integrates. */
+    tsdf_client_frame f;
+    memset(&f, 0, sizeof f);
+    f.map = "a";
+    f.sensor = "cam";
+    f.frame = &fs.frames[0];
+    assert_int_equal(tsdf_client_integrate(c, &f, 30000, NULL), TSDF_OK);
+    assert_int_equal(tsdf_client_stats(c, "a", st, 30000), TSDF_OK);
+    assert_int_equal(st->engine.blocks_allocated, blocks[0]);
+    assert_int_equal(st->engine.frames_integrated, (uint64_t)ok_map[0] + 1);
+
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    frames_free(&fs);
+    free(st);
+}
+
 int main(void)
 {
     if (test_backend() == TSDF_BACKEND_CUDA && !tsdf_cuda_available())
@@ -1307,6 +1441,8 @@ int main(void)
         cmocka_unit_test(test_connection_limit),
         cmocka_unit_test(test_mutated_messages),
         cmocka_unit_test(test_stats_keep_long_sensor_names),
+        cmocka_unit_test(test_tiny_focal_length_refused),
+        cmocka_unit_test(test_volume_memory_budget),
     };
     /* TSDF_TEST_FILTER=<glob> runs only the matching tests (e.g. to loop one
      * that is suspected of flakiness). */

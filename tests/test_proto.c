@@ -740,6 +740,9 @@ static void test_validation_other(void **state)
     tsdf_buf_fini(&b);
     q.u.raycast.width = 4096;
     q.u.raycast.height = 4096;
+    /* The 64 x 48 camera's focal length would span 179 degrees here (and be
+     * BAD_INTRINSICS): scale it with the image so only the size is wrong. */
+    q.u.raycast.K = (tsdf_intrinsics){3200, 3200, 2048, 2048};
     tsdf_buf_init(&b);
     assert_int_equal(tsdf_proto_encode_request(&q, &b), TSDF_ETOO_LARGE);
     assert_int_equal(b.len, 0);

@@ -1,6 +1,7 @@
 /*
  * test_volume.c - the volume API on the CPU reference backend: fusion
- * accuracy, weights, argument checks, the memory cap, reset, export/import,
+ * accuracy, weights, argument checks, the memory cap (fixed and changed on a
+ * live volume), reset, export/import,
  * and the shared per-voxel maths of gpu/tsdf_math.h (block walk, projection).
  */
 #include <math.h>
@@ -935,6 +936,71 @@ static void test_import_continues_versions(void **state)
     free(depth);
 }
 
+/* A cap changed on a live volume (the daemon's memory budget does this):
+ * frames that need new blocks beyond it are refused whole, frames that need
+ * none still go in, and nothing already integrated is dropped. */
+static void test_set_memory_cap(void **state)
+{
+    float *depth = malloc(W * H * sizeof(float));
+    tsdf_volume *v = make_volume(0.01f, 64.0f, 0, 1024);
+    tsdf_block_set before, after;
+    tsdf_volume_stats st, st2;
+    tsdf_frame f;
+    uint64_t total = 0;
+    (void)state;
+    plane_frame(&f, depth, 1.0f, 0.0f, 0.0f, 0.0f);
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+    st = get_stats(v);
+    assert_int_equal(tsdf_volume_memory_bytes(v), st.memory_bytes);
+    assert_int_equal(tsdf_volume_memory_bytes(NULL), 0);
+
+    /* A cap below what the volume holds keeps what it holds. */
+    assert_int_equal(tsdf_volume_set_memory_cap(v, st.memory_bytes / 2), TSDF_OK);
+    assert_int_equal(tsdf_volume_get_params(v)->memory_cap_bytes, st.memory_bytes / 2);
+    st2 = get_stats(v);
+    assert_int_equal(st2.memory_cap_bytes, st.memory_bytes / 2);
+    assert_int_equal(st2.blocks_allocated, st.blocks_allocated);
+    assert_int_equal(st2.memory_bytes, st.memory_bytes);
+
+    /* A frame elsewhere needs new blocks: refused, counted, nothing changed. */
+    tsdf_block_set_init(&before);
+    tsdf_block_set_init(&after);
+    assert_int_equal(tsdf_volume_export_blocks(v, &before), TSDF_OK);
+    plane_frame(&f, depth, 2.0f, 0.5f, 0.0f, 0.0f);
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_ECAPACITY);
+    st2 = get_stats(v);
+    assert_int_equal(st2.version, st.version);
+    assert_int_equal(st2.frames_rejected, 1);
+    assert_true(st2.insert_failures > 0);
+    assert_int_equal(tsdf_volume_export_blocks(v, &after), TSDF_OK);
+    assert_sets_equal(&before, &after);
+
+    /* The first frame again needs no new block: it goes in. */
+    plane_frame(&f, depth, 1.0f, 0.0f, 0.0f, 0.0f);
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+    assert_int_equal(get_stats(v).blocks_allocated, st.blocks_allocated);
+
+    /* Without a cap the frame elsewhere fits again. */
+    assert_int_equal(tsdf_volume_set_memory_cap(v, 0), TSDF_OK);
+    plane_frame(&f, depth, 2.0f, 0.5f, 0.0f, 0.0f);
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+    assert_true(get_stats(v).blocks_allocated > st.blocks_allocated);
+    assert_int_equal(tsdf_volume_set_memory_cap(NULL, 0), TSDF_EINVAL);
+
+    /* A build without CUDA says so when asked for device memory. */
+    assert_int_equal(tsdf_cuda_device_memory(0, NULL), TSDF_EINVAL);
+#ifndef TSDF_HAVE_CUDA
+    assert_int_equal(tsdf_cuda_device_memory(0, &total), TSDF_ENOT_BUILT);
+#else
+    int rc = tsdf_cuda_device_memory(0, &total);
+    assert_true(rc == TSDF_ENO_GPU || (rc == TSDF_OK && total > 0));
+#endif
+    tsdf_block_set_fini(&before);
+    tsdf_block_set_fini(&after);
+    tsdf_volume_destroy(v);
+    free(depth);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -947,6 +1013,7 @@ int main(void)
         cmocka_unit_test(test_raycast_plane),
         cmocka_unit_test(test_bad_frames_distinct_codes),
         cmocka_unit_test(test_memory_cap),
+        cmocka_unit_test(test_set_memory_cap),
         cmocka_unit_test(test_growth_keeps_blocks),
         cmocka_unit_test(test_reset),
         cmocka_unit_test(test_export_import_roundtrip),

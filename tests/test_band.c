@@ -1,0 +1,266 @@
+/*
+ * test_band.c - the allocation band along the ray and the intrinsics that
+ * may make one (issue 8): tsdf_band_dda_init measures the band along the
+ * ray, so no ray yields more than a fixed number of blocks, and
+ * tsdf_intrinsics_check refuses cameras wider than 170 degrees, such as the
+ * 700-byte 16x16 frame with fx = 0.05 that used to allocate 240 MiB.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "tsdf_math.h"
+#include "tsdf_volume.h"
+
+#define SIDE 16
+
+/* The default volume: 1 cm voxels, trunc 4 voxels, 8 cm blocks. */
+#define VOXEL_M 0.01f
+#define TRUNC_M (4.0f * VOXEL_M)
+#define BLOCK_M (8.0f * VOXEL_M)
+
+/*
+ * The most blocks one sample may yield. The band is a segment of length
+ * L = 2 trunc along the ray (shorter when clamped at the camera). On axis i
+ * it spans L |u_i| (u the unit direction), crossing at most
+ * floor(L |u_i| / b) + 1 block boundaries; the DDA yields 1 + the crossings,
+ * and sum_i floor(x_i) <= floor(sum_i x_i) with sum |u_i| <= sqrt(3):
+ *     blocks <= 4 + floor(sqrt(3) L / b) = 4 + floor(1.732 * 0.08 / 0.08) = 5.
+ * A band of camera depths d +- trunc is |dir| times longer along the ray,
+ * which is what let grazing rays walk thousands of blocks.
+ */
+static uint32_t max_blocks_per_sample(void)
+{
+    return 4u + (uint32_t)floor(sqrt(3.0) * 2.0 * TRUNC_M / BLOCK_M);
+}
+
+static tsdf_volume *make_cpu_volume(void)
+{
+    tsdf_volume_params p;
+    tsdf_volume *v = NULL;
+    tsdf_volume_params_default(&p);
+    p.backend = TSDF_BACKEND_CPU;
+    p.voxel_size_m = VOXEL_M;
+    p.initial_capacity_blocks = 1024;
+    assert_int_equal(tsdf_volume_create(&p, &v), TSDF_OK);
+    return v;
+}
+
+static void side_frame(tsdf_frame *f, const float *depth, tsdf_intrinsics K)
+{
+    memset(f, 0, sizeof(*f));
+    f->width = SIDE;
+    f->height = SIDE;
+    f->K = K;
+    f->T_world_cam[0] = f->T_world_cam[5] = f->T_world_cam[10] = f->T_world_cam[15] = 1.0f;
+    f->depth_format = TSDF_DEPTH_F32;
+    f->depth = depth;
+    f->depth_scale = 1.0f;
+    f->min_depth_m = 0.1f;
+    f->max_depth_m = 10.0f;
+}
+
+static tsdf_volume_stats stats_of(tsdf_volume *v)
+{
+    tsdf_volume_stats st;
+    assert_int_equal(tsdf_volume_get_stats(v, &st), TSDF_OK);
+    return st;
+}
+
+/* The band of one ray, walked: the count of blocks it yields. */
+static uint32_t band_blocks(const float origin[3], const float dir[3], float depth_m)
+{
+    tsdf_block_dda s;
+    int32_t b[3];
+    uint32_t n = 0;
+    if (!tsdf_band_dda_init(&s, origin, dir, depth_m, TRUNC_M, 1.0f / BLOCK_M))
+        return 0;
+    while (tsdf_block_dda_next(&s, b) && n < 100000)
+        n++;
+    return n;
+}
+
+static void test_band_along_the_ray(void **state)
+{
+    (void)state;
+    const float origin[3] = {0.001f, 0.002f, 0.003f};
+    /* Along the optical axis |dir| = 1: camera depths 0.96 .. 1.04 m, blocks
+     * 12 and 13 on z, as before the band was measured along the ray. */
+    const float axis[3] = {0.0f, 0.0f, 1.0f};
+    assert_int_equal(band_blocks(origin, axis, 1.0f), 2);
+
+    /* 89.4 degrees off the axis (x = 100 per metre of depth, what fx = 0.05
+     * gives at the edge of a 16-pixel image): a band of camera depths
+     * 0.5 +- 0.04 m would reach from x = 46 m to x = 54 m, a hundred blocks;
+     * along the ray it is 8 cm long. */
+    const float graze[3] = {100.0f, 0.0f, 1.0f};
+    uint32_t n = band_blocks(origin, graze, 0.5f);
+    assert_true(n >= 1 && n <= max_blocks_per_sample());
+    {
+        /* It is centred on the measured point and spans trunc each way
+         * along the ray (within float rounding of the end points). */
+        tsdf_block_dda s;
+        assert_true(tsdf_band_dda_init(&s, origin, graze, 0.5f, TRUNC_M, 1.0f / BLOCK_M));
+        float x_mid = origin[0] + 0.5f * graze[0];
+        float half_x = TRUNC_M * graze[0] / sqrtf(graze[0] * graze[0] + 1.0f);
+        assert_int_equal(s.cur[0], (int32_t)floorf((x_mid - half_x) / BLOCK_M));
+        assert_int_equal(s.end[0], (int32_t)floorf((x_mid + half_x) / BLOCK_M));
+    }
+
+    /* Every direction, every depth: never more than the bound. */
+    uint64_t seed = 99;
+    for (int trial = 0; trial < 20000; trial++) {
+        float d[3], o[3];
+        for (int i = 0; i < 3; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            o[i] = (float)((double)(seed >> 11) / 9007199254740992.0 * 4.0 - 2.0);
+        }
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        d[0] = (float)((double)(seed >> 11) / 9007199254740992.0 * 24.0 - 12.0);
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        d[1] = (float)((double)(seed >> 11) / 9007199254740992.0 * 24.0 - 12.0);
+        d[2] = 1.0f;
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        float depth = (float)((double)(seed >> 11) / 9007199254740992.0 * 6.0 + 0.01);
+        assert_true(band_blocks(o, d, depth) <= max_blocks_per_sample());
+    }
+}
+
+static void test_intrinsics_check(void **state)
+{
+    (void)state;
+    const tsdf_intrinsics normal = {525.0f, 525.0f, 319.5f, 239.5f};
+    assert_int_equal(tsdf_intrinsics_check(&normal, 640, 480), TSDF_OK);
+    /* The issue's camera: 16x16 with fx = fy = 0.05 spans 179.6 degrees. */
+    const tsdf_intrinsics tiny = {0.05f, 0.05f, 7.5f, 7.5f};
+    assert_int_equal(tsdf_intrinsics_check(&tiny, SIDE, SIDE), TSDF_EBAD_INTRINSICS);
+    /* What counts is the angle, not the focal length: fx = 0.07 is fine for
+     * a 1x1 image around the principal point (corners at 0.5 px / 0.07 =
+     * 7.1 on each axis, r = 10.1 < tan 85 deg = 11.43)... */
+    const tsdf_intrinsics one = {0.07f, 0.07f, 0.0f, 0.0f};
+    assert_int_equal(tsdf_intrinsics_check(&one, 1, 1), TSDF_OK);
+    /* ...and a principal point far outside the image is as bad. */
+    const tsdf_intrinsics off = {525.0f, 525.0f, 1e6f, 239.5f};
+    assert_int_equal(tsdf_intrinsics_check(&off, 640, 480), TSDF_EBAD_INTRINSICS);
+
+    /* The limit is at the corners: 84.9 degrees passes, 85.1 does not. */
+    {
+        const double deg = 3.14159265358979323846 / 180.0;
+        /* Corner (15.5, 15.5) of a 16x16 image with cx = cy = -0.5: 16 px
+         * from the principal point on each axis. */
+        double r_ok = tan(84.9 * deg), r_bad = tan(85.1 * deg);
+        tsdf_intrinsics k = {0, 0, -0.5f, -0.5f};
+        k.fx = k.fy = (float)(16.0 * sqrt(2.0) / r_ok);
+        assert_int_equal(tsdf_intrinsics_check(&k, SIDE, SIDE), TSDF_OK);
+        k.fx = k.fy = (float)(16.0 * sqrt(2.0) / r_bad);
+        assert_int_equal(tsdf_intrinsics_check(&k, SIDE, SIDE), TSDF_EBAD_INTRINSICS);
+    }
+
+    /* Zero, negative and non-finite values, as before. */
+    tsdf_intrinsics k = normal;
+    k.fx = 0.0f;
+    assert_int_equal(tsdf_intrinsics_check(&k, 640, 480), TSDF_EBAD_INTRINSICS);
+    k = normal;
+    k.fy = -1.0f;
+    assert_int_equal(tsdf_intrinsics_check(&k, 640, 480), TSDF_EBAD_INTRINSICS);
+    k = normal;
+    k.fx = INFINITY;
+    assert_int_equal(tsdf_intrinsics_check(&k, 640, 480), TSDF_EBAD_INTRINSICS);
+    k = normal;
+    k.cy = NAN;
+    assert_int_equal(tsdf_intrinsics_check(&k, 640, 480), TSDF_EBAD_INTRINSICS);
+    assert_int_equal(tsdf_intrinsics_check(NULL, 640, 480), TSDF_EINVAL);
+}
+
+/* The 700-byte frame of the issue is refused before anything is allocated,
+ * and a raycast with its intrinsics too. */
+static void test_tiny_focal_frame_refused(void **state)
+{
+    (void)state;
+    float depth[SIDE * SIDE];
+    tsdf_frame f;
+    tsdf_volume *v = make_cpu_volume();
+    tsdf_volume_stats st0 = stats_of(v), st1;
+    for (int i = 0; i < SIDE * SIDE; i++)
+        depth[i] = 1.0f + 0.01f * (float)(i % 7);
+    side_frame(&f, depth, (tsdf_intrinsics){0.05f, 0.05f, 7.5f, 7.5f});
+    assert_int_equal(tsdf_frame_check(&f), TSDF_EBAD_INTRINSICS);
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_EBAD_INTRINSICS);
+    st1 = stats_of(v);
+    assert_int_equal(st1.blocks_allocated, 0);
+    assert_int_equal(st1.memory_bytes, st0.memory_bytes);
+    assert_int_equal(st1.frames_rejected, st0.frames_rejected + 1);
+
+    float out[SIDE * SIDE];
+    tsdf_raycast_output ro = {out, NULL, NULL};
+    tsdf_raycast_params rp = {
+        .width = SIDE, .height = SIDE, .K = f.K, .min_depth_m = 0.1f, .max_depth_m = 5.0f};
+    memcpy(rp.T_world_cam, f.T_world_cam, sizeof(rp.T_world_cam));
+    assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_EBAD_INTRINSICS);
+    tsdf_volume_destroy(v);
+}
+
+/* A real but wide camera: 16x16 with a 160-degree field of view across
+ * (tan 80 deg = 5.67 at the image's edge, 82.9 degrees at its corners), at
+ * depths where the outer rays graze: every sample allocates at most
+ * max_blocks_per_sample() blocks, alone and together. */
+static void test_wide_camera_bounded(void **state)
+{
+    (void)state;
+    const double deg = 3.14159265358979323846 / 180.0;
+    const float fx = (float)(8.0 / tan(80.0 * deg));
+    const tsdf_intrinsics K = {fx, fx, 7.5f, 7.5f};
+    float depth[SIDE * SIDE];
+    tsdf_frame f;
+    tsdf_volume *v = make_cpu_volume();
+    const uint32_t bound = max_blocks_per_sample();
+
+    assert_int_equal(tsdf_intrinsics_check(&K, SIDE, SIDE), TSDF_OK);
+    /* Depths of a floor 1.5 m below the camera where the ray meets it,
+     * else 3 m: the lower rays hit it at a few degrees. */
+    for (int v_px = 0; v_px < SIDE; v_px++) {
+        for (int u = 0; u < SIDE; u++) {
+            float y = ((float)v_px - K.cy) / K.fy;
+            depth[v_px * SIDE + u] = y > 0.5f ? 1.5f / y : 3.0f;
+        }
+    }
+    side_frame(&f, depth, K);
+
+    /* One sample at a time. */
+    uint32_t worst = 0;
+    for (int i = 0; i < SIDE * SIDE; i++) {
+        float one[SIDE * SIDE];
+        for (int k = 0; k < SIDE * SIDE; k++)
+            one[k] = k == i ? depth[i] : 0.0f;
+        f.depth = one;
+        assert_int_equal(tsdf_volume_reset(v), TSDF_OK);
+        assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+        uint64_t n = stats_of(v).blocks_allocated;
+        assert_true(n >= 1);
+        assert_true(n <= bound);
+        if (n > worst)
+            worst = (uint32_t)n;
+    }
+    /* The whole frame. */
+    f.depth = depth;
+    assert_int_equal(tsdf_volume_reset(v), TSDF_OK);
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+    uint64_t total = stats_of(v).blocks_allocated;
+    print_message("wide camera: at most %u blocks per sample (bound %u), %llu for %d samples\n",
+                  worst, bound, (unsigned long long)total, SIDE * SIDE);
+    assert_true(total <= (uint64_t)bound * SIDE * SIDE);
+    tsdf_volume_destroy(v);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_band_along_the_ray),
+        cmocka_unit_test(test_intrinsics_check),
+        cmocka_unit_test(test_tiny_focal_frame_refused),
+        cmocka_unit_test(test_wide_camera_bounded),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
