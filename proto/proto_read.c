@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "proto_utf8.h"
+
 /* The most msgpack values one message may hold. It bounds the msgpack zone
  * (about 24 bytes a value), which otherwise grows with the message size even
  * for a message of nothing but nils. Legitimate messages use a few hundred. */
@@ -31,6 +33,9 @@ int proto_fail(tsdf_proto_error *err, int code, const char *key, const char *fmt
         va_start(ap, fmt);
         vsnprintf(err->message, sizeof(err->message), fmt, ap);
         va_end(ap);
+        /* Messages quote the peer's bytes (a type or name it sent) and end
+         * up in logs and error replies: keep them valid and printable. */
+        proto_utf8_sanitize(err->message);
     }
     return code;
 }
@@ -368,8 +373,15 @@ int proto_get_str(const proto_reader *r, const char *key, char *out, size_t cap,
     }
     if (memchr(o->via.str.ptr, '\0', n) != NULL)
         return proto_fail(r->err, TSDF_EINVAL, key, "%s: contains a NUL byte", key);
+    /* Identifiers (names, paths) must be what they claim, or they could be
+     * echoed into replies as invalid str; free text is only shown, so it is
+     * repaired instead, including a character that truncation cut. */
+    if (!truncate && !proto_utf8_valid(o->via.str.ptr, n))
+        return proto_fail(r->err, TSDF_EINVAL, key, "%s: not valid UTF-8", key);
     memcpy(out, o->via.str.ptr, n);
     out[n] = '\0';
+    if (truncate)
+        proto_utf8_sanitize(out);
     return TSDF_OK;
 }
 

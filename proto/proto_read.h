@@ -41,8 +41,9 @@ typedef struct {
     tsdf_proto_error *err; /* may be NULL: codes only */
 } proto_reader;
 
-/* Fills *err (when not NULL) with key and the formatted message; returns
- * code, so that a decoder can write `return proto_fail(...)`. */
+/* Fills *err (when not NULL) with key and the formatted message, made valid
+ * and printable UTF-8; returns code, so that a decoder can write
+ * `return proto_fail(...)`. */
 int proto_fail(tsdf_proto_error *err, int code, const char *key, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
@@ -90,8 +91,10 @@ int proto_get_float(const proto_reader *r, const char *key, int finite_code, flo
 /* An optional boolean; *out is left alone when the key is absent. */
 int proto_get_bool(const proto_reader *r, const char *key, int *out);
 
-/* A string copied into out[cap] (NUL-terminated). truncate: 0 fails with
- * TSDF_ETOO_LARGE when it does not fit, 1 truncates silently (messages). A
+/* A string copied into out[cap] (NUL-terminated). truncate: 0 for an
+ * identifier, which fails with TSDF_ETOO_LARGE when it does not fit and
+ * TSDF_EINVAL when it is not valid UTF-8; 1 for free text (messages), which
+ * is truncated silently and made valid, printable UTF-8 (proto_utf8.h). A
  * NUL byte inside the string is TSDF_EINVAL. */
 int proto_get_str(const proto_reader *r, const char *key, char *out, size_t cap, int truncate,
                   int *present);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "proto_read.h"
+#include "proto_utf8.h"
 #include "proto_write.h"
 
 /* ---- constructors ------------------------------------------------------- */
@@ -33,6 +34,12 @@ void tsdf_reply_set_error(tsdf_reply *r, int status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(r->message, sizeof(r->message), fmt, ap);
     va_end(ap);
+    /* The daemon formats the client's own bytes into messages (map names,
+     * paths, the type it could not parse), and the buffer may cut a
+     * character in two. A str that is not UTF-8 makes strict decoders drop
+     * the whole reply, so the message is repaired here, once, for every
+     * caller; controls go too, as the message also ends up in logs. */
+    proto_utf8_sanitize(r->message);
 }
 
 /* ---- the stats tables --------------------------------------------------- */
@@ -189,6 +196,8 @@ static int read_daemon_stats(const proto_reader *r, tsdf_rep_stats *s)
             return proto_fail(r->err, TSDF_ETOO_LARGE, "daemon",
                               "daemon: a key is empty, longer than %u bytes or holds a NUL",
                               TSDF_PROTO_MAX_STATS_KEY_LEN);
+        if (!proto_utf8_valid(k->via.str.ptr, k->via.str.size))
+            return proto_fail(r->err, TSDF_EINVAL, "daemon", "daemon: a key is not valid UTF-8");
         if (s->extra_count >= TSDF_PROTO_MAX_STATS_EXTRA)
             return proto_fail(r->err, TSDF_ETOO_LARGE, "daemon", "daemon: more than %u counters",
                               TSDF_PROTO_MAX_STATS_EXTRA);
@@ -603,9 +612,7 @@ static int encode_reply_body(proto_writer *w, const void *src)
             const char *name = r->u.maps.names[i];
             if (memchr(name, '\0', TSDF_PROTO_MAX_NAME_LEN + 1) == NULL)
                 return TSDF_EINVAL;
-            size_t n = strlen(name);
-            msgpack_pack_str(&w->pk, n);
-            msgpack_pack_str_body(&w->pk, name, n);
+            proto_w_str_value(w, name);
         }
         break;
     case TSDF_MSG_PING:

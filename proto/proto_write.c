@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto_utf8.h"
+
 static int write_cb(void *data, const char *p, size_t n)
 {
     proto_writer *w = data;
@@ -23,19 +25,30 @@ static int write_cb(void *data, const char *p, size_t n)
     return 0;
 }
 
+/* Every str the codec writes, key or value, passes here: msgpack defines
+ * str as UTF-8 and strict decoders refuse a whole message over one bad
+ * string, so nothing else leaves this side. */
+void proto_w_str_value(proto_writer *w, const char *v)
+{
+    size_t n = strlen(v);
+    if (!proto_utf8_valid(v, n)) {
+        if (w->err == TSDF_OK)
+            w->err = TSDF_EINVAL;
+        return;
+    }
+    msgpack_pack_str(&w->pk, n);
+    msgpack_pack_str_body(&w->pk, v, n);
+}
+
 void proto_w_key(proto_writer *w, const char *k)
 {
-    size_t n = strlen(k);
-    msgpack_pack_str(&w->pk, n);
-    msgpack_pack_str_body(&w->pk, k, n);
+    proto_w_str_value(w, k);
 }
 
 void proto_w_str(proto_writer *w, const char *k, const char *v)
 {
     proto_w_key(w, k);
-    size_t n = strlen(v);
-    msgpack_pack_str(&w->pk, n);
-    msgpack_pack_str_body(&w->pk, v, n);
+    proto_w_str_value(w, v);
 }
 
 void proto_w_uint(proto_writer *w, const char *k, uint64_t v)

@@ -4,9 +4,10 @@
  * encode-then-decode path that every public encoder goes through. Not
  * installed; nothing outside proto/ includes it.
  *
- * The helpers do not return codes: the first failure to append (the
- * buffer's max_len, out of memory) is kept in proto_writer.err and every
- * later write is dropped, so a body can write a whole message and check once.
+ * The helpers do not return codes: the first failure (the buffer's
+ * max_len, out of memory, a string that is not valid UTF-8) is kept in
+ * proto_writer.err and every later write is dropped, so a body can write a
+ * whole message and check once.
  */
 #ifndef TSDF_PROTO_WRITE_H
 #define TSDF_PROTO_WRITE_H
@@ -27,9 +28,12 @@
 typedef struct {
     msgpack_packer pk; /* for containers and values the helpers lack */
     tsdf_buf *b;       /* the caller's buffer, appended to */
-    int err;           /* TSDF_OK, or the first append failure */
+    int err;           /* TSDF_OK, or the first failure */
 } proto_writer;
 
+/* A str value alone (an array element); TSDF_EINVAL in err when s is not
+ * valid UTF-8, which holds for every string below too. */
+void proto_w_str_value(proto_writer *w, const char *s);
 /* A map key; the value must follow. */
 void proto_w_key(proto_writer *w, const char *k);
 /* One key and its value. v and k are NUL-terminated. */
