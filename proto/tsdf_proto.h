@@ -58,7 +58,7 @@ extern "C" {
  * name may become a file name). Sensor names: 1..64 printable ASCII bytes
  * without spaces (0x21..0x7e). */
 #define TSDF_PROTO_MAX_NAME_LEN 64u
-/* Paths in save/load: 1..1024 bytes, no NUL byte. */
+/* Paths in save/load: 1..1024 bytes of valid UTF-8, no NUL byte. */
 #define TSDF_PROTO_MAX_PATH_LEN 1024u
 /* Error messages in replies: longer ones are truncated on decode. */
 #define TSDF_PROTO_MAX_MESSAGE_LEN 255u
@@ -128,8 +128,10 @@ int tsdf_buf_append(tsdf_buf *b, const void *p, size_t n);
 /* ---- decode error detail ------------------------------------------------ */
 
 typedef struct {
-    char key[32];      /* the offending key ("depth"), or "" */
-    char message[160]; /* e.g. "depth: 1000 bytes, expected 614400 (640x480 u16)" */
+    char key[32]; /* the offending key ("depth"), or "" */
+    /* e.g. "depth: 1000 bytes, expected 614400 (640x480 u16)"; always valid
+     * UTF-8 without control characters, though it may quote the peer. */
+    char message[160];
 } tsdf_proto_error;
 
 /* ---- requests ----------------------------------------------------------- */
@@ -273,7 +275,10 @@ typedef struct {
 void tsdf_reply_init(tsdf_reply *r, tsdf_msg_type type, uint64_t id);
 
 /* Turns *r into an error reply: status, error = tsdf_errname(status), and
- * message (printf-style; NULL fmt: tsdf_strerror(status)). */
+ * message (printf-style; NULL fmt: tsdf_strerror(status)). The formatted
+ * message is made valid UTF-8 without control characters: each invalid or
+ * truncated byte sequence and each control character becomes '?', so a
+ * client's bytes passed through %s can never make the reply unreadable. */
 void tsdf_reply_set_error(tsdf_reply *r, int status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -290,7 +295,9 @@ int tsdf_proto_encode_request(const tsdf_request *req, tsdf_buf *out);
 
 /* Appends rep to out. An error reply (status != 0) carries only v, type, id,
  * status, error and message. Returns TSDF_EINVAL for inconsistent payloads
- * (NULL pointer with non-zero counts), TSDF_ETOO_LARGE, TSDF_ENOMEM. */
+ * (NULL pointer with non-zero counts) or a string that is not valid UTF-8
+ * (no encoder ever writes one; tsdf_reply_set_error repairs messages),
+ * TSDF_ETOO_LARGE, TSDF_ENOMEM. */
 int tsdf_proto_encode_reply(const tsdf_reply *rep, tsdf_buf *out);
 
 /* ---- decoding ----------------------------------------------------------- */
@@ -319,9 +326,10 @@ int tsdf_proto_peek(const void *data, size_t len, tsdf_msg_type *type, uint64_t 
  *                       intrinsic not finite, a field of view beyond 170 degrees)
  *   TSDF_EBAD_POSE      T_world_cam not finite or not rigid (tsdf_pose_is_rigid)
  *   TSDF_EBAD_DEPTH_RANGE min/max depth or depth_scale invalid (as tsdf_frame_check)
- *   TSDF_EINVAL         a name with bad characters, empty name or path, an
- *                       inverted box, a negative or non-finite number where a
- *                       value must be finite
+ *   TSDF_EINVAL         a name with bad characters, a path that is not valid
+ *                       UTF-8, an empty name or path, an inverted box, a
+ *                       negative or non-finite number where a value must be
+ *                       finite
  *   TSDF_ENOMEM         the msgpack zone could not be allocated
  * On success payload pointers in *out point into data (see lifetimes above).
  * On failure out->type and out->id hold what could be read, so the caller can

@@ -180,6 +180,8 @@ void raw_roundtrip(nng_socket s, const void *data, size_t len, tsdf_reply *rep)
     int rv = nng_recvmsg(s, &r, 0);
     if (rv != 0)
         fail_msg("no reply to a %zu-byte request: %s", len, nng_strerror(rv));
+    if (!tsdf_test_msgpack_strs_valid(nng_msg_body(r), nng_msg_len(r)))
+        fail_msg("a reply to a %zu-byte request holds a str that is not UTF-8", len);
     int rc = tsdf_proto_decode_reply(nng_msg_body(r), nng_msg_len(r), rep, &perr);
     nng_msg_free(r);
     if (rc != TSDF_OK)

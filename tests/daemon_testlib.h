@@ -63,7 +63,9 @@ void assert_reconciled(const tsdf_rep_stats *st);
 /* Raw nng sockets (10 s send and receive timeouts) dialed to h. */
 nng_socket raw_req(const tsdfd_harness *h);
 nng_socket raw_push(const tsdfd_harness *h);
-/* Sends bytes on a raw REQ socket and decodes the reply into *rep. */
+/* Sends bytes on a raw REQ socket and decodes the reply into *rep. Every
+ * str of the reply must be valid UTF-8 as sent, before the codec (which
+ * repairs free text) sees it: strict peers refuse the whole reply otherwise. */
 void raw_roundtrip(nng_socket s, const void *data, size_t len, tsdf_reply *rep);
 
 void pk_str(msgpack_packer *pk, const char *s);

@@ -698,6 +698,84 @@ static void test_malformed_messages(void **state)
     free(st);
 }
 
+/* A request {v, type, id, key: value} with raw bytes for the strings. */
+static void pack_raw_request(msgpack_sbuffer *sb, const char *type, size_t type_len,
+                             const char *key, const char *value, size_t value_len)
+{
+    msgpack_packer pk;
+    msgpack_sbuffer_init(sb);
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 4);
+    pk_str(&pk, "v");
+    msgpack_pack_int(&pk, 1);
+    pk_str(&pk, "type");
+    msgpack_pack_str(&pk, type_len);
+    msgpack_pack_str_body(&pk, type, type_len);
+    pk_str(&pk, "id");
+    msgpack_pack_uint64(&pk, 77);
+    pk_str(&pk, key);
+    msgpack_pack_str(&pk, value_len);
+    msgpack_pack_str_body(&pk, value, value_len);
+}
+
+/* Error replies quote what the client sent (names, paths, types); however
+ * broken those bytes are, the reply stays valid UTF-8 (raw_roundtrip checks
+ * every str) and its message printable. */
+static void test_error_replies_are_utf8(void **state)
+{
+    tsdfd_harness h;
+    tsdf_reply *rep = malloc(sizeof *rep);
+    msgpack_sbuffer sb;
+    (void)state;
+
+    assert_non_null(rep);
+    assert_int_equal(start_daemon(&h, NULL, NULL), 0);
+    nng_socket s = raw_req(&h);
+
+    /* A map name that is not UTF-8, and one that is but holds an escape
+     * character, which the message quotes. */
+    pack_raw_request(&sb, "stats", 5, "map", "caf\xc3", 4);
+    raw_roundtrip(s, sb.data, sb.size, rep);
+    msgpack_sbuffer_destroy(&sb);
+    assert_int_equal(rep->status, TSDF_EINVAL);
+    assert_int_equal(rep->type, TSDF_MSG_STATS);
+    pack_raw_request(&sb, "stats", 5, "map", "caf\xc3\xa9\x1b[2J", 9);
+    raw_roundtrip(s, sb.data, sb.size, rep);
+    msgpack_sbuffer_destroy(&sb);
+    assert_int_equal(rep->status, TSDF_EINVAL);
+    if (strstr(rep->message, "\"caf\xc3\xa9?[2J\"") == NULL)
+        fail_msg("message: %s", rep->message);
+
+    /* A type that is a truncated 3-byte sequence. */
+    pack_raw_request(&sb, "\xe2\x82", 2, "map", "default", 7);
+    raw_roundtrip(s, sb.data, sb.size, rep);
+    msgpack_sbuffer_destroy(&sb);
+    assert_int_equal(rep->status, TSDF_EPROTO_TYPE);
+
+    /* A path that is not UTF-8 is refused before the daemon uses it. */
+    pack_raw_request(&sb, "save", 4, "path", "m\xff.tsdf", 7);
+    raw_roundtrip(s, sb.data, sb.size, rep);
+    msgpack_sbuffer_destroy(&sb);
+    assert_int_equal(rep->status, TSDF_EINVAL);
+
+    /* A valid path whose file name the daemon quotes cut to 64 bytes,
+     * inside a 2-byte character: the half character becomes '?'. */
+    char path[128] = "snap-";
+    for (int i = 0; i < 40; i++)
+        strcat(path, "\xc3\xa9");
+    strcat(path, ".tsdfsnap");
+    pack_raw_request(&sb, "save", 4, "path", path, strlen(path));
+    raw_roundtrip(s, sb.data, sb.size, rep);
+    msgpack_sbuffer_destroy(&sb);
+    assert_int_equal(rep->status, TSDF_EINVAL);
+    assert_non_null(strstr(rep->message, "reserved"));
+    assert_non_null(strstr(rep->message, "\xc3\xa9?'"));
+
+    nng_close(s);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    free(rep);
+}
+
 /* ---- 4. SIGTERM drains -------------------------------------------------- */
 
 static void test_sigterm_drains_queue(void **state)
@@ -1433,6 +1511,7 @@ int main(void)
         cmocka_unit_test(test_queue_byte_budget),
         cmocka_unit_test(test_mesh_and_raycast_match_engine),
         cmocka_unit_test(test_malformed_messages),
+        cmocka_unit_test(test_error_replies_are_utf8),
         cmocka_unit_test(test_sigterm_drains_queue),
         cmocka_unit_test(test_persistence_across_restarts),
         cmocka_unit_test(test_save_load_semantics),

@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <msgpack.h>
+
 #ifndef TSDF_SOURCE_DIR
 #define TSDF_SOURCE_DIR "."
 #endif
@@ -48,4 +50,63 @@ const char *tsdf_test_tmpdir(void)
     snprintf(dir, sizeof dir, "%s/tsdf-test-%ld", base && *base ? base : "/tmp", (long)getpid());
     mkdir(dir, 0700);
     return dir;
+}
+
+int tsdf_test_utf8_valid(const void *s, size_t n)
+{
+    const unsigned char *p = s;
+    size_t i = 0;
+    while (i < n) {
+        unsigned char b = p[i];
+        size_t len = b < 0x80             ? 1
+                     : (b & 0xe0) == 0xc0 ? 2
+                     : (b & 0xf0) == 0xe0 ? 3
+                     : (b & 0xf8) == 0xf0 ? 4
+                                          : 0;
+        if (len == 0 || len > n - i)
+            return 0;
+        uint32_t cp = len == 1 ? b : (uint32_t)(b & (0x7f >> len));
+        for (size_t k = 1; k < len; k++) {
+            if ((p[i + k] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (p[i + k] & 0x3fu);
+        }
+        /* The smallest code point each length may encode. */
+        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min_cp[len] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+static int strs_valid(const msgpack_object *o)
+{
+    switch (o->type) {
+    case MSGPACK_OBJECT_STR:
+        return tsdf_test_utf8_valid(o->via.str.ptr, o->via.str.size);
+    case MSGPACK_OBJECT_ARRAY:
+        for (uint32_t i = 0; i < o->via.array.size; i++)
+            if (!strs_valid(&o->via.array.ptr[i]))
+                return 0;
+        return 1;
+    case MSGPACK_OBJECT_MAP:
+        for (uint32_t i = 0; i < o->via.map.size; i++)
+            if (!strs_valid(&o->via.map.ptr[i].key) || !strs_valid(&o->via.map.ptr[i].val))
+                return 0;
+        return 1;
+    default:
+        return 1;
+    }
+}
+
+int tsdf_test_msgpack_strs_valid(const void *data, size_t len)
+{
+    msgpack_unpacked res;
+    msgpack_unpacked_init(&res);
+    size_t off = 0;
+    int ok = msgpack_unpack_next(&res, data, len, &off) == MSGPACK_UNPACK_SUCCESS &&
+             strs_valid(&res.data);
+    msgpack_unpacked_destroy(&res);
+    return ok;
 }

@@ -25,4 +25,15 @@ void tsdf_test_skip_program(const char *fmt, ...);
 /* A scratch directory unique to this process under $TMPDIR (created). */
 const char *tsdf_test_tmpdir(void);
 
+/* 1 when the n bytes at s are valid UTF-8 by RFC 3629 (no overlong forms,
+ * no surrogates, nothing past U+10FFFF, no truncated sequence), else 0.
+ * Written apart from the codec's own check, so that a test compares two. */
+int tsdf_test_utf8_valid(const void *s, size_t n);
+
+/* 1 when data holds one msgpack value every str of which (map keys too, at
+ * any depth) passes tsdf_test_utf8_valid; 0 when one does not or the bytes
+ * do not unpack. Checks what a strict peer sees, before any decoder of ours
+ * could repair it. */
+int tsdf_test_msgpack_strs_valid(const void *data, size_t len);
+
 #endif

@@ -1,0 +1,395 @@
+/*
+ * proto_request.c - requests on the wire: tsdf_request's defaults, its
+ * decoder (every key a request type knows, with its checks) and its encoder.
+ */
+#include "tsdf_proto.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "proto_read.h"
+#include "proto_write.h"
+#include "tsdf_pose.h"
+
+/* ---- defaults ----------------------------------------------------------- */
+
+void tsdf_request_init(tsdf_request *r, tsdf_msg_type type)
+{
+    memset(r, 0, sizeof(*r));
+    r->type = type;
+    strcpy(r->map, TSDF_PROTO_DEFAULT_MAP);
+    if (type == TSDF_MSG_FRAME || type == TSDF_MSG_INTEGRATE) {
+        tsdf_req_frame *f = &r->u.frame;
+        f->sensor.is_id = 1;
+        f->frame.depth_format = TSDF_DEPTH_U16;
+        f->frame.depth_scale = TSDF_PROTO_DEFAULT_DEPTH_SCALE;
+        f->frame.min_depth_m = TSDF_PROTO_DEFAULT_MIN_DEPTH_M;
+        f->frame.max_depth_m = TSDF_PROTO_DEFAULT_MAX_DEPTH_M;
+        tsdf_pose_identity(f->frame.T_world_cam);
+    } else if (type == TSDF_MSG_RAYCAST) {
+        r->u.raycast.min_depth_m = TSDF_PROTO_DEFAULT_MIN_DEPTH_M;
+        r->u.raycast.max_depth_m = TSDF_PROTO_DEFAULT_MAX_DEPTH_M;
+        tsdf_pose_identity(r->u.raycast.T_world_cam);
+    }
+}
+
+/* ---- decoding ----------------------------------------------------------- */
+
+/* Sensor names are only labels in logs and stats: printable ASCII without
+ * spaces is enough. */
+static int check_sensor_name(const char *name, size_t len)
+{
+    if (len == 0)
+        return TSDF_EINVAL;
+    if (len > TSDF_PROTO_MAX_NAME_LEN)
+        return TSDF_ETOO_LARGE;
+    for (size_t i = 0; i < len; i++) {
+        if (name[i] < 0x21 || name[i] > 0x7e)
+            return TSDF_EINVAL;
+    }
+    return TSDF_OK;
+}
+
+/* The intrinsics of a w x h image, checked by the engine's own test
+ * (tsdf_intrinsics_check), so the codec and the engine agree on them. */
+static int read_intrinsics(const proto_reader *r, uint32_t w, uint32_t h, tsdf_intrinsics *K)
+{
+    PROTO_TRY(proto_get_float(r, "fx", TSDF_EBAD_INTRINSICS, &K->fx, NULL));
+    PROTO_TRY(proto_get_float(r, "fy", TSDF_EBAD_INTRINSICS, &K->fy, NULL));
+    PROTO_TRY(proto_get_float(r, "cx", TSDF_EBAD_INTRINSICS, &K->cx, NULL));
+    PROTO_TRY(proto_get_float(r, "cy", TSDF_EBAD_INTRINSICS, &K->cy, NULL));
+    if (!(K->fx > 0.0f) || !(K->fy > 0.0f))
+        return proto_fail(r->err, TSDF_EBAD_INTRINSICS, K->fx > 0.0f ? "fy" : "fx",
+                          "focal lengths must be positive (fx %g, fy %g)", K->fx, K->fy);
+    if (tsdf_intrinsics_check(K, w, h) != TSDF_OK)
+        return proto_fail(r->err, TSDF_EBAD_INTRINSICS, "fx",
+                          "intrinsics fx %g fy %g cx %g cy %g describe no real %ux%u camera (a "
+                          "pixel ray more than %g degrees off the optical axis)",
+                          K->fx, K->fy, K->cx, K->cy, w, h, TSDF_INTRINSICS_MAX_ANGLE_DEG);
+    return TSDF_OK;
+}
+
+static int read_pose(const proto_reader *r, float T[16])
+{
+    double d[16];
+    PROTO_TRY(proto_get_numbers(r, "T_world_cam", 16, d, NULL));
+    for (int i = 0; i < 16; i++)
+        T[i] = proto_to_float(d[i]);
+    if (!tsdf_pose_is_rigid(T))
+        return proto_fail(
+            r->err, TSDF_EBAD_POSE, "T_world_cam",
+            "T_world_cam is not a finite rigid transform (row-major, last row 0 0 0 1)");
+    return TSDF_OK;
+}
+
+static int read_depth_range(const proto_reader *r, float *min_m, float *max_m)
+{
+    PROTO_TRY(proto_get_float(r, "min_depth", TSDF_EBAD_DEPTH_RANGE, min_m, &(int){0}));
+    PROTO_TRY(proto_get_float(r, "max_depth", TSDF_EBAD_DEPTH_RANGE, max_m, &(int){0}));
+    if (!(*min_m >= 0.0f) || !(*max_m > *min_m))
+        return proto_fail(r->err, TSDF_EBAD_DEPTH_RANGE, "min_depth",
+                          "depth range [%g, %g] m is invalid", *min_m, *max_m);
+    return TSDF_OK;
+}
+
+static int read_map_name(const proto_reader *r, char *map)
+{
+    int present = 0;
+    PROTO_TRY(proto_get_str(r, "map", map, TSDF_PROTO_MAX_NAME_LEN + 1, 0, &present));
+    if (!present) {
+        strcpy(map, TSDF_PROTO_DEFAULT_MAP);
+        return TSDF_OK;
+    }
+    int rc = tsdf_proto_check_name(map, strlen(map));
+    if (rc != TSDF_OK)
+        return proto_fail(r->err, rc, "map",
+                          "map: name \"%s\" is not 1..%u characters of "
+                          "[A-Za-z0-9_.-] not starting with '.'",
+                          map, TSDF_PROTO_MAX_NAME_LEN);
+    return TSDF_OK;
+}
+
+static int read_path(const proto_reader *r, char *path)
+{
+    int present = 0;
+    PROTO_TRY(proto_get_str(r, "path", path, TSDF_PROTO_MAX_PATH_LEN + 1, 0, &present));
+    if (present && path[0] == '\0')
+        return proto_fail(r->err, TSDF_EINVAL, "path", "path: empty (leave the key out instead)");
+    return TSDF_OK;
+}
+
+static int read_frame(const proto_reader *r, tsdf_req_frame *f)
+{
+    tsdf_frame *fr = &f->frame;
+    const msgpack_object *o;
+    int s = proto_find(r, "sensor", &o);
+    if (s < 0)
+        return s;
+    if (s == 1) {
+        if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+            f->sensor.is_id = 1;
+            f->sensor.id = o->via.u64;
+        } else if (o->type == MSGPACK_OBJECT_STR) {
+            int rc = check_sensor_name(o->via.str.ptr, o->via.str.size);
+            if (rc != TSDF_OK)
+                return proto_fail(r->err, rc, "sensor",
+                                  "sensor: name must be 1..%u printable characters without spaces",
+                                  TSDF_PROTO_MAX_NAME_LEN);
+            f->sensor.is_id = 0;
+            memcpy(f->sensor.name, o->via.str.ptr, o->via.str.size);
+            f->sensor.name[o->via.str.size] = '\0';
+        } else {
+            return proto_wrong_type(r, "sensor", "a string or an unsigned integer");
+        }
+    }
+    int present = 0;
+    PROTO_TRY(proto_get_uint(r, "seq", UINT64_MAX, &f->seq, &present));
+    PROTO_TRY(proto_get_uint(r, "stamp_ns", UINT64_MAX, &f->stamp_ns, &present));
+    PROTO_TRY(proto_read_size(r, &fr->width, &fr->height));
+    PROTO_TRY(read_intrinsics(r, fr->width, fr->height, &fr->K));
+
+    char fmt[8] = "u16";
+    PROTO_TRY(proto_get_str(r, "depth_format", fmt, sizeof(fmt), 1, &present));
+    if (strcmp(fmt, "u16") == 0)
+        fr->depth_format = TSDF_DEPTH_U16;
+    else if (strcmp(fmt, "f32") == 0)
+        fr->depth_format = TSDF_DEPTH_F32;
+    else
+        return proto_fail(r->err, TSDF_EPROTO_KEY, "depth_format",
+                          "depth_format: \"%s\" is neither \"u16\" nor \"f32\"", fmt);
+
+    size_t pixels = (size_t)fr->width * fr->height;
+    size_t bps = fr->depth_format == TSDF_DEPTH_U16 ? 2 : 4;
+    const void *p;
+    size_t n;
+    PROTO_TRY(proto_get_bin(r, "depth", &p, &n, NULL));
+    if (n != pixels * bps)
+        return proto_fail(r->err, TSDF_EBAD_SIZE, "depth",
+                          "depth: %zu bytes, expected %zu (%ux%u %s)", n, pixels * bps, fr->width,
+                          fr->height, fmt);
+    fr->depth = p;
+    fr->depth_size_bytes = n;
+
+    if (fr->depth_format == TSDF_DEPTH_U16) {
+        PROTO_TRY(
+            proto_get_float(r, "depth_scale", TSDF_EBAD_DEPTH_RANGE, &fr->depth_scale, &present));
+        if (!(fr->depth_scale > 0.0f))
+            return proto_fail(r->err, TSDF_EBAD_DEPTH_RANGE, "depth_scale",
+                              "depth_scale: %g m per unit must be positive", fr->depth_scale);
+    }
+    PROTO_TRY(read_depth_range(r, &fr->min_depth_m, &fr->max_depth_m));
+    PROTO_TRY(read_pose(r, fr->T_world_cam));
+
+    PROTO_TRY(proto_get_bin(r, "rgb", &p, &n, &present));
+    if (present) {
+        if (n != pixels * 3)
+            return proto_fail(r->err, TSDF_EBAD_SIZE, "rgb",
+                              "rgb: %zu bytes, expected %zu (%ux%u RGB8)", n, pixels * 3, fr->width,
+                              fr->height);
+        fr->rgb = p;
+        fr->rgb_size_bytes = n;
+    }
+    return TSDF_OK;
+}
+
+static int read_raycast(const proto_reader *r, tsdf_req_raycast *q)
+{
+    PROTO_TRY(proto_read_size(r, &q->width, &q->height));
+    PROTO_TRY(read_intrinsics(r, q->width, q->height, &q->K));
+    PROTO_TRY(read_pose(r, q->T_world_cam));
+    PROTO_TRY(read_depth_range(r, &q->min_depth_m, &q->max_depth_m));
+    PROTO_TRY(proto_get_bool(r, "rgb", &q->want_rgb));
+    /* Refuse a raycast whose reply could not be sent: depth (4) + normals
+     * (12) [+ rgb (3)] bytes a pixel, plus room for the envelope. */
+    uint64_t bytes = (uint64_t)q->width * q->height * (16u + (q->want_rgb ? 3u : 0u)) + 4096u;
+    if (bytes > TSDF_PROTO_MAX_MESSAGE_BYTES)
+        return proto_fail(r->err, TSDF_ETOO_LARGE, "width",
+                          "a %ux%u raycast reply would exceed %u bytes", q->width, q->height,
+                          TSDF_PROTO_MAX_MESSAGE_BYTES);
+    return TSDF_OK;
+}
+
+static int read_mesh_req(const proto_reader *r, tsdf_req_mesh *q)
+{
+    double b[6];
+    int present = 0;
+    PROTO_TRY(proto_get_numbers(r, "box", 6, b, &present));
+    if (present) {
+        for (int i = 0; i < 3; i++) {
+            q->box.min[i] = proto_to_float(b[i]);
+            q->box.max[i] = proto_to_float(b[i + 3]);
+            if (!isfinite(q->box.min[i]) || !isfinite(q->box.max[i]) ||
+                q->box.max[i] < q->box.min[i])
+                return proto_fail(
+                    r->err, TSDF_EINVAL, "box",
+                    "box: must be finite [minx,miny,minz,maxx,maxy,maxz] with max >= min");
+        }
+        q->use_box = 1;
+    }
+    PROTO_TRY(proto_get_uint(r, "since_version", UINT64_MAX, &q->since_version, &present));
+    return TSDF_OK;
+}
+
+static int decode_request(const proto_reader *r, tsdf_request *out)
+{
+    tsdf_msg_type type = TSDF_MSG_NONE;
+    uint64_t id = 0;
+    int present = 0;
+    /* The id first, so that even a request with a bad version or type can
+     * be answered with its id. */
+    (void)proto_get_uint(r, "id", UINT64_MAX, &id, &present);
+    out->id = id;
+    int rc = proto_read_envelope(r, &type, &id, 0);
+    out->type = type;
+    if (rc != TSDF_OK)
+        return rc;
+    if (type == TSDF_MSG_ERROR)
+        return proto_fail(r->err, TSDF_EPROTO_TYPE, "type", "\"error\" is a reply type");
+    tsdf_request_init(out, type);
+    out->id = id;
+    if (!present && type != TSDF_MSG_FRAME)
+        return proto_missing(r, "id");
+
+    if (type != TSDF_MSG_MAPS && type != TSDF_MSG_PING)
+        PROTO_TRY(read_map_name(r, out->map));
+    switch (type) {
+    case TSDF_MSG_FRAME:
+    case TSDF_MSG_INTEGRATE:
+        return read_frame(r, &out->u.frame);
+    case TSDF_MSG_RAYCAST:
+        return read_raycast(r, &out->u.raycast);
+    case TSDF_MSG_MESH:
+        return read_mesh_req(r, &out->u.mesh);
+    case TSDF_MSG_SAVE:
+    case TSDF_MSG_LOAD:
+        return read_path(r, out->u.path.path);
+    default:
+        return TSDF_OK;
+    }
+}
+
+static int decode_request_body(const proto_reader *r, void *out)
+{
+    return decode_request(r, out);
+}
+
+int tsdf_proto_decode_request(const void *data, size_t len, tsdf_request *out,
+                              tsdf_proto_error *err)
+{
+    return proto_decode_message(data, len, out, sizeof(*out), err, decode_request_body);
+}
+
+/* ---- encoding ----------------------------------------------------------- */
+
+static void w_intrinsics(proto_writer *w, const tsdf_intrinsics *K)
+{
+    proto_w_float(w, "fx", K->fx);
+    proto_w_float(w, "fy", K->fy);
+    proto_w_float(w, "cx", K->cx);
+    proto_w_float(w, "cy", K->cy);
+}
+
+static int encode_request_body(proto_writer *w, const void *src)
+{
+    const tsdf_request *q = src;
+    /* Strings are fixed arrays: make sure they are terminated before strlen
+     * runs over them. */
+    if (memchr(q->map, '\0', sizeof(q->map)) == NULL ||
+        memchr(q->u.path.path, '\0', sizeof(q->u.path.path)) == NULL)
+        return TSDF_EINVAL;
+    int has_map = q->type != TSDF_MSG_MAPS && q->type != TSDF_MSG_PING;
+    uint32_t n = 3 + (has_map ? 1 : 0);
+    switch (q->type) {
+    case TSDF_MSG_FRAME:
+    case TSDF_MSG_INTEGRATE: {
+        const tsdf_frame *f = &q->u.frame.frame;
+        PROTO_TRY(proto_check_image(f->width, f->height));
+        if (f->depth == NULL ||
+            (f->depth_format != TSDF_DEPTH_U16 && f->depth_format != TSDF_DEPTH_F32))
+            return TSDF_EINVAL;
+        int u16 = f->depth_format == TSDF_DEPTH_U16;
+        n += 14 + (u16 ? 1 : 0) + (f->rgb ? 1 : 0);
+        msgpack_pack_map(&w->pk, n);
+        proto_w_envelope(w, q->type, q->id);
+        proto_w_str(w, "map", q->map);
+        if (q->u.frame.sensor.is_id) {
+            proto_w_uint(w, "sensor", q->u.frame.sensor.id);
+        } else {
+            proto_w_str(w, "sensor", q->u.frame.sensor.name);
+        }
+        proto_w_uint(w, "seq", q->u.frame.seq);
+        proto_w_uint(w, "stamp_ns", q->u.frame.stamp_ns);
+        proto_w_uint(w, "width", f->width);
+        proto_w_uint(w, "height", f->height);
+        w_intrinsics(w, &f->K);
+        proto_w_str(w, "depth_format", u16 ? "u16" : "f32");
+        proto_w_bin(w, "depth", f->depth, (size_t)f->width * f->height * (u16 ? 2u : 4u));
+        if (u16)
+            proto_w_float(w, "depth_scale", f->depth_scale);
+        proto_w_float(w, "min_depth", f->min_depth_m);
+        proto_w_float(w, "max_depth", f->max_depth_m);
+        proto_w_floats(w, "T_world_cam", f->T_world_cam, 16);
+        if (f->rgb)
+            proto_w_bin(w, "rgb", f->rgb, (size_t)f->width * f->height * 3u);
+        return TSDF_OK;
+    }
+    case TSDF_MSG_RAYCAST: {
+        const tsdf_req_raycast *r = &q->u.raycast;
+        msgpack_pack_map(&w->pk, n + 10);
+        proto_w_envelope(w, q->type, q->id);
+        proto_w_str(w, "map", q->map);
+        proto_w_uint(w, "width", r->width);
+        proto_w_uint(w, "height", r->height);
+        w_intrinsics(w, &r->K);
+        proto_w_floats(w, "T_world_cam", r->T_world_cam, 16);
+        proto_w_float(w, "min_depth", r->min_depth_m);
+        proto_w_float(w, "max_depth", r->max_depth_m);
+        proto_w_bool(w, "rgb", r->want_rgb);
+        return TSDF_OK;
+    }
+    case TSDF_MSG_MESH: {
+        const tsdf_req_mesh *m = &q->u.mesh;
+        msgpack_pack_map(&w->pk, n + 1 + (m->use_box ? 1 : 0));
+        proto_w_envelope(w, q->type, q->id);
+        proto_w_str(w, "map", q->map);
+        if (m->use_box) {
+            float b[6] = {m->box.min[0], m->box.min[1], m->box.min[2],
+                          m->box.max[0], m->box.max[1], m->box.max[2]};
+            proto_w_floats(w, "box", b, 6);
+        }
+        proto_w_uint(w, "since_version", m->since_version);
+        return TSDF_OK;
+    }
+    case TSDF_MSG_SAVE:
+    case TSDF_MSG_LOAD: {
+        int has_path = q->u.path.path[0] != '\0';
+        msgpack_pack_map(&w->pk, n + (has_path ? 1 : 0));
+        proto_w_envelope(w, q->type, q->id);
+        proto_w_str(w, "map", q->map);
+        if (has_path)
+            proto_w_str(w, "path", q->u.path.path);
+        return TSDF_OK;
+    }
+    case TSDF_MSG_STATS:
+    case TSDF_MSG_RESET:
+    case TSDF_MSG_MAPS:
+    case TSDF_MSG_PING:
+        msgpack_pack_map(&w->pk, n);
+        proto_w_envelope(w, q->type, q->id);
+        if (has_map)
+            proto_w_str(w, "map", q->map);
+        return TSDF_OK;
+    default:
+        return TSDF_EPROTO_TYPE;
+    }
+}
+
+static int self_check(const void *data, size_t len, void *scratch)
+{
+    return tsdf_proto_decode_request(data, len, scratch, NULL);
+}
+
+int tsdf_proto_encode_request(const tsdf_request *req, tsdf_buf *out)
+{
+    return proto_encode_checked(out, req, encode_request_body, sizeof(tsdf_request), self_check);
+}
