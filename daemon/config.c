@@ -53,6 +53,7 @@ static const key_def cfg_keys[] = {
     {"server", "request_contexts", KEY_U32, OFF(request_contexts), 1, 64, 0, 0},
     {"server", "decode_threads", KEY_U32, OFF(decode_threads), 1, 32, 0, 0},
     {"server", "max_message_mb", KEY_U32, OFF(max_message_mb), 1, 64, 0, 0},
+    {"server", "max_connections", KEY_U32, OFF(max_connections), 1, 4096, 0, 0},
     {"server", "request_timeout_ms", KEY_U32, OFF(request_timeout_ms), 100, 600000, 0, 0},
     {"server", "state_dir", KEY_STRING, OFF(state_dir), 0, 0, 0, SZ(state_dir)},
 
@@ -113,7 +114,9 @@ void cfg_defaults(tsdfd_config *c)
     c->frames_listen_count = 2;
     c->request_contexts = 8;
     c->decode_threads = 2;
-    c->max_message_mb = 64;
+    /* A 640 x 480 frame with colour is 1.5 MB; 8 MiB takes 1280 x 720 RGB-D. */
+    c->max_message_mb = 8;
+    c->max_connections = 64;
     c->request_timeout_ms = 30000;
     snprintf(c->state_dir, sizeof c->state_dir, "/var/lib/tsdfd");
 

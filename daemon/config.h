@@ -48,6 +48,7 @@ typedef struct {
     uint32_t request_contexts;   /* nng contexts (request threads) on the REP socket */
     uint32_t decode_threads;     /* threads pulling and decoding frames */
     uint32_t max_message_mb;     /* nng recv max size, MiB */
+    uint32_t max_connections;    /* open connections (pipes) of both sockets together */
     uint32_t request_timeout_ms; /* a request waits at most this long for its map */
     char state_dir[CFG_PATH_LEN];
 

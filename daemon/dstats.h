@@ -23,6 +23,7 @@
 #define TSDFD_DSTATS_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -100,6 +101,11 @@ typedef struct {
     lat_window lat_queue_wait;            /* frame queued -> worker starts it */
     lat_window lat_request[DS_MSG_TYPES]; /* request received -> reply ready, by type */
     lat_window lat_stage[DS_STAGE_COUNT]; /* pipeline stages (ds_stage) */
+    /* Connections (nng pipes) of both sockets, kept by the server's pipe
+     * callbacks without the lock: open now, and closed at once because
+     * [server] max_connections were open. */
+    atomic_uint conns_open;
+    atomic_uint_least64_t conns_refused;
 } dstats;
 
 /* A copy of the totals (sensors are read with dstats_sensor_at). */

@@ -429,6 +429,8 @@ static void fill_daemon_stats(daemon_ctx *d, dmap *m, const job_counters *snap, 
     put_i(s, "queue.bytes",
           (int64_t)(snap != NULL ? snap->queue_bytes : queue_budget_bytes(&d->maps->budget)));
     put_i(s, "queue.max_bytes", (int64_t)d->maps->budget.limit_bytes);
+    put_i(s, "connections.open", (int64_t)atomic_load(&d->stats->conns_open));
+    put_i(s, "connections.refused", (int64_t)atomic_load(&d->stats->conns_refused));
     dmap *all[TSDF_PROTO_MAX_MAPS];
     put_i(s, "maps.count", (int64_t)maps_list(d->maps, all, TSDF_PROTO_MAX_MAPS));
     uint64_t reqs = 0, errs = 0;

@@ -190,6 +190,11 @@ static int render_metrics(void *arg, prom_buf *b)
         prom_gauge(b, "tsdfd_queue_depth", "Frames waiting in the map's queue.", labels,
                    (double)q.depth);
     }
+    prom_gauge(b, "tsdfd_connections", "Connections open on the request and frame sockets.", NULL,
+               (double)atomic_load(&m->stats.conns_open));
+    prom_counter(b, "tsdfd_connections_refused_total",
+                 "Connections closed at once because [server] max_connections were open.", NULL,
+                 (double)atomic_load(&m->stats.conns_refused));
     prom_gauge(b, "tsdfd_queue_bytes",
                "Bytes held by the frames queued in every map (bounded by [queue] max_bytes_mb).",
                NULL, (double)queue_budget_bytes(&m->maps.budget));

@@ -179,6 +179,40 @@ static void ensure_ipc_dir(const char *url)
     mkdir(dir, 0755); /* EEXIST is fine; any real problem shows in nng_listen */
 }
 
+/* Runs on nng's threads for every connection of either socket. nng calls
+ * REM_POST for every pipe that saw ADD_PRE, also one closed here, so the
+ * count pairs up. Closing the pipe in ADD_PRE refuses the connection
+ * before it can receive anything: with at most max_connections pipes, each
+ * buffering at most one message of the size limit, the memory in-flight
+ * receives hold is bounded (nng has no timeout for a message that arrives
+ * only in part). */
+static void on_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    server *s = arg;
+    dstats *ds = s->d->stats;
+    if (ev == NNG_PIPE_EV_ADD_PRE) {
+        unsigned open = atomic_fetch_add(&ds->conns_open, 1) + 1;
+        if (open > s->d->cfg->max_connections) {
+            atomic_fetch_add(&ds->conns_refused, 1);
+            nng_pipe_close(p);
+            TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "connection limit",
+                                 "%u connections open ([server] max_connections): refusing "
+                                 "another",
+                                 s->d->cfg->max_connections);
+        }
+    } else if (ev == NNG_PIPE_EV_REM_POST) {
+        atomic_fetch_sub(&ds->conns_open, 1);
+    }
+}
+
+static int watch_pipes(server *s, nng_socket sock)
+{
+    int rv = nng_pipe_notify(sock, NNG_PIPE_EV_ADD_PRE, on_pipe_event, s);
+    if (rv == 0)
+        rv = nng_pipe_notify(sock, NNG_PIPE_EV_REM_POST, on_pipe_event, s);
+    return rv;
+}
+
 static int listen_all(nng_socket sock, const char (*urls)[CFG_URL_LEN], size_t n, char *err,
                       size_t err_len)
 {
@@ -221,6 +255,15 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
     /* Bounded messages: nng refuses larger ones before it buffers them. */
     nng_socket_set_size(s->rep, NNG_OPT_RECVMAXSZ, max_recv);
     nng_socket_set_size(s->pull, NNG_OPT_RECVMAXSZ, max_recv);
+    if ((rv = watch_pipes(s, s->rep)) != 0 || (rv = watch_pipes(s, s->pull)) != 0) {
+        snprintf(err, err_len, "cannot watch connections: %s", nng_strerror(rv));
+        rc = server_nng_error(rv);
+        goto fail;
+    }
+    TSDF_LOG(TSDF_LOG_INFO,
+             "at most %u connections, each receiving up to %zu bytes: in-flight receives "
+             "hold at most %zu MiB",
+             cfg->max_connections, max_recv, (max_recv * cfg->max_connections) >> 20);
 
     rc = listen_all(s->rep, cfg->listen, cfg->listen_count, err, err_len);
     if (rc != TSDF_OK)

@@ -13,6 +13,9 @@
  * Both sockets refuse messages above max_message_mb + a small envelope
  * margin (NNG_OPT_RECVMAXSZ): nng drops the connection of such a sender.
  * Messages between max_message_mb and that margin get a TOO_LARGE reply.
+ * At most cfg->max_connections connections are open over both sockets;
+ * one more is closed as it connects (dstats conns_refused), so in-flight
+ * receives hold at most max_connections such messages.
  *
  * Ownership: server_start allocates *out; server_stop closes the sockets,
  * joins every thread and frees it. Threads: call both from the main thread.

@@ -48,7 +48,8 @@ static void test_defaults(void **state)
     assert_string_equal(c.frames_listen[1], "tcp://127.0.0.1:5556");
     assert_int_equal(c.request_contexts, 8);
     assert_int_equal(c.decode_threads, 2);
-    assert_int_equal(c.max_message_mb, 64);
+    assert_int_equal(c.max_message_mb, 8);
+    assert_int_equal(c.max_connections, 64);
     assert_string_equal(c.state_dir, "/var/lib/tsdfd");
     assert_int_equal(c.queue_length, 64);
     assert_int_equal(c.queue_policy, CFG_POLICY_BLOCK);
@@ -92,6 +93,7 @@ static void test_shipped_file_is_the_defaults(void **state)
         "request_contexts",
         "decode_threads",
         "max_message_mb",
+        "max_connections",
         "request_timeout_ms",
         "state_dir",
         "length",
@@ -245,6 +247,8 @@ static void test_bad_values_name_the_key(void **state)
         {"server", "request_contexts", "65"},
         {"server", "decode_threads", "two"},
         {"server", "max_message_mb", "65"},
+        {"server", "max_connections", "0"},
+        {"server", "max_connections", "4097"},
         {"server", "request_timeout_ms", "-5"},
         {"server", "state_dir", ""},
         {"queue", "length", "0"},

@@ -1351,6 +1351,49 @@ static void test_client_cannot_pin_the_restored_snapshot(void **state)
     free(st);
 }
 
+/* Messages arriving in part are held by nng with no time limit, one per
+ * connection: the number of connections bounds what they may hold. One
+ * beyond [server] max_connections is closed as it connects, counted, and
+ * the connections already open keep being served. */
+static void test_connection_limit(void **state)
+{
+    tsdfd_harness h;
+    nng_socket raw[2];
+    tsdf_rep_stats *st = malloc(sizeof *st);
+    (void)state;
+    assert_non_null(st);
+
+    assert_int_equal(start_daemon(&h, "[server]\nmax_connections = 3\n", NULL), 0);
+    tsdf_client *c = open_client(&h, 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(nng_req0_open(&raw[i]), 0);
+        assert_int_equal(nng_dial(raw[i], h.req_url, NULL, 0), 0);
+    }
+    sleep_ms(200);
+    tsdf_client_options o;
+    tsdf_client *extra = NULL;
+    tsdf_client_options_default(&o);
+    int rc = tsdf_client_open(h.req_url, NULL, &o, &extra);
+    if (rc == TSDF_OK) {
+        assert_int_not_equal(tsdf_client_ping(extra, NULL, 1500), TSDF_OK);
+        tsdf_client_close(extra);
+    }
+    assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
+    assert_true(stat_get(st, "connections.refused") >= 1);
+    assert_true(stat_get(st, "connections.open") <= 3);
+
+    /* Room again once the idle connections go. */
+    for (int i = 0; i < 2; i++)
+        nng_close(raw[i]);
+    sleep_ms(200);
+    extra = open_client(&h, 0);
+    assert_int_equal(tsdf_client_ping(extra, NULL, 10000), TSDF_OK);
+    tsdf_client_close(extra);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 20000), 0);
+    free(st);
+}
+
 /* ---- 6. the map limit --------------------------------------------------- */
 
 static void test_max_maps_is_enforced(void **state)
@@ -1562,6 +1605,7 @@ int main(void)
         cmocka_unit_test(test_save_load_semantics),
         cmocka_unit_test(test_client_cannot_pin_the_restored_snapshot),
         cmocka_unit_test(test_max_maps_is_enforced),
+        cmocka_unit_test(test_connection_limit),
         cmocka_unit_test(test_mutated_messages),
         cmocka_unit_test(test_stats_keep_long_sensor_names),
     };
