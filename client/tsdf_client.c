@@ -8,6 +8,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "tsdf_client.h"
 
+#include "tsdf_transport.h"
+
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -49,34 +51,7 @@ const char *tsdf_client_last_message(void)
 
 int tsdf_client_nng_error(int nng_err)
 {
-    switch (nng_err) {
-    case 0:
-        return TSDF_OK;
-    case NNG_ETIMEDOUT:
-        return TSDF_ETIMEOUT;
-    case NNG_ECONNREFUSED:
-    case NNG_ENOENT: /* ipc:// path does not exist: nobody listens */
-    case NNG_EUNREACHABLE:
-    case NNG_ECONNRESET:
-    case NNG_ECONNABORTED:
-    case NNG_EPEERAUTH:
-        return TSDF_ECONNREFUSED;
-    case NNG_ECLOSED:
-    case NNG_ECANCELED:
-        return TSDF_ECLOSED;
-    case NNG_EAGAIN:
-        return TSDF_EQUEUE_FULL;
-    case NNG_ENOMEM:
-        return TSDF_ENOMEM;
-    case NNG_EINVAL:
-    case NNG_EADDRINVAL:
-    case NNG_ENOTSUP:
-        return TSDF_EINVAL;
-    case NNG_EMSGSIZE:
-        return TSDF_ETOO_LARGE;
-    default:
-        return TSDF_ENNG;
-    }
+    return tsdf_transport_error(nng_err);
 }
 
 static int nng_fail(int nng_err, const char *what)
@@ -93,13 +68,14 @@ void tsdf_client_options_default(tsdf_client_options *o)
 
 static int dial(nng_socket s, const char *url, int lazy)
 {
+    char err[TSDF_PROTO_MAX_MESSAGE_LEN];
     /* Short reconnect intervals: a restarted daemon is found again within a
      * second instead of nng's default back-off. */
     nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 100);
     nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, 1000);
-    int rv = nng_dial(s, url, NULL, lazy ? NNG_FLAG_NONBLOCK : 0);
-    if (rv != 0)
-        return nng_fail(rv, url);
+    int rc = tsdf_transport_dial(s, url, NULL, lazy, NULL, err, sizeof err);
+    if (rc != TSDF_OK)
+        return client_fail(rc, "%s", err);
     return TSDF_OK;
 }
 

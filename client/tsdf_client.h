@@ -14,9 +14,9 @@
  * daemon's message is available from tsdf_client_last_message() on the
  * calling thread. nng failures are mapped: timeouts to TSDF_ETIMEOUT,
  * refused or missing endpoints to TSDF_ECONNREFUSED, closed sockets to
- * TSDF_ECLOSED, a full PUSH buffer to TSDF_EQUEUE_FULL, anything else to
- * TSDF_ENNG. A reply that does not decode, or answers another request, is
- * TSDF_EFORMAT (or the decoder's code).
+ * TSDF_ECLOSED, a full PUSH buffer to TSDF_EQUEUE_FULL, a failed TLS
+ * handshake to TSDF_EAUTH, anything else to TSDF_ENNG. A reply that does not decode, or answers
+ * another request, is TSDF_EFORMAT (or the decoder's code).
  *
  * Timeouts: every call takes timeout_ms, the most it waits in total, in
  * milliseconds. timeout_ms < 0 (TSDF_CLIENT_TIMEOUT_DEFAULT) uses the
@@ -93,7 +93,8 @@ void tsdf_client_close(tsdf_client *c);
  * call on this thread. */
 const char *tsdf_client_last_message(void);
 
-/* Maps an nng error number to a tsdf code (0 -> TSDF_OK). */
+/* Maps an nng error number to a tsdf code (0 -> TSDF_OK): the one mapping
+ * the daemon uses too (common/tsdf_transport.h, tsdf_transport_error). */
 int tsdf_client_nng_error(int nng_err);
 
 /* One frame to send: a tsdf_frame plus its addressing. */

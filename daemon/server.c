@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "tsdf_error.h"
+#include "tsdf_transport.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -53,33 +54,6 @@ struct server {
     size_t decoder_count;
     atomic_int stopping; /* server_stop began: request threads exit */
 };
-
-int server_nng_error(int rv)
-{
-    switch (rv) {
-    case 0:
-        return TSDF_OK;
-    case NNG_ENOMEM:
-        return TSDF_ENOMEM;
-    case NNG_ETIMEDOUT:
-        return TSDF_ETIMEOUT;
-    case NNG_ECLOSED:
-        return TSDF_ECLOSED;
-    case NNG_ECONNREFUSED:
-        return TSDF_ECONNREFUSED;
-    case NNG_EADDRINUSE:
-    case NNG_EBUSY:
-        return TSDF_EBUSY;
-    case NNG_EINVAL:
-    case NNG_EADDRINVAL:
-    case NNG_ENOTSUP:
-        return TSDF_EINVAL;
-    case NNG_EMSGSIZE:
-        return TSDF_ETOO_LARGE;
-    default:
-        return TSDF_ENNG;
-    }
-}
 
 /* A request context: receive, handle, reply, forever, until the socket closes. */
 static void *req_main(void *arg)
@@ -213,16 +187,14 @@ static int watch_pipes(server *s, nng_socket sock)
     return rv;
 }
 
-static int listen_all(nng_socket sock, const char (*urls)[CFG_URL_LEN], size_t n, char *err,
-                      size_t err_len)
+static int listen_all(nng_socket sock, const char (*urls)[CFG_URL_LEN], size_t n,
+                      const tsdf_listen_opts *opts, char *err, size_t err_len)
 {
     for (size_t i = 0; i < n; i++) {
         ensure_ipc_dir(urls[i]);
-        int rv = nng_listen(sock, urls[i], NULL, 0);
-        if (rv != 0) {
-            snprintf(err, err_len, "cannot listen on %s: %s", urls[i], nng_strerror(rv));
-            return server_nng_error(rv);
-        }
+        int rc = tsdf_transport_listen(sock, urls[i], opts, NULL, err, err_len);
+        if (rc != TSDF_OK)
+            return rc;
         TSDF_LOG(TSDF_LOG_INFO, "listening on %s", urls[i]);
     }
     return TSDF_OK;
@@ -242,13 +214,13 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
 
     if ((rv = nng_rep0_open(&s->rep)) != 0) {
         snprintf(err, err_len, "cannot open the REP socket: %s", nng_strerror(rv));
-        rc = server_nng_error(rv);
+        rc = tsdf_transport_error(rv);
         goto fail;
     }
     s->rep_open = 1;
     if ((rv = nng_pull0_open(&s->pull)) != 0) {
         snprintf(err, err_len, "cannot open the PULL socket: %s", nng_strerror(rv));
-        rc = server_nng_error(rv);
+        rc = tsdf_transport_error(rv);
         goto fail;
     }
     s->pull_open = 1;
@@ -257,7 +229,7 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
     nng_socket_set_size(s->pull, NNG_OPT_RECVMAXSZ, max_recv);
     if ((rv = watch_pipes(s, s->rep)) != 0 || (rv = watch_pipes(s, s->pull)) != 0) {
         snprintf(err, err_len, "cannot watch connections: %s", nng_strerror(rv));
-        rc = server_nng_error(rv);
+        rc = tsdf_transport_error(rv);
         goto fail;
     }
     TSDF_LOG(TSDF_LOG_INFO,
@@ -265,10 +237,11 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
              "hold at most %zu MiB",
              cfg->max_connections, max_recv, (max_recv * cfg->max_connections) >> 20);
 
-    rc = listen_all(s->rep, cfg->listen, cfg->listen_count, err, err_len);
+    tsdf_listen_opts lo = {.tls = NULL, .ipc_mode = 0, .ipc_gid = -1};
+    rc = listen_all(s->rep, cfg->listen, cfg->listen_count, &lo, err, err_len);
     if (rc != TSDF_OK)
         goto fail;
-    rc = listen_all(s->pull, cfg->frames_listen, cfg->frames_listen_count, err, err_len);
+    rc = listen_all(s->pull, cfg->frames_listen, cfg->frames_listen_count, &lo, err, err_len);
     if (rc != TSDF_OK)
         goto fail;
 
@@ -285,7 +258,7 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
         if ((rv = nng_ctx_open(&c->ctx, s->rep)) != 0 ||
             (rv = nng_aio_alloc(&c->aio, NULL, NULL)) != 0) {
             snprintf(err, err_len, "cannot make request context %zu: %s", i, nng_strerror(rv));
-            rc = server_nng_error(rv);
+            rc = tsdf_transport_error(rv);
             goto fail;
         }
         s->req_count++;
