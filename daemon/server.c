@@ -5,6 +5,7 @@
 
 #include "server.h"
 
+#include "access.h"
 #include "log.h"
 #include "tsdf_error.h"
 #include "tsdf_transport.h"
@@ -53,6 +54,8 @@ struct server {
     pthread_t *decoders;
     size_t decoder_count;
     atomic_int stopping; /* server_stop began: request threads exit */
+    access_policy *access;
+    nng_tls_config *tls; /* of the tls+tcp:// listeners; NULL without [tls] */
 };
 
 /* A request context: receive, handle, reply, forever, until the socket closes. */
@@ -83,7 +86,8 @@ static void *req_main(void *arg)
             continue;
         }
         nng_msg *msg = nng_aio_get_msg(rc->aio);
-        handle_request(d, msg, &out); /* takes msg */
+        if (!access_refuse_request(rc->srv->access, msg, &out)) /* takes msg if refused */
+            handle_request(d, msg, &out);                       /* takes msg */
         if (out.len == 0)
             continue;
         nng_msg *reply;
@@ -130,7 +134,8 @@ static void *decoder_main(void *arg)
                 break;
             continue;
         }
-        handle_frame(s->d, msg); /* takes msg */
+        if (!access_refuse_frame(s->access, msg)) /* takes msg if refused */
+            handle_frame(s->d, msg);              /* takes msg */
     }
     return NULL;
 }
@@ -174,8 +179,10 @@ static void on_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
                                  "another",
                                  s->d->cfg->max_connections);
         }
+        access_pipe_added(s->access, p);
     } else if (ev == NNG_PIPE_EV_REM_POST) {
         atomic_fetch_sub(&ds->conns_open, 1);
+        access_pipe_removed(s->access, p);
     }
 }
 
@@ -211,6 +218,21 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
     if (s == NULL)
         return TSDF_ENOMEM;
     s->d = d;
+    if ((rc = access_create(cfg, d->stats, &s->access)) != TSDF_OK) {
+        snprintf(err, err_len, "out of memory");
+        goto fail;
+    }
+    if (cfg_tls_enabled(cfg)) {
+        tsdf_tls_files f = {cfg->tls_ca_file, cfg->tls_cert_file, cfg->tls_key_file, NULL};
+        if ((rc = tsdf_tls_server_config(&f, &s->tls, err, err_len)) != TSDF_OK)
+            goto fail;
+    }
+    long gid;
+    if (cfg_ipc_gid(cfg, &gid) != TSDF_OK) {
+        snprintf(err, err_len, "[server] ipc_group: no group '%s'", cfg->ipc_group);
+        rc = TSDF_ENOT_FOUND;
+        goto fail;
+    }
 
     if ((rv = nng_rep0_open(&s->rep)) != 0) {
         snprintf(err, err_len, "cannot open the REP socket: %s", nng_strerror(rv));
@@ -237,7 +259,7 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
              "hold at most %zu MiB",
              cfg->max_connections, max_recv, (max_recv * cfg->max_connections) >> 20);
 
-    tsdf_listen_opts lo = {.tls = NULL, .ipc_mode = 0, .ipc_gid = -1};
+    tsdf_listen_opts lo = {.tls = s->tls, .ipc_mode = (int)cfg->ipc_mode, .ipc_gid = gid};
     rc = listen_all(s->rep, cfg->listen, cfg->listen_count, &lo, err, err_len);
     if (rc != TSDF_OK)
         goto fail;
@@ -317,6 +339,10 @@ void server_stop(server *s)
         if (c->aio != NULL)
             nng_aio_free(c->aio);
     }
+    /* Both sockets are closed: no pipe callback runs any more. */
+    access_destroy(s->access);
+    if (s->tls != NULL)
+        nng_tls_config_free(s->tls);
     free(s->reqs);
     free(s->decoders);
     free(s);

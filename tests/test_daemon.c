@@ -158,7 +158,7 @@ static const char *const drop_reasons[] = {"dropped.queue_full", "dropped.shutdo
                                            "dropped.memory"};
 static const char *const reject_reasons[] = {
     "rejected.decode_error", "rejected.invalid_frame", "rejected.capacity",
-    "rejected.no_map",       "rejected.engine_error",
+    "rejected.no_map",       "rejected.engine_error",  "rejected.forbidden",
 };
 
 /* received == integrated + dropped + rejected, and each total is the sum
