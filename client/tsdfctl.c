@@ -1,7 +1,8 @@
 /*
  * tsdfctl - command-line client of tsdfd.
  *
- *   tsdfctl [--url URL] [--push-url URL] [--timeout-ms MS] COMMAND [ARGS]
+ *   tsdfctl [--url URL] [--push-url URL] [--timeout-ms MS] [--tls-ca FILE
+ *           --tls-cert FILE --tls-key FILE [--tls-server-name NAME]] COMMAND [ARGS]
  *
  * Commands: replay, mesh, raycast, stats, save, load, reset, maps, ping.
  * `tsdfctl COMMAND --help` explains each. Exit status: 0 on success, 1 when
@@ -17,7 +18,9 @@
 /* ---- main --------------------------------------------------------------- */
 
 static const char main_help[] =
-    "usage: tsdfctl [--url URL] [--push-url URL] [--timeout-ms MS] COMMAND [ARGS]\n"
+    "usage: tsdfctl [--url URL] [--push-url URL] [--timeout-ms MS]\n"
+    "               [--tls-ca FILE --tls-cert FILE --tls-key FILE [--tls-server-name NAME]]\n"
+    "               COMMAND [ARGS]\n"
     "\n"
     "Commands:\n"
     "  replay DIR | --synthetic NAME   send a depth sequence to the daemon\n"
@@ -36,6 +39,11 @@ static const char main_help[] =
     "  --timeout-ms MS   the most any call waits (default 10000); connecting to a\n"
     "                    silent tcp:// peer may take longer (nng's 10 s handshake limit,\n"
     "                    the OS's connect timeout for an unreachable host)\n"
+    "  --tls-ca FILE     for tls+tcp:// URLs: the CA the daemon's certificate chains to\n"
+    "  --tls-cert FILE   this client's certificate (tsdfd requires one), and\n"
+    "  --tls-key FILE    its private key\n"
+    "  --tls-server-name NAME  the name the daemon's certificate must carry\n"
+    "                    (default: the URL's host)\n"
     "Exit status: 0 success, 1 failure, 2 usage error.\n";
 
 int main(int argc, char **argv)
@@ -46,6 +54,7 @@ int main(int argc, char **argv)
     g.push_url = getenv("TSDF_PUSH_URL") && *getenv("TSDF_PUSH_URL") ? getenv("TSDF_PUSH_URL")
                                                                      : TSDF_PROTO_DEFAULT_PUSH_URL;
     g.timeout_ms = 10000;
+    g.tls_ca = g.tls_cert = g.tls_key = g.tls_server_name = NULL;
 
     /* Take the global options out of argv wherever they are, so that
      * `tsdfctl stats --url X` works as well as `tsdfctl --url X stats`. */
@@ -56,7 +65,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if ((strcmp(a, "--url") == 0 || strcmp(a, "--push-url") == 0 ||
-             strcmp(a, "--timeout-ms") == 0)) {
+             strcmp(a, "--timeout-ms") == 0 || strncmp(a, "--tls-", 6) == 0)) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "tsdfctl: %s needs a value\n", a);
                 free(rest);
@@ -67,6 +76,18 @@ int main(int argc, char **argv)
                 g.url = v;
             } else if (strcmp(a, "--push-url") == 0) {
                 g.push_url = v;
+            } else if (strcmp(a, "--tls-ca") == 0) {
+                g.tls_ca = v;
+            } else if (strcmp(a, "--tls-cert") == 0) {
+                g.tls_cert = v;
+            } else if (strcmp(a, "--tls-key") == 0) {
+                g.tls_key = v;
+            } else if (strcmp(a, "--tls-server-name") == 0) {
+                g.tls_server_name = v;
+            } else if (strcmp(a, "--timeout-ms") != 0) {
+                fprintf(stderr, "tsdfctl: unknown option %s (see tsdfctl --help)\n", a);
+                free(rest);
+                return EXIT_USAGE;
             } else {
                 uint32_t t;
                 if (ctl_parse_u32(v, &t) != 0 || t == 0 || t > 86400000u) {

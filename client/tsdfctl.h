@@ -26,6 +26,11 @@ typedef struct {
     const char *url;
     const char *push_url;
     int timeout_ms;
+    /* TLS files for tls+tcp:// URLs (NULL: not given); see tsdf_client_options. */
+    const char *tls_ca;
+    const char *tls_cert;
+    const char *tls_key;
+    const char *tls_server_name;
 } global_opts;
 
 /* Prints "tsdfctl: CMD: " + fmt (with arg) and a pointer to the command's

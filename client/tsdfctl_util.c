@@ -87,6 +87,10 @@ int ctl_open_client(const global_opts *g, int with_push, tsdf_client **c)
     tsdf_client_options o;
     tsdf_client_options_default(&o);
     o.default_timeout_ms = g->timeout_ms;
+    o.tls_ca_file = g->tls_ca;
+    o.tls_cert_file = g->tls_cert;
+    o.tls_key_file = g->tls_key;
+    o.tls_server_name = g->tls_server_name;
     /* A replay may start before the daemon listens on the frame socket; the
      * REQ socket is dialled synchronously either way so that a missing
      * daemon is reported at once. */
@@ -95,6 +99,11 @@ int ctl_open_client(const global_opts *g, int with_push, tsdf_client **c)
         const char *detail = tsdf_client_last_message();
         fprintf(stderr, "tsdfctl: cannot connect to %s: %s (%s)%s%s\n", g->url, tsdf_strerror(rc),
                 tsdf_errname(rc), detail[0] ? ": " : "", detail);
+        if (rc == TSDF_EAUTH)
+            fprintf(stderr, "tsdfctl: TLS handshake failed: --tls-ca must be the CA of the "
+                            "daemon's certificate, --tls-cert/--tls-key a current certificate "
+                            "of the CA the daemon trusts, and the daemon's certificate must "
+                            "name the URL's host (or --tls-server-name)\n");
     }
     return rc;
 }

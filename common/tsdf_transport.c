@@ -54,6 +54,7 @@ int tsdf_transport_error(int nng_err)
         return TSDF_EAUTH;
     case NNG_ECLOSED:
     case NNG_ECANCELED:
+    case NNG_ECONNSHUT:
         return TSDF_ECLOSED;
     case NNG_EAGAIN:
         return TSDF_EQUEUE_FULL;
@@ -356,10 +357,22 @@ int tsdf_transport_dial(nng_socket s, const char *url, nng_tls_config *tls, int 
     }
     if ((rv = nng_dialer_start(d, nonblock ? NNG_FLAG_NONBLOCK : 0)) != 0) {
         int rc = tsdf_transport_error(rv);
-        if (rc == TSDF_EAUTH)
+        /* A TLS server that refuses the client's certificate, or gets none,
+         * may just close the connection during the handshake (mbedTLS does
+         * for a missing one): nng then says "connection shutdown" or
+         * "reset". On the first dial of a TLS URL that is a failed
+         * handshake, not a daemon that is away (that is ECONNREFUSED). */
+        if (tsdf_transport_is_tls(url) && (rv == NNG_ECONNSHUT || rv == NNG_ECONNRESET)) {
+            rc = TSDF_EAUTH;
+            fail(err, err_len,
+                 "%s: TLS handshake failed: the daemon closed the connection (%s): it "
+                 "accepts no client without a certificate of its CA",
+                 url, nng_strerror(rv));
+        } else if (rc == TSDF_EAUTH) {
             fail(err, err_len, "%s: TLS handshake failed: %s", url, nng_strerror(rv));
-        else
+        } else {
             fail(err, err_len, "%s: %s", url, nng_strerror(rv));
+        }
         nng_dialer_close(d);
         return rc;
     }

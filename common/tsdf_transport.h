@@ -48,7 +48,8 @@ typedef struct {
 /* Maps an nng error number onto a tsdf code (0 -> TSDF_OK):
  *   NNG_ETIMEDOUT -> TIMEOUT; NNG_ECONNREFUSED, NNG_ENOENT (no ipc:// socket
  *   file), NNG_EUNREACHABLE, NNG_ECONNRESET, NNG_ECONNABORTED -> CONNREFUSED;
- *   NNG_EPEERAUTH, NNG_ECRYPTO -> AUTH; NNG_ECLOSED, NNG_ECANCELED -> CLOSED;
+ *   NNG_EPEERAUTH, NNG_ECRYPTO -> AUTH; NNG_ECLOSED, NNG_ECANCELED,
+ *   NNG_ECONNSHUT -> CLOSED;
  *   NNG_EAGAIN -> QUEUE_FULL; NNG_ENOMEM -> NOMEM; NNG_EADDRINUSE, NNG_EBUSY
  *   -> BUSY; NNG_EINVAL, NNG_EADDRINVAL, NNG_ENOTSUP -> INVAL; NNG_EMSGSIZE
  *   -> TOO_LARGE; NNG_EPERM -> IO; anything else -> NNG. */
@@ -94,7 +95,9 @@ int tsdf_transport_listen(nng_socket s, const char *url, const tsdf_listen_opts 
  * tls: required for tls+tcp:// URLs, ignored otherwise. nonblock: return at
  * once and keep connecting in the background (NNG_FLAG_NONBLOCK); else wait
  * for the first connection, TLS handshake included, and report its failure
- * (TSDF_ECONNREFUSED, TSDF_EAUTH, ...). */
+ * (TSDF_ECONNREFUSED, TSDF_EAUTH, ...). For a tls+tcp:// URL a connection
+ * the server shuts or resets during that first handshake is TSDF_EAUTH too:
+ * that is how a server refuses a client that sent no certificate. */
 int tsdf_transport_dial(nng_socket s, const char *url, nng_tls_config *tls, int nonblock,
                         nng_dialer *out, char *err, size_t err_len);
 

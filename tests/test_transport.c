@@ -32,6 +32,7 @@ static void test_error_map(void **state)
         {NNG_ECRYPTO, TSDF_EAUTH},
         {NNG_ECLOSED, TSDF_ECLOSED},
         {NNG_ECANCELED, TSDF_ECLOSED},
+        {NNG_ECONNSHUT, TSDF_ECLOSED},
         {NNG_EAGAIN, TSDF_EQUEUE_FULL},
         {NNG_ENOMEM, TSDF_ENOMEM},
         {NNG_EADDRINUSE, TSDF_EBUSY},
