@@ -8,6 +8,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "tsdf_client.h"
 
+#include "tsdf_transport.h"
+
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -25,6 +27,9 @@ struct tsdf_client {
     int has_push;
     int default_timeout_ms;
     atomic_uint_fast64_t next_id;
+    /* TLS configurations of the two dialers (NULL for other transports),
+     * freed after the sockets. */
+    nng_tls_config *tls_req, *tls_push;
 };
 
 static _Thread_local char last_message[TSDF_PROTO_MAX_MESSAGE_LEN + 1];
@@ -49,34 +54,7 @@ const char *tsdf_client_last_message(void)
 
 int tsdf_client_nng_error(int nng_err)
 {
-    switch (nng_err) {
-    case 0:
-        return TSDF_OK;
-    case NNG_ETIMEDOUT:
-        return TSDF_ETIMEOUT;
-    case NNG_ECONNREFUSED:
-    case NNG_ENOENT: /* ipc:// path does not exist: nobody listens */
-    case NNG_EUNREACHABLE:
-    case NNG_ECONNRESET:
-    case NNG_ECONNABORTED:
-    case NNG_EPEERAUTH:
-        return TSDF_ECONNREFUSED;
-    case NNG_ECLOSED:
-    case NNG_ECANCELED:
-        return TSDF_ECLOSED;
-    case NNG_EAGAIN:
-        return TSDF_EQUEUE_FULL;
-    case NNG_ENOMEM:
-        return TSDF_ENOMEM;
-    case NNG_EINVAL:
-    case NNG_EADDRINVAL:
-    case NNG_ENOTSUP:
-        return TSDF_EINVAL;
-    case NNG_EMSGSIZE:
-        return TSDF_ETOO_LARGE;
-    default:
-        return TSDF_ENNG;
-    }
+    return tsdf_transport_error(nng_err);
 }
 
 static int nng_fail(int nng_err, const char *what)
@@ -89,18 +67,46 @@ void tsdf_client_options_default(tsdf_client_options *o)
     o->lazy_connect = 0;
     o->push_send_buffer = 16;
     o->default_timeout_ms = 5000;
+    o->tls_ca_file = NULL;
+    o->tls_cert_file = NULL;
+    o->tls_key_file = NULL;
+    o->tls_server_name = NULL;
 }
 
-static int dial(nng_socket s, const char *url, int lazy)
+/* Dials url; for a tls+tcp:// URL *tls receives the configuration made
+ * from o's files (the caller frees it after closing s). */
+static int dial(nng_socket s, const char *url, const tsdf_client_options *o, nng_tls_config **tls)
 {
+    char err[TSDF_PROTO_MAX_MESSAGE_LEN];
+    int has_files = o->tls_ca_file != NULL || o->tls_cert_file != NULL || o->tls_key_file != NULL ||
+                    o->tls_server_name != NULL;
+
+    *tls = NULL;
+    if (tsdf_transport_is_tls(url)) {
+        tsdf_tls_files f = {o->tls_ca_file, o->tls_cert_file, o->tls_key_file, o->tls_server_name};
+        int rc = tsdf_tls_client_config(&f, url, tls, err, sizeof err);
+        if (rc != TSDF_OK)
+            return client_fail(rc, "%s", err);
+    } else if (has_files) {
+        return client_fail(TSDF_EINVAL, "%s: TLS options given, but the URL is not tls+tcp://",
+                           url);
+    }
     /* Short reconnect intervals: a restarted daemon is found again within a
      * second instead of nng's default back-off. */
     nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 100);
     nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, 1000);
-    int rv = nng_dial(s, url, NULL, lazy ? NNG_FLAG_NONBLOCK : 0);
-    if (rv != 0)
-        return nng_fail(rv, url);
+    int rc = tsdf_transport_dial(s, url, *tls, o->lazy_connect, NULL, err, sizeof err);
+    if (rc != TSDF_OK)
+        return client_fail(rc, "%s", err);
     return TSDF_OK;
+}
+
+/* Frees what dial made, after the socket it served is closed. */
+static void free_tls(nng_tls_config **tls)
+{
+    if (*tls != NULL)
+        nng_tls_config_free(*tls);
+    *tls = NULL;
 }
 
 int tsdf_client_open(const char *req_url, const char *push_url, const tsdf_client_options *opts,
@@ -136,7 +142,7 @@ int tsdf_client_open(const char *req_url, const char *push_url, const tsdf_clien
     nng_socket_set_ms(c->req, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
     /* Replies (meshes, raycasts) may be large, but never beyond the limit. */
     nng_socket_set_size(c->req, NNG_OPT_RECVMAXSZ, TSDF_PROTO_MAX_MESSAGE_BYTES + 1024u);
-    rc = dial(c->req, req_url, o.lazy_connect);
+    rc = dial(c->req, req_url, &o, &c->tls_req);
     if (rc != TSDF_OK)
         goto fail_req_dial;
 
@@ -152,7 +158,7 @@ int tsdf_client_open(const char *req_url, const char *push_url, const tsdf_clien
             rc = nng_fail(rv, "push send buffer");
             goto fail_push;
         }
-        rc = dial(c->push, push_url, o.lazy_connect);
+        rc = dial(c->push, push_url, &o, &c->tls_push);
         if (rc != TSDF_OK)
             goto fail_push;
     }
@@ -161,8 +167,10 @@ int tsdf_client_open(const char *req_url, const char *push_url, const tsdf_clien
 
 fail_push:
     nng_close(c->push);
+    free_tls(&c->tls_push);
 fail_req_dial:
     nng_close(c->req);
+    free_tls(&c->tls_req);
 fail_req:
     free(c);
     return rc;
@@ -175,6 +183,8 @@ void tsdf_client_close(tsdf_client *c)
     if (c->has_push)
         nng_close(c->push);
     nng_close(c->req);
+    free_tls(&c->tls_push);
+    free_tls(&c->tls_req);
     free(c);
 }
 

@@ -14,9 +14,9 @@
  * daemon's message is available from tsdf_client_last_message() on the
  * calling thread. nng failures are mapped: timeouts to TSDF_ETIMEOUT,
  * refused or missing endpoints to TSDF_ECONNREFUSED, closed sockets to
- * TSDF_ECLOSED, a full PUSH buffer to TSDF_EQUEUE_FULL, anything else to
- * TSDF_ENNG. A reply that does not decode, or answers another request, is
- * TSDF_EFORMAT (or the decoder's code).
+ * TSDF_ECLOSED, a full PUSH buffer to TSDF_EQUEUE_FULL, a failed TLS
+ * handshake to TSDF_EAUTH, anything else to TSDF_ENNG. A reply that does not decode, or answers
+ * another request, is TSDF_EFORMAT (or the decoder's code).
  *
  * Timeouts: every call takes timeout_ms, the most it waits in total, in
  * milliseconds. timeout_ms < 0 (TSDF_CLIENT_TIMEOUT_DEFAULT) uses the
@@ -65,6 +65,24 @@ typedef struct {
     int push_send_buffer;
     /* Timeout of calls that pass TSDF_CLIENT_TIMEOUT_DEFAULT, ms; default 5000. */
     int default_timeout_ms;
+    /* TLS, for tls+tcp:// URLs (NULL, the default: none; a tls+tcp:// URL
+     * then fails with TSDF_EINVAL, and TLS files with a URL that is not
+     * tls+tcp:// too, so that a certificate is never silently unused).
+     * PEM file paths, read during tsdf_client_open only (the strings are not
+     * kept; the caller keeps ownership):
+     *   tls_ca_file      CA certificate(s) the daemon's certificate must chain
+     *                    to (required for TLS)
+     *   tls_cert_file    this client's certificate, and
+     *   tls_key_file     its private key (unencrypted): tsdfd requires both
+     *   tls_server_name  the name the daemon's certificate must carry
+     *                    (NULL: the URL's host)
+     * A handshake the daemon refuses (a certificate from another CA, an
+     * expired one, none) or one whose certificate fails here is
+     * TSDF_EAUTH where nng tells (see tsdf_client_open). */
+    const char *tls_ca_file;
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    const char *tls_server_name;
 } tsdf_client_options;
 
 /* Fills *o with the defaults above. */
@@ -73,7 +91,8 @@ void tsdf_client_options_default(tsdf_client_options *o);
 /* Opens a client. req_url is the daemon's REQ/REP address (NULL:
  * TSDF_PROTO_DEFAULT_REQ_URL); push_url its PUSH/PULL address (NULL: no
  * PUSH socket; send_frame then returns TSDF_EINVAL). opts NULL: defaults.
- * Returns TSDF_EINVAL (bad option or URL), TSDF_ECONNREFUSED, TSDF_ETIMEOUT,
+ * Returns TSDF_EINVAL (bad option or URL), TSDF_EIO (a TLS file cannot be
+ * read), TSDF_ECONNREFUSED, TSDF_EAUTH (TLS handshake failed), TSDF_ETIMEOUT,
  * TSDF_ENOMEM, TSDF_ENNG. On success *out owns the client; release it with
  * tsdf_client_close.
  * Without lazy_connect the dial is NOT bounded by default_timeout_ms: it
@@ -93,7 +112,8 @@ void tsdf_client_close(tsdf_client *c);
  * call on this thread. */
 const char *tsdf_client_last_message(void);
 
-/* Maps an nng error number to a tsdf code (0 -> TSDF_OK). */
+/* Maps an nng error number to a tsdf code (0 -> TSDF_OK): the one mapping
+ * the daemon uses too (common/tsdf_transport.h, tsdf_transport_error). */
 int tsdf_client_nng_error(int nng_err);
 
 /* One frame to send: a tsdf_frame plus its addressing. */

@@ -50,7 +50,9 @@ extern "C" {
     X(BUSY, -27, "resource busy")                                                                  \
     X(INTERNAL, -28, "internal error")                                                             \
     X(LIMIT, -29, "too many maps or sensors")                                                      \
-    X(DROPPED, -30, "frame dropped by backpressure policy")
+    X(DROPPED, -30, "frame dropped by backpressure policy")                                        \
+    X(FORBIDDEN, -31, "not allowed for this client")                                               \
+    X(AUTH, -32, "authentication failed (TLS)")
 
 typedef enum {
     TSDF_OK = 0,

@@ -8,9 +8,11 @@
 #include "log.h"
 #include "tsdf_error.h"
 #include "tsdf_proto.h"
+#include "tsdf_transport.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <ini.h>
 #include <math.h>
 #include <stdarg.h>
@@ -33,6 +35,9 @@ typedef enum {
     KEY_LOG_LEVEL, /* error | warn | info | debug */
     KEY_MEMCAP_MB, /* u32 MiB into volume.memory_cap_bytes */
     KEY_BUDGET_MB, /* auto, or u32 MiB (0 = auto) into volume_memory_budget_bytes */
+    KEY_OPTSTRING, /* text, may be empty ("not set"), len < size */
+    KEY_MODE,      /* octal file mode within [min, max] */
+    KEY_CNS,       /* comma-separated certificate common names, may be empty */
 } key_type;
 
 typedef struct {
@@ -57,6 +62,14 @@ static const key_def cfg_keys[] = {
     {"server", "max_connections", KEY_U32, OFF(max_connections), 1, 4096, 0, 0},
     {"server", "request_timeout_ms", KEY_U32, OFF(request_timeout_ms), 100, 600000, 0, 0},
     {"server", "state_dir", KEY_STRING, OFF(state_dir), 0, 0, 0, SZ(state_dir)},
+    {"server", "allow_insecure_remote", KEY_BOOL, OFF(allow_insecure_remote), 0, 0, 0, 0},
+    {"server", "ipc_mode", KEY_MODE, OFF(ipc_mode), 0600, 0777, 0, 0},
+    {"server", "ipc_group", KEY_OPTSTRING, OFF(ipc_group), 0, 0, 0, SZ(ipc_group)},
+
+    {"tls", "cert_file", KEY_OPTSTRING, OFF(tls_cert_file), 0, 0, 0, SZ(tls_cert_file)},
+    {"tls", "key_file", KEY_OPTSTRING, OFF(tls_key_file), 0, 0, 0, SZ(tls_key_file)},
+    {"tls", "ca_file", KEY_OPTSTRING, OFF(tls_ca_file), 0, 0, 0, SZ(tls_ca_file)},
+    {"tls", "writers", KEY_CNS, OFF(tls_writers), 0, 0, 0, 0},
 
     {"queue", "length", KEY_U32, OFF(queue_length), 1, 65536, 0, 0},
     {"queue", "policy", KEY_POLICY, OFF(queue_policy), 0, 0, 0, 0},
@@ -122,6 +135,9 @@ void cfg_defaults(tsdfd_config *c)
     c->max_connections = 64;
     c->request_timeout_ms = 30000;
     snprintf(c->state_dir, sizeof c->state_dir, "/var/lib/tsdfd");
+    /* Owner and group (the unit's Group=tsdfd) may connect; others may not
+     * even see the socket's permissions change under a wider umask. */
+    c->ipc_mode = 0660;
 
     c->queue_length = 64;
     c->queue_policy = CFG_POLICY_BLOCK;
@@ -212,11 +228,12 @@ static int parse_bool(const char *v, int *out)
     return TSDF_EINVAL;
 }
 
-/* A URL nng can listen on: ipc://, tcp://, inproc:// (tests), tls+tcp:// is
- * not offered because the daemon configures no certificates. */
+/* A URL nng can listen on: ipc://, tcp://, inproc:// (tests), tls+tcp://
+ * (cfg_validate checks that [tls] is configured for it). */
 static int check_url(const char *u)
 {
-    static const char *const schemes[] = {"ipc://", "tcp://", "tcp4://", "tcp6://", "inproc://"};
+    static const char *const schemes[] = {"ipc://",    "tcp://",     "tcp4://",     "tcp6://",
+                                          "inproc://", "tls+tcp://", "tls+tcp4://", "tls+tcp6://"};
     for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
         size_t n = strlen(schemes[i]);
         if (strncmp(u, schemes[i], n) == 0 && u[n] != '\0')
@@ -225,8 +242,21 @@ static int check_url(const char *u)
     return TSDF_EINVAL;
 }
 
+/* A certificate common name as [tls] writers lists it: 1..64 printable
+ * characters (the comma separates entries). */
+static int check_cn(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= CFG_CN_LEN)
+        return TSDF_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!isprint((unsigned char)s[i]))
+            return TSDF_EINVAL;
+    return TSDF_OK;
+}
+
 /* Splits a comma-separated list into up to max entries of entry_len bytes.
- * kind 0: URLs, 1: map names. */
+ * kind 0: URLs, 1: map names, 2: common names. */
 static int parse_list(const char *v, char *entries, size_t max, size_t entry_len, size_t *count,
                       int kind, char *why, size_t why_len)
 {
@@ -246,12 +276,18 @@ static int parse_list(const char *v, char *entries, size_t max, size_t entry_len
             return TSDF_EINVAL;
         }
         if (kind == 0 && check_url(tmp) != TSDF_OK) {
-            snprintf(why, why_len, "'%.128s' is not an ipc://, tcp:// or inproc:// URL", tmp);
+            snprintf(why, why_len, "'%.128s' is not an ipc://, tcp://, tls+tcp:// or inproc:// URL",
+                     tmp);
             return TSDF_EINVAL;
         }
         if (kind == 1 && tsdf_proto_check_name(tmp, strlen(tmp)) != TSDF_OK) {
             snprintf(why, why_len,
                      "'%s' is not a map name (1..64 of [A-Za-z0-9_.-], not starting with '.')",
+                     tmp);
+            return TSDF_EINVAL;
+        }
+        if (kind == 2 && check_cn(tmp) != TSDF_OK) {
+            snprintf(why, why_len, "'%.128s' is not a common name (1..64 printable characters)",
                      tmp);
             return TSDF_EINVAL;
         }
@@ -392,6 +428,41 @@ int cfg_set(tsdfd_config *c, const char *section, const char *key, const char *v
         c->maps_count = n;
         break;
     }
+    case KEY_OPTSTRING:
+        if (strlen(v) + 1 > k->size) {
+            snprintf(why, sizeof why, "must be at most %zu bytes", k->size - 1);
+            rc = TSDF_EINVAL;
+            break;
+        }
+        memcpy(field, v, strlen(v) + 1);
+        break;
+    case KEY_MODE: {
+        char *end;
+        errno = 0;
+        unsigned long x = strtoul(v, &end, 8);
+        if (v[0] == '\0' || v[0] == '-' || v[0] == '+' || *end != '\0' || errno != 0 ||
+            (double)x < k->min || (double)x > k->max) {
+            snprintf(why, sizeof why, "'%.64s' is not an octal mode in [0%o, 0%o]", v,
+                     (unsigned)k->min, (unsigned)k->max);
+            rc = TSDF_EINVAL;
+            break;
+        }
+        *(uint32_t *)field = (uint32_t)x;
+        break;
+    }
+    case KEY_CNS: {
+        char tmp[CFG_MAX_WRITERS][CFG_CN_LEN];
+        size_t n = 0;
+        memset(tmp, 0, sizeof tmp);
+        /* Empty: no list, every authenticated client may write. */
+        if (v[0] != '\0')
+            rc = parse_list(v, &tmp[0][0], CFG_MAX_WRITERS, CFG_CN_LEN, &n, 2, why, sizeof why);
+        if (rc != TSDF_OK)
+            break;
+        memcpy(c->tls_writers, tmp, sizeof tmp);
+        c->tls_writers_count = n;
+        break;
+    }
     case KEY_POLICY:
         if (strcmp(v, "block") == 0)
             c->queue_policy = CFG_POLICY_BLOCK;
@@ -479,6 +550,102 @@ int cfg_load_file(tsdfd_config *c, const char *path, char *err, size_t err_len)
     return TSDF_OK;
 }
 
+int cfg_tls_enabled(const tsdfd_config *c)
+{
+    return c->tls_cert_file[0] != '\0' && c->tls_key_file[0] != '\0' && c->tls_ca_file[0] != '\0';
+}
+
+int cfg_ipc_gid(const tsdfd_config *c, long *gid)
+{
+    struct group g, *found = NULL;
+    char buf[16384];
+
+    *gid = -1;
+    if (c->ipc_group[0] == '\0')
+        return TSDF_OK;
+    if (getgrnam_r(c->ipc_group, &g, buf, sizeof buf, &found) != 0 || found == NULL)
+        return TSDF_ENOT_FOUND;
+    *gid = (long)found->gr_gid;
+    return TSDF_OK;
+}
+
+/* The URLs of one listen key against the access rules (see config.h). */
+static int check_listen_access(const tsdfd_config *c, const char *key,
+                               const char (*urls)[CFG_URL_LEN], size_t n, size_t *tls_urls,
+                               char *err, size_t err_len)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *u = urls[i];
+        if (tsdf_transport_is_tls(u)) {
+            (*tls_urls)++;
+            if (!cfg_tls_enabled(c)) {
+                cfg_err(err, err_len, "[server] %s: %s needs [tls] cert_file, key_file and ca_file",
+                        key, u);
+                return TSDF_EINVAL;
+            }
+        } else if (!tsdf_transport_is_local(u)) {
+            if (!c->allow_insecure_remote) {
+                cfg_err(err, err_len,
+                        "[server] %s: %s takes connections from other hosts without TLS, so "
+                        "anyone who reaches it may read and change every map; listen on "
+                        "tls+tcp:// with [tls], or on a loopback address, or set [server] "
+                        "allow_insecure_remote = true",
+                        key, u);
+                return TSDF_EINVAL;
+            }
+            TSDF_LOG(TSDF_LOG_WARN,
+                     "[server] %s: %s is open to other hosts without TLS or authentication "
+                     "(allow_insecure_remote = true)",
+                     key, u);
+        }
+    }
+    return TSDF_OK;
+}
+
+/* [tls] and [server] access keys: see cfg_validate in config.h. */
+static int validate_access(const tsdfd_config *c, char *err, size_t err_len)
+{
+    size_t tls_urls = 0;
+    int rc;
+
+    if ((c->tls_cert_file[0] || c->tls_key_file[0] || c->tls_ca_file[0]) && !cfg_tls_enabled(c)) {
+        cfg_err(err, err_len, "[tls] %s: cert_file, key_file and ca_file go together",
+                !c->tls_cert_file[0]  ? "cert_file"
+                : !c->tls_key_file[0] ? "key_file"
+                                      : "ca_file");
+        return TSDF_EINVAL;
+    }
+    rc = check_listen_access(c, "listen", c->listen, c->listen_count, &tls_urls, err, err_len);
+    if (rc == TSDF_OK)
+        rc = check_listen_access(c, "frames_listen", c->frames_listen, c->frames_listen_count,
+                                 &tls_urls, err, err_len);
+    if (rc != TSDF_OK)
+        return rc;
+    if (c->tls_writers_count > 0 && tls_urls == 0) {
+        cfg_err(err, err_len,
+                "[tls] writers: no tls+tcp:// URL listens, so the list would restrict no client");
+        return TSDF_EINVAL;
+    }
+    /* Load the files now, so that --check-config finds a wrong path or a
+     * key that does not match before a start does. */
+    if (cfg_tls_enabled(c)) {
+        tsdf_tls_files f = {c->tls_ca_file, c->tls_cert_file, c->tls_key_file, NULL};
+        nng_tls_config *tls;
+        char why[CFG_ERR_LEN - 16];
+        if (tsdf_tls_server_config(&f, &tls, why, sizeof why) != TSDF_OK) {
+            cfg_err(err, err_len, "[tls] %s", why);
+            return TSDF_EINVAL;
+        }
+        nng_tls_config_free(tls);
+    }
+    long gid;
+    if (cfg_ipc_gid(c, &gid) != TSDF_OK) {
+        cfg_err(err, err_len, "[server] ipc_group: no group '%s' on this system", c->ipc_group);
+        return TSDF_EINVAL;
+    }
+    return TSDF_OK;
+}
+
 int cfg_validate(const tsdfd_config *c, char *err, size_t err_len)
 {
     if (c->listen_count == 0) {
@@ -509,7 +676,7 @@ int cfg_validate(const tsdfd_config *c, char *err, size_t err_len)
         cfg_err(err, err_len, "[volume] maps: no map declared and auto_create_maps is off");
         return TSDF_EINVAL;
     }
-    return TSDF_OK;
+    return validate_access(c, err, err_len);
 }
 
 const char *cfg_usage(void)
@@ -518,7 +685,7 @@ const char *cfg_usage(void)
            "  --config FILE            configuration file (default " CFG_DEFAULT_PATH
            ", used when present)\n"
            "  --check-config FILE      validate FILE and exit (0: valid)\n"
-           "  --listen URL[,URL...]    REQ/REP listen URLs (ipc://, tcp://)\n"
+           "  --listen URL[,URL...]    REQ/REP listen URLs (ipc://, tcp://, tls+tcp://)\n"
            "  --frames-listen URL[,..] PUSH/PULL listen URLs for frame streams\n"
            "  --backend auto|cpu|cuda  volume backend\n"
            "  --log-level LEVEL        error, warn, info or debug\n"

@@ -31,6 +31,8 @@ extern "C" {
 #define CFG_MAX_DECLARED_MAPS 16
 #define CFG_NAME_LEN 65 /* 64 bytes of name + NUL, as the wire's names */
 #define CFG_ERR_LEN 512
+#define CFG_MAX_WRITERS 32
+#define CFG_CN_LEN 65 /* an X.509 common name: at most 64 characters + NUL */
 
 #define CFG_DEFAULT_PATH "/etc/tsdfd/tsdfd.conf"
 
@@ -54,6 +56,16 @@ typedef struct {
     uint32_t max_connections;    /* open connections (pipes) of both sockets together */
     uint32_t request_timeout_ms; /* a request waits at most this long for its map */
     char state_dir[CFG_PATH_LEN];
+    int allow_insecure_remote;    /* plain tcp:// beyond loopback: allowed, with a warning */
+    uint32_t ipc_mode;            /* mode of ipc:// socket files (octal in the file) */
+    char ipc_group[CFG_NAME_LEN]; /* group of ipc:// socket files; "": the daemon's */
+
+    /* [tls] ("" = not set; the three files go together) */
+    char tls_cert_file[CFG_PATH_LEN];              /* server certificate (PEM) */
+    char tls_key_file[CFG_PATH_LEN];               /* its private key (PEM) */
+    char tls_ca_file[CFG_PATH_LEN];                /* CA(s) client certificates must chain to */
+    char tls_writers[CFG_MAX_WRITERS][CFG_CN_LEN]; /* CNs that may write; none: every client */
+    size_t tls_writers_count;
 
     /* [queue] */
     uint32_t queue_length; /* frames per map queue */
@@ -104,7 +116,11 @@ int cfg_set(tsdfd_config *c, const char *section, const char *key, const char *v
 int cfg_load_file(tsdfd_config *c, const char *path, char *err, size_t err_len);
 
 /* Cross-key checks after everything is applied (at least one listen URL,
- * volume parameters, declared maps within max_maps, ...). TSDF_EINVAL with err. */
+ * volume parameters, declared maps within max_maps, ...). TSDF_EINVAL with err.
+ * Access: a tls+tcp:// URL needs [tls] cert_file, key_file and ca_file
+ * (which must load); a tcp:// URL beyond loopback needs [server]
+ * allow_insecure_remote = true, and is then logged as a warning (once per
+ * call); ipc_group must name an existing group. */
 int cfg_validate(const tsdfd_config *c, char *err, size_t err_len);
 
 /* What the command line asks for. */
@@ -133,6 +149,13 @@ int cfg_from_args(int argc, char **argv, tsdfd_config *c, cfg_action *action, ch
 
 /* The usage text for --help. */
 const char *cfg_usage(void);
+
+/* 1 when [tls] is configured (cert_file, key_file and ca_file all set). */
+int cfg_tls_enabled(const tsdfd_config *c);
+
+/* The gid of [server] ipc_group, or -1 when it is empty. TSDF_ENOT_FOUND
+ * for a group the system does not know. */
+int cfg_ipc_gid(const tsdfd_config *c, long *gid);
 
 /* "block" / "drop_oldest". */
 const char *cfg_policy_name(cfg_queue_policy p);

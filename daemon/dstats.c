@@ -14,7 +14,7 @@ const char *dstats_outcome_name(ds_outcome o)
 {
     static const char *const names[DS_OUTCOME_COUNT] = {
         "integrated",    "queue_full", "shutdown", "memory",       "decode_error",
-        "invalid_frame", "capacity",   "no_map",   "engine_error",
+        "invalid_frame", "capacity",   "no_map",   "engine_error", "forbidden",
     };
     if ((unsigned)o >= DS_OUTCOME_COUNT)
         return "unknown";
@@ -51,6 +51,8 @@ ds_outcome dstats_outcome_for_error(int err)
     case TSDF_ENOT_FOUND:
     case TSDF_ELIMIT:
         return DS_REJ_NO_MAP;
+    case TSDF_EFORBIDDEN:
+        return DS_REJ_FORBIDDEN;
     default:
         return DS_REJ_ENGINE;
     }

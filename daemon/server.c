@@ -5,8 +5,10 @@
 
 #include "server.h"
 
+#include "access.h"
 #include "log.h"
 #include "tsdf_error.h"
+#include "tsdf_transport.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -52,34 +54,9 @@ struct server {
     pthread_t *decoders;
     size_t decoder_count;
     atomic_int stopping; /* server_stop began: request threads exit */
+    access_policy *access;
+    nng_tls_config *tls; /* of the tls+tcp:// listeners; NULL without [tls] */
 };
-
-int server_nng_error(int rv)
-{
-    switch (rv) {
-    case 0:
-        return TSDF_OK;
-    case NNG_ENOMEM:
-        return TSDF_ENOMEM;
-    case NNG_ETIMEDOUT:
-        return TSDF_ETIMEOUT;
-    case NNG_ECLOSED:
-        return TSDF_ECLOSED;
-    case NNG_ECONNREFUSED:
-        return TSDF_ECONNREFUSED;
-    case NNG_EADDRINUSE:
-    case NNG_EBUSY:
-        return TSDF_EBUSY;
-    case NNG_EINVAL:
-    case NNG_EADDRINVAL:
-    case NNG_ENOTSUP:
-        return TSDF_EINVAL;
-    case NNG_EMSGSIZE:
-        return TSDF_ETOO_LARGE;
-    default:
-        return TSDF_ENNG;
-    }
-}
 
 /* A request context: receive, handle, reply, forever, until the socket closes. */
 static void *req_main(void *arg)
@@ -109,7 +86,8 @@ static void *req_main(void *arg)
             continue;
         }
         nng_msg *msg = nng_aio_get_msg(rc->aio);
-        handle_request(d, msg, &out); /* takes msg */
+        if (!access_refuse_request(rc->srv->access, msg, &out)) /* takes msg if refused */
+            handle_request(d, msg, &out);                       /* takes msg */
         if (out.len == 0)
             continue;
         nng_msg *reply;
@@ -156,7 +134,8 @@ static void *decoder_main(void *arg)
                 break;
             continue;
         }
-        handle_frame(s->d, msg); /* takes msg */
+        if (!access_refuse_frame(s->access, msg)) /* takes msg if refused */
+            handle_frame(s->d, msg);              /* takes msg */
     }
     return NULL;
 }
@@ -200,8 +179,10 @@ static void on_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
                                  "another",
                                  s->d->cfg->max_connections);
         }
+        access_pipe_added(s->access, p);
     } else if (ev == NNG_PIPE_EV_REM_POST) {
         atomic_fetch_sub(&ds->conns_open, 1);
+        access_pipe_removed(s->access, p);
     }
 }
 
@@ -213,16 +194,14 @@ static int watch_pipes(server *s, nng_socket sock)
     return rv;
 }
 
-static int listen_all(nng_socket sock, const char (*urls)[CFG_URL_LEN], size_t n, char *err,
-                      size_t err_len)
+static int listen_all(nng_socket sock, const char (*urls)[CFG_URL_LEN], size_t n,
+                      const tsdf_listen_opts *opts, char *err, size_t err_len)
 {
     for (size_t i = 0; i < n; i++) {
         ensure_ipc_dir(urls[i]);
-        int rv = nng_listen(sock, urls[i], NULL, 0);
-        if (rv != 0) {
-            snprintf(err, err_len, "cannot listen on %s: %s", urls[i], nng_strerror(rv));
-            return server_nng_error(rv);
-        }
+        int rc = tsdf_transport_listen(sock, urls[i], opts, NULL, err, err_len);
+        if (rc != TSDF_OK)
+            return rc;
         TSDF_LOG(TSDF_LOG_INFO, "listening on %s", urls[i]);
     }
     return TSDF_OK;
@@ -239,16 +218,31 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
     if (s == NULL)
         return TSDF_ENOMEM;
     s->d = d;
+    if ((rc = access_create(cfg, d->stats, &s->access)) != TSDF_OK) {
+        snprintf(err, err_len, "out of memory");
+        goto fail;
+    }
+    if (cfg_tls_enabled(cfg)) {
+        tsdf_tls_files f = {cfg->tls_ca_file, cfg->tls_cert_file, cfg->tls_key_file, NULL};
+        if ((rc = tsdf_tls_server_config(&f, &s->tls, err, err_len)) != TSDF_OK)
+            goto fail;
+    }
+    long gid;
+    if (cfg_ipc_gid(cfg, &gid) != TSDF_OK) {
+        snprintf(err, err_len, "[server] ipc_group: no group '%s'", cfg->ipc_group);
+        rc = TSDF_ENOT_FOUND;
+        goto fail;
+    }
 
     if ((rv = nng_rep0_open(&s->rep)) != 0) {
         snprintf(err, err_len, "cannot open the REP socket: %s", nng_strerror(rv));
-        rc = server_nng_error(rv);
+        rc = tsdf_transport_error(rv);
         goto fail;
     }
     s->rep_open = 1;
     if ((rv = nng_pull0_open(&s->pull)) != 0) {
         snprintf(err, err_len, "cannot open the PULL socket: %s", nng_strerror(rv));
-        rc = server_nng_error(rv);
+        rc = tsdf_transport_error(rv);
         goto fail;
     }
     s->pull_open = 1;
@@ -257,7 +251,7 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
     nng_socket_set_size(s->pull, NNG_OPT_RECVMAXSZ, max_recv);
     if ((rv = watch_pipes(s, s->rep)) != 0 || (rv = watch_pipes(s, s->pull)) != 0) {
         snprintf(err, err_len, "cannot watch connections: %s", nng_strerror(rv));
-        rc = server_nng_error(rv);
+        rc = tsdf_transport_error(rv);
         goto fail;
     }
     TSDF_LOG(TSDF_LOG_INFO,
@@ -265,10 +259,11 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
              "hold at most %zu MiB",
              cfg->max_connections, max_recv, (max_recv * cfg->max_connections) >> 20);
 
-    rc = listen_all(s->rep, cfg->listen, cfg->listen_count, err, err_len);
+    tsdf_listen_opts lo = {.tls = s->tls, .ipc_mode = (int)cfg->ipc_mode, .ipc_gid = gid};
+    rc = listen_all(s->rep, cfg->listen, cfg->listen_count, &lo, err, err_len);
     if (rc != TSDF_OK)
         goto fail;
-    rc = listen_all(s->pull, cfg->frames_listen, cfg->frames_listen_count, err, err_len);
+    rc = listen_all(s->pull, cfg->frames_listen, cfg->frames_listen_count, &lo, err, err_len);
     if (rc != TSDF_OK)
         goto fail;
 
@@ -285,7 +280,7 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
         if ((rv = nng_ctx_open(&c->ctx, s->rep)) != 0 ||
             (rv = nng_aio_alloc(&c->aio, NULL, NULL)) != 0) {
             snprintf(err, err_len, "cannot make request context %zu: %s", i, nng_strerror(rv));
-            rc = server_nng_error(rv);
+            rc = tsdf_transport_error(rv);
             goto fail;
         }
         s->req_count++;
@@ -344,6 +339,10 @@ void server_stop(server *s)
         if (c->aio != NULL)
             nng_aio_free(c->aio);
     }
+    /* Both sockets are closed: no pipe callback runs any more. */
+    access_destroy(s->access);
+    if (s->tls != NULL)
+        nng_tls_config_free(s->tls);
     free(s->reqs);
     free(s->decoders);
     free(s);

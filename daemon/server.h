@@ -42,9 +42,6 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len);
  * progress and the decoders, and frees s. NULL is a no-op. */
 void server_stop(server *s);
 
-/* Maps an nng error code onto a tsdf error code. */
-int server_nng_error(int nng_rv);
-
 #ifdef __cplusplus
 }
 #endif

@@ -12,10 +12,11 @@
 set -euo pipefail
 
 build_pkgs=(build-essential cmake pkg-config git
-            libuv1-dev libnng-dev libmsgpack-dev libinih-dev libpng-dev libsystemd-dev
+            libuv1-dev libnng-dev libmbedtls-dev libmsgpack-dev libinih-dev libpng-dev
+            libsystemd-dev
             zlib1g-dev)
 test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-msgpack python3-open3d
-           prometheus systemd curl)
+           prometheus systemd curl openssl)
 
 pkgs=("${build_pkgs[@]}")
 if [ "${1:-}" = "--test" ]; then

@@ -65,8 +65,20 @@ static int write_config(const tsdfd_harness *h, const char *extra_ini)
             "[log]\n"
             "stats_period_s = 0\n",
             h->req_url, h->frames_url, h->state_dir);
-    if (extra_ini != NULL)
-        fprintf(f, "\n%s\n", extra_ini);
+    if (extra_ini != NULL) {
+        /* "@DIR@" stands for h->dir, so that the extra text can name files
+         * there (an extra ipc:// URL beside the harness's own, certificates). */
+        fputc('\n', f);
+        for (const char *p = extra_ini; *p != '\0'; p++) {
+            if (strncmp(p, "@DIR@", 5) == 0) {
+                fputs(h->dir, f);
+                p += 4;
+            } else {
+                fputc(*p, f);
+            }
+        }
+        fputc('\n', f);
+    }
     return fclose(f) == 0 ? 0 : -1;
 }
 

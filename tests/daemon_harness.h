@@ -42,7 +42,8 @@ const char *tsdfd_harness_bin(void);
  * false, load_on_start = false, [metrics] enabled = false (so parallel tests
  * never share port 9464 or a state directory) and [log] stats_period_s =
  * 0; the extra text may
- * repeat those sections and keys (later lines win). extra_args (NULL or
+ * repeat those sections and keys (later lines win), and "@DIR@" in it
+ * stands for h->dir (e.g. "listen = ipc://@DIR@/req.sock, tls+tcp://..."). extra_args (NULL or
  * NULL-terminated) are appended to the command line.
  * Returns 0 once the daemon answers ping (within 20 s), -1 otherwise (the
  * child is then killed and its log printed).

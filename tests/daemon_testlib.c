@@ -123,10 +123,10 @@ void wait_settled(tsdf_client *c, const char *map, int64_t expect_received, tsdf
              stat_get(st, "frames.received"), expect_received, stat_get(st, "frames.in_flight"));
 }
 
-const char *const drop_reasons[] = {"dropped.queue_full", "dropped.shutdown", "dropped.memory"};
-const char *const reject_reasons[] = {
+const char *const drop_reasons[3] = {"dropped.queue_full", "dropped.shutdown", "dropped.memory"};
+const char *const reject_reasons[6] = {
     "rejected.decode_error", "rejected.invalid_frame", "rejected.capacity",
-    "rejected.no_map",       "rejected.engine_error",
+    "rejected.no_map",       "rejected.engine_error",  "rejected.forbidden",
 };
 
 /* received == integrated + dropped + rejected, and each total is the sum
@@ -143,7 +143,7 @@ void assert_reconciled(const tsdf_rep_stats *st)
         sum += stat_get(st, drop_reasons[i]);
     assert_int_equal(sum, dropped);
     sum = 0;
-    for (size_t i = 0; i < 5; i++)
+    for (size_t i = 0; i < sizeof reject_reasons / sizeof reject_reasons[0]; i++)
         sum += stat_get(st, reject_reasons[i]);
     assert_int_equal(sum, rejected);
 }

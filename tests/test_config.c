@@ -100,6 +100,13 @@ static void test_shipped_file_is_the_defaults(void **state)
         "max_connections",
         "request_timeout_ms",
         "state_dir",
+        "allow_insecure_remote",
+        "ipc_mode",
+        "ipc_group",
+        "cert_file",
+        "key_file",
+        "ca_file",
+        "writers",
         "length",
         "policy",
         "push_timeout_ms",
@@ -262,6 +269,13 @@ static void test_bad_values_name_the_key(void **state)
         {"server", "max_connections", "4097"},
         {"server", "request_timeout_ms", "-5"},
         {"server", "state_dir", ""},
+        {"server", "listen", "tls://127.0.0.1:1"},
+        {"server", "allow_insecure_remote", "maybe"},
+        {"server", "ipc_mode", "0999"},
+        {"server", "ipc_mode", "0500"},
+        {"server", "ipc_mode", "-0660"},
+        {"tls", "writers", "robot1,,robot2"},
+        {"tls", "writers", "robot1, robot1"},
         {"queue", "length", "0"},
         {"queue", "length", "12abc"},
         {"queue", "policy", "drop_newest"},
@@ -354,6 +368,83 @@ static void test_cross_key_checks(void **state)
     assert_int_equal(cfg_set(&c, "volume", "max_maps", "2", err, sizeof err), TSDF_OK);
     assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_EINVAL);
     assert_non_null(strstr(err, "[volume] maps"));
+}
+
+/* [tls] and the listen URLs: TLS needs its files, plain TCP beyond
+ * loopback needs allow_insecure_remote, each refusal names the URL. */
+static void test_access_checks(void **state)
+{
+    tsdfd_config c;
+    char err[CFG_ERR_LEN] = "";
+    (void)state;
+
+    cfg_defaults(&c);
+    assert_int_equal(c.ipc_mode, 0660);
+    assert_false(c.allow_insecure_remote);
+    assert_int_equal(cfg_set(&c, "server", "ipc_mode", "0600", err, sizeof err), TSDF_OK);
+    assert_int_equal(c.ipc_mode, 0600);
+
+    /* A plain tcp:// URL on every interface is refused... */
+    cfg_defaults(&c);
+    assert_int_equal(cfg_set(&c, "server", "listen", "tcp://0.0.0.0:5555", err, sizeof err),
+                     TSDF_OK);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_EINVAL);
+    assert_non_null(strstr(err, "[server] listen: tcp://0.0.0.0:5555"));
+    assert_non_null(strstr(err, "allow_insecure_remote"));
+    /* ...unless the operator says so (the warning is logged: see the
+     * --check-config test below). */
+    assert_int_equal(cfg_set(&c, "server", "allow_insecure_remote", "true", err, sizeof err),
+                     TSDF_OK);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_OK);
+
+    /* The frames socket too; loopback needs nothing. */
+    cfg_defaults(&c);
+    assert_int_equal(cfg_set(&c, "server", "frames_listen", "tcp://[::]:5556", err, sizeof err),
+                     TSDF_OK);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_EINVAL);
+    assert_non_null(strstr(err, "[server] frames_listen: tcp://[::]:5556"));
+    cfg_defaults(&c);
+    assert_int_equal(cfg_set(&c, "server", "listen", "tcp://[::1]:5555", err, sizeof err), TSDF_OK);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_OK);
+
+    /* tls+tcp:// without [tls]. */
+    cfg_defaults(&c);
+    assert_int_equal(cfg_set(&c, "server", "listen", "tls+tcp://0.0.0.0:5555", err, sizeof err),
+                     TSDF_OK);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_EINVAL);
+    assert_non_null(strstr(err, "tls+tcp://0.0.0.0:5555 needs [tls] cert_file, key_file and "
+                                "ca_file"));
+    /* Half a [tls]. */
+    assert_int_equal(cfg_set(&c, "tls", "cert_file", "/etc/tsdfd/c.pem", err, sizeof err), TSDF_OK);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_EINVAL);
+    assert_non_null(strstr(err, "[tls] key_file: cert_file, key_file and ca_file go together"));
+    /* All three, but the files are not there: named before any start. */
+    assert_int_equal(cfg_set(&c, "tls", "key_file", "/nonexistent/k.pem", err, sizeof err),
+                     TSDF_OK);
+    assert_int_equal(cfg_set(&c, "tls", "ca_file", "/nonexistent/ca.pem", err, sizeof err),
+                     TSDF_OK);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_EINVAL);
+    assert_non_null(strstr(err, "[tls]"));
+    assert_non_null(strstr(err, "c.pem"));
+
+    /* writers without any TLS listener would restrict no one. */
+    cfg_defaults(&c);
+    assert_int_equal(cfg_set(&c, "tls", "writers", "robot1, robot2", err, sizeof err), TSDF_OK);
+    assert_int_equal(c.tls_writers_count, 2);
+    assert_string_equal(c.tls_writers[1], "robot2");
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_EINVAL);
+    assert_non_null(strstr(err, "[tls] writers"));
+    assert_int_equal(cfg_set(&c, "tls", "writers", "", err, sizeof err), TSDF_OK);
+    assert_int_equal(c.tls_writers_count, 0);
+
+    /* An unknown ipc_group. */
+    cfg_defaults(&c);
+    assert_int_equal(cfg_set(&c, "server", "ipc_group", "no-such-group-tsdf", err, sizeof err),
+                     TSDF_OK);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_EINVAL);
+    assert_non_null(strstr(err, "[server] ipc_group: no group 'no-such-group-tsdf'"));
+    assert_int_equal(cfg_set(&c, "server", "ipc_group", "root", err, sizeof err), TSDF_OK);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_OK);
 }
 
 static void test_flags_override_file(void **state)
@@ -466,6 +557,27 @@ static void test_check_config_binary(void **state)
 
     code = run_check("/nonexistent/tsdfd.conf", out, sizeof out);
     assert_int_not_equal(code, 0);
+
+    /* A non-loopback tcp:// listen URL without TLS: refused, naming it... */
+    const char *open_tcp =
+        write_file("insecure.conf", "[server]\nlisten = ipc:///tmp/x.sock, tcp://0.0.0.0:5555\n");
+    code = run_check(open_tcp, out, sizeof out);
+    assert_int_not_equal(code, 0);
+    assert_non_null(strstr(out, "tcp://0.0.0.0:5555"));
+    /* ...and allowed with allow_insecure_remote, with a warning. */
+    const char *allowed =
+        write_file("insecure_ok.conf", "[server]\nlisten = ipc:///tmp/x.sock, tcp://0.0.0.0:5555\n"
+                                       "allow_insecure_remote = true\n");
+    code = run_check(allowed, out, sizeof out);
+    assert_int_equal(code, 0);
+    assert_non_null(strstr(out, "WARN"));
+    assert_non_null(strstr(out, "tcp://0.0.0.0:5555 is open to other hosts without TLS"));
+
+    /* tls+tcp:// without [tls]: a clear error. */
+    const char *tls = write_file("tls.conf", "[server]\nlisten = tls+tcp://127.0.0.1:5555\n");
+    code = run_check(tls, out, sizeof out);
+    assert_int_not_equal(code, 0);
+    assert_non_null(strstr(out, "tls+tcp://127.0.0.1:5555 needs [tls]"));
 }
 
 int main(void)
@@ -477,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_bad_values_name_the_key),
         cmocka_unit_test(test_unknown_keys_are_errors),
         cmocka_unit_test(test_cross_key_checks),
+        cmocka_unit_test(test_access_checks),
         cmocka_unit_test(test_flags_override_file),
         cmocka_unit_test(test_check_config_binary),
     };

@@ -9,6 +9,12 @@ mesh is the sphere it rendered.
 
     python3 tsdf_example_client.py [--url URL] [--push-url URL] [--map NAME]
                                    [--out mesh.ply] [--timeout-ms MS]
+                                   [--tls-ca FILE --tls-cert FILE --tls-key FILE
+                                    [--tls-server-name NAME]]
+
+For tls+tcp:// URLs the daemon requires a client certificate: --tls-ca is the
+CA of the daemon's certificate, --tls-cert/--tls-key this client's (pynng's
+TLSConfig; the pynng wheels build nng with TLS).
 
 Needs: pip install pynng msgpack numpy
 Exit status: 0 when the mesh is plausible, 1 otherwise (with a message).
@@ -48,20 +54,55 @@ class TsdfError(Exception):
 class TsdfClient:
     """One REQ socket for requests, one PUSH socket for frames."""
 
-    def __init__(self, req_url, push_url=None, timeout_ms=10000):
+    def __init__(self, req_url, push_url=None, timeout_ms=10000, tls=None):
         self._ids = itertools.count(1)
         self.req = pynng.Req0(recv_timeout=timeout_ms, send_timeout=timeout_ms)
+        # tls: a dict of ca, cert, key, server_name (files); one TLSConfig
+        # per URL, as the server name defaults to the URL's host.
+        self._tls = tls
         # A resent "integrate" would integrate its frame twice (PROTOCOL.md
         # section 1): turn nng's automatic resend off.
         try:
             self.req.resend_time = -1
         except Exception:  # older pynng without the option: keep the default
             pass
-        self.req.dial(req_url, block=True)
+        self._dial(self.req, req_url)
         self.push = None
         if push_url:
             self.push = pynng.Push0(send_timeout=timeout_ms)
-            self.push.dial(push_url, block=True)
+            self._dial(self.push, push_url)
+
+    def _dial(self, sock, url):
+        if not url.startswith("tls+tcp"):
+            if self._tls and any(self._tls.values()):
+                raise ValueError(f"{url}: TLS options given, but the URL is not tls+tcp://")
+            sock.dial(url, block=True)
+            return
+        if not self._tls or not self._tls.get("ca"):
+            raise ValueError(f"{url}: TLS needs --tls-ca")
+        host = url.split("://", 1)[1].rsplit(":", 1)[0].strip("[]")
+        kw = {"ca_files": [self._tls["ca"]],
+              "server_name": self._tls.get("server_name") or host,
+              "auth_mode": pynng.TLSConfig.AUTH_MODE_REQUIRED}
+        if self._tls.get("cert"):
+            with open(self._tls["cert"]) as f:
+                kw["own_cert_string"] = f.read()
+            with open(self._tls["key"]) as f:
+                kw["own_key_string"] = f.read()
+        sock.tls_config = pynng.TLSConfig(pynng.TLSConfig.MODE_CLIENT, **kw)
+        try:
+            sock.dial(url, block=True)
+        except pynng.exceptions.NNGException as e:
+            # nng says CryptoError / AuthenticationError for a certificate
+            # refused here, and "connection shutdown" (errno 31) or a reset
+            # when the daemon refuses ours.
+            if not (isinstance(e, (pynng.exceptions.CryptoError,
+                                   pynng.exceptions.AuthenticationError,
+                                   pynng.exceptions.ConnectionReset))
+                    or getattr(e, "errno", None) == 31):
+                raise
+            raise SystemExit(f"{url}: TLS handshake failed ({e}): check --tls-ca, "
+                             "--tls-cert/--tls-key and the server name") from None
 
     def close(self):
         self.req.close()
@@ -183,9 +224,18 @@ def main():
     ap.add_argument("--map", default="pysphere")
     ap.add_argument("--timeout-ms", type=int, default=20000)
     ap.add_argument("--out", help="write the mesh as PLY here")
+    ap.add_argument("--tls-ca", help="tls+tcp://: the CA of the daemon's certificate")
+    ap.add_argument("--tls-cert", help="tls+tcp://: this client's certificate")
+    ap.add_argument("--tls-key", help="tls+tcp://: its private key")
+    ap.add_argument("--tls-server-name", help="the name the daemon's certificate carries "
+                    "(default: the URL's host)")
     args = ap.parse_args()
+    if bool(args.tls_cert) != bool(args.tls_key):
+        ap.error("--tls-cert and --tls-key go together")
+    tls = {"ca": args.tls_ca, "cert": args.tls_cert, "key": args.tls_key,
+           "server_name": args.tls_server_name}
 
-    client = TsdfClient(args.url, args.push_url, args.timeout_ms)
+    client = TsdfClient(args.url, args.push_url, args.timeout_ms, tls)
     try:
         pong = client.request("ping")
         print(f"connected: {pong['server']}, up {pong['uptime_ms'] / 1000:.1f} s")

@@ -1,0 +1,331 @@
+/*
+ * tsdfctl_replay.c - tsdfctl replay: stream a dataset or a synthetic scene to the daemon.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tsdfctl.h"
+#include "tsdf_dataset.h"
+#include "tsdf_pose.h"
+#include "tsdf_synth.h"
+
+/* ---- replay ------------------------------------------------------------- */
+
+static const char replay_help[] =
+    "usage: tsdfctl replay DIR [options]\n"
+    "       tsdfctl replay --synthetic NAME [options]\n"
+    "\n"
+    "Sends the frames of a depth sequence to tsdfd.\n"
+    "  DIR                 a 7-Scenes folder (frame-XXXXXX.depth.png + .pose.txt) or a\n"
+    "                      TUM RGB-D folder (depth.txt + groundtruth.txt)\n"
+    "  --synthetic NAME    a synthetic sequence rendered here: sphere, box, room, demo, plane\n"
+    "  --rate HZ           frames per second (default: as fast as possible)\n"
+    "  --ack               send `integrate` requests and wait for each result instead of\n"
+    "                      fire-and-forget `frame` messages on the push socket\n"
+    "  --map NAME          target map (default \"default\")\n"
+    "  --sensor NAME       sensor name (default: sensor id 0)\n"
+    "  --max-frames N      stop after N frames\n"
+    "  --every K           send every K-th frame (default 1)\n"
+    "  --min-depth M, --max-depth M   valid depth range in metres (default 0.1, 5.0;\n"
+    "                      synthetic sequences use their own range unless given)\n"
+    "  --size W H          synthetic image size (default 320 240)\n"
+    "Prints a progress bar on a terminal and a summary: frames sent, acknowledged,\n"
+    "failed, seconds, frames per second. Exit status 1 if any frame failed.\n";
+
+typedef struct {
+    const char *dir;
+    const char *synthetic;
+    double rate_hz;
+    int ack;
+    const char *map;
+    const char *sensor;
+    uint64_t max_frames;
+    uint32_t every;
+    float min_depth_m, max_depth_m;
+    int depth_range_given;
+    uint32_t width, height;
+} replay_opts;
+
+static volatile sig_atomic_t g_interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    g_interrupted = 1;
+}
+
+static void progress(uint64_t done, uint64_t total, double elapsed_s, uint64_t failed)
+{
+    const int bar = 30;
+    int filled = total ? (int)((double)bar * (double)done / (double)total) : 0;
+    char line[bar + 1];
+    for (int i = 0; i < bar; i++)
+        line[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
+    line[bar] = '\0';
+    fprintf(stderr, "\r[%s] %llu/%llu  %.1f fps  %llu failed ", line, (unsigned long long)done,
+            (unsigned long long)total, elapsed_s > 0 ? (double)done / elapsed_s : 0.0,
+            (unsigned long long)failed);
+    fflush(stderr);
+}
+
+/* Frames the map has integrated or rejected so far (0 when it does not
+ * exist yet); -1 when stats cannot be read. */
+static int64_t map_frames_done(tsdf_client *c, const char *map)
+{
+    tsdf_rep_stats *s = malloc(sizeof(*s));
+    if (s == NULL)
+        return -1;
+    int64_t n = -1;
+    if (tsdf_client_stats(c, map, s, TSDF_CLIENT_TIMEOUT_DEFAULT) == TSDF_OK)
+        n = s->has_engine ? (int64_t)(s->engine.frames_integrated + s->engine.frames_rejected) : 0;
+    free(s);
+    return n;
+}
+
+/* Fire-and-forget frames may still sit in the PUSH buffer or the daemon's
+ * queue, and nng drops what is buffered when the socket closes: wait until
+ * the map has taken `sent` more frames than at the start, until it makes no
+ * progress for 2 s, or until the timeout. Returns the frames seen done (the
+ * map's counters, so frames of other senders to the same map count too). */
+static uint64_t wait_for_map(tsdf_client *c, const char *map, int64_t before, uint64_t sent,
+                             int timeout_ms)
+{
+    double start = ctl_now_s(), last_progress = start;
+    int64_t done = 0;
+    while (!g_interrupted) {
+        int64_t n = map_frames_done(c, map);
+        if (n < 0)
+            break;
+        if (n - before > done) {
+            done = n - before;
+            last_progress = ctl_now_s();
+        }
+        if (done >= (int64_t)sent || ctl_now_s() - last_progress > 2.0 ||
+            (ctl_now_s() - start) * 1000.0 > timeout_ms)
+            break;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return done > 0 ? (uint64_t)done : 0;
+}
+
+int ctl_replay(const global_opts *g, int argc, char **argv)
+{
+    replay_opts o = {0};
+    o.every = 1;
+    o.min_depth_m = TSDF_PROTO_DEFAULT_MIN_DEPTH_M;
+    o.max_depth_m = TSDF_PROTO_DEFAULT_MAX_DEPTH_M;
+    o.width = 320;
+    o.height = 240;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (ctl_is_help(a)) {
+            fputs(replay_help, stdout);
+            return 0;
+        } else if (strcmp(a, "--synthetic") == 0 && v) {
+            o.synthetic = v;
+            i++;
+        } else if (strcmp(a, "--rate") == 0 && v) {
+            float r;
+            /* Bounded so that the frame schedule (k / rate seconds) stays a
+             * sane number of seconds: at least one frame a day. */
+            if (ctl_parse_float(v, &r) != 0 || !(r >= 1.0f / 86400.0f && r <= 1e6f))
+                return ctl_usage_error("replay",
+                                       "--rate needs a number in [1/86400, 1e6] Hz, not \"%s\"", v);
+            o.rate_hz = r;
+            i++;
+        } else if (strcmp(a, "--ack") == 0) {
+            o.ack = 1;
+        } else if (strcmp(a, "--map") == 0 && v) {
+            o.map = v;
+            i++;
+        } else if (strcmp(a, "--sensor") == 0 && v) {
+            o.sensor = v;
+            i++;
+        } else if (strcmp(a, "--max-frames") == 0 && v) {
+            if (ctl_parse_u64(v, UINT64_MAX, &o.max_frames) != 0 || o.max_frames == 0)
+                return ctl_usage_error("replay",
+                                       "--max-frames needs a positive integer, not \"%s\"", v);
+            i++;
+        } else if (strcmp(a, "--every") == 0 && v) {
+            if (ctl_parse_u32(v, &o.every) != 0 || o.every == 0)
+                return ctl_usage_error("replay", "--every needs a positive integer, not \"%s\"", v);
+            i++;
+        } else if ((strcmp(a, "--min-depth") == 0 || strcmp(a, "--max-depth") == 0) && v) {
+            float *dst = a[2] == 'm' && a[3] == 'i' ? &o.min_depth_m : &o.max_depth_m;
+            if (ctl_parse_float(v, dst) != 0)
+                return ctl_usage_error("replay", "bad depth \"%s\"", v);
+            o.depth_range_given = 1;
+            i++;
+        } else if (strcmp(a, "--size") == 0 && v && i + 2 < argc) {
+            if (ctl_parse_u32(v, &o.width) != 0 || ctl_parse_u32(argv[i + 2], &o.height) != 0)
+                return ctl_usage_error("replay", "--size needs two integers W H%s", "");
+            i += 2;
+        } else if (a[0] == '-') {
+            return ctl_usage_error("replay", "unknown option or missing value: %s", a);
+        } else if (o.dir == NULL) {
+            o.dir = a;
+        } else {
+            return ctl_usage_error("replay", "unexpected argument \"%s\"", a);
+        }
+    }
+    if ((o.dir == NULL) == (o.synthetic == NULL))
+        return ctl_usage_error("replay", "give either DIR or --synthetic NAME%s", "");
+
+    /* The source of frames. */
+    tsdf_dataset *ds = NULL;
+    tsdf_synth_sequence *seq = NULL;
+    uint16_t *depth_u16 = NULL;
+    float *depth_f32 = NULL;
+    uint8_t *rgb = NULL;
+    uint64_t total;
+    int rc;
+    int exit_code = EXIT_FAILURE;
+    tsdf_client *c = NULL;
+    tsdf_dataset_info info;
+    memset(&info, 0, sizeof(info));
+    if (o.dir != NULL) {
+        rc = tsdf_dataset_open(o.dir, &ds);
+        if (rc != TSDF_OK) {
+            fprintf(stderr, "tsdfctl: replay: cannot open %s: %s (%s)\n", o.dir, tsdf_strerror(rc),
+                    tsdf_errname(rc));
+            return EXIT_FAILURE;
+        }
+        tsdf_dataset_get_info(ds, &info);
+        total = info.frame_count;
+        depth_u16 = malloc((size_t)info.width * info.height * sizeof(uint16_t));
+        if (depth_u16 == NULL)
+            goto oom;
+        fprintf(stderr, "tsdfctl: %s: %s sequence, %u frames of %ux%u\n", o.dir,
+                info.kind == TSDF_DATASET_TUM ? "TUM RGB-D" : "7-Scenes", info.frame_count,
+                info.width, info.height);
+    } else {
+        seq = malloc(sizeof(*seq));
+        if (seq == NULL)
+            goto oom;
+        rc = tsdf_synth_sequence_init(seq, o.synthetic);
+        if (rc == TSDF_OK && (o.width != seq->width || o.height != seq->height))
+            rc = tsdf_synth_sequence_set_resolution(seq, o.width, o.height);
+        if (rc != TSDF_OK) {
+            fprintf(stderr,
+                    "tsdfctl: replay: synthetic sequence \"%s\": %s (%s); known:", o.synthetic,
+                    tsdf_strerror(rc), tsdf_errname(rc));
+            for (const char *const *n = tsdf_synth_sequence_names(); *n; n++)
+                fprintf(stderr, " %s", *n);
+            fputc('\n', stderr);
+            goto out;
+        }
+        total = seq->frame_count;
+        depth_f32 = malloc((size_t)seq->width * seq->height * sizeof(float));
+        rgb = malloc((size_t)seq->width * seq->height * 3u);
+        if (depth_f32 == NULL || rgb == NULL)
+            goto oom;
+    }
+    uint64_t to_send = (total + o.every - 1) / o.every;
+    if (o.max_frames && o.max_frames < to_send)
+        to_send = o.max_frames;
+
+    if (ctl_open_client(g, !o.ack, &c) != TSDF_OK)
+        goto out;
+    int64_t done_before = o.ack ? 0 : map_frames_done(c, o.map);
+
+    signal(SIGINT, on_sigint);
+    int tty = isatty(STDERR_FILENO);
+    uint64_t sent = 0, acked = 0, failed = 0, reported = 0;
+    double t0 = ctl_now_s();
+    for (uint64_t k = 0; k < to_send && !g_interrupted; k++) {
+        uint32_t i = (uint32_t)(k * o.every);
+        tsdf_frame f;
+        if (ds != NULL) {
+            tsdf_dataset_frame df;
+            rc = tsdf_dataset_load(ds, i, depth_u16, (size_t)info.width * info.height, &df);
+            if (rc == TSDF_OK)
+                tsdf_dataset_frame_to_tsdf(&df, depth_u16, o.min_depth_m, o.max_depth_m, &f);
+        } else {
+            rc = tsdf_synth_sequence_frame(seq, i, depth_f32, rgb, &f);
+            if (rc == TSDF_OK && o.depth_range_given) {
+                f.min_depth_m = o.min_depth_m;
+                f.max_depth_m = o.max_depth_m;
+            }
+        }
+        if (rc == TSDF_OK) {
+            if (o.rate_hz > 0) {
+                double due = t0 + (double)k / o.rate_hz, wait = due - ctl_now_s();
+                if (wait > 0) {
+                    struct timespec ts = {(time_t)wait, (long)((wait - floor(wait)) * 1e9)};
+                    nanosleep(&ts, NULL);
+                }
+            }
+            tsdf_client_frame cf = {o.map, o.sensor, 0, k, 0, &f};
+            cf.stamp_ns = (uint64_t)((ctl_now_s() - t0) * 1e9);
+            if (o.ack)
+                rc = tsdf_client_integrate(c, &cf, TSDF_CLIENT_TIMEOUT_DEFAULT, NULL);
+            else
+                rc = tsdf_client_send_frame(c, &cf, g->timeout_ms);
+        }
+        if (rc == TSDF_OK) {
+            sent++;
+            acked += o.ack ? 1 : 0;
+        } else {
+            failed++;
+            if (o.ack && rc != TSDF_ETIMEOUT && rc != TSDF_ECONNREFUSED && rc != TSDF_ECLOSED)
+                sent++; /* it reached the daemon, which refused it */
+            if (reported++ < 5) {
+                const char *detail = tsdf_client_last_message();
+                fprintf(stderr, "%stsdfctl: replay: frame %u: %s (%s)%s%s\n", tty ? "\n" : "", i,
+                        tsdf_strerror(rc), tsdf_errname(rc), detail[0] ? ": " : "", detail);
+            }
+            if (rc == TSDF_ECLOSED || rc == TSDF_ECONNREFUSED)
+                break;
+        }
+        if (tty && (k % 4 == 0 || k + 1 == to_send))
+            progress(k + 1, to_send, ctl_now_s() - t0, failed);
+    }
+    double secs = ctl_now_s() - t0;
+    if (tty)
+        fputc('\n', stderr);
+    if (o.ack) {
+        printf("frames sent %llu, acked %llu, failed %llu, %.2f s, %.1f fps\n",
+               (unsigned long long)sent, (unsigned long long)acked, (unsigned long long)failed,
+               secs, secs > 0 ? (double)(acked) / secs : 0.0);
+    } else {
+        uint64_t taken = 0;
+        if (sent > 0 && done_before >= 0)
+            taken = wait_for_map(c, o.map, done_before, sent, g->timeout_ms);
+        double all_s = ctl_now_s() - t0;
+        printf("frames sent %llu, integrated %llu (fire-and-forget, from the map's counters), "
+               "failed %llu, %.2f s, %.1f fps sent, %.1f fps integrated\n",
+               (unsigned long long)sent, (unsigned long long)taken, (unsigned long long)failed,
+               secs, secs > 0 ? (double)sent / secs : 0.0, all_s > 0 ? (double)taken / all_s : 0.0);
+        if (taken < sent)
+            fprintf(stderr,
+                    "tsdfctl: replay: the daemon took %llu of %llu frames so far (dropped by "
+                    "its backpressure policy or still queued; see `tsdfctl stats`)\n",
+                    (unsigned long long)taken, (unsigned long long)sent);
+    }
+    if (g_interrupted)
+        fprintf(stderr, "tsdfctl: replay: interrupted\n");
+    exit_code = failed == 0 && !g_interrupted ? EXIT_SUCCESS : EXIT_FAILURE;
+    goto out;
+oom:
+    fprintf(stderr, "tsdfctl: replay: out of memory\n");
+out:
+    tsdf_client_close(c);
+    tsdf_dataset_close(ds);
+    free(seq);
+    free(depth_u16);
+    free(depth_f32);
+    free(rgb);
+    return exit_code;
+}
+
+/* ---- mesh --------------------------------------------------------------- */

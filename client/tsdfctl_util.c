@@ -1,0 +1,109 @@
+/*
+ * tsdfctl_util.c - helpers shared by the tsdfctl commands (see tsdfctl.h).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tsdfctl.h"
+
+/* ---- small helpers ------------------------------------------------------ */
+
+int ctl_usage_error(const char *cmd, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "tsdfctl: %s: ", cmd);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see `tsdfctl %s --help`)\n", cmd);
+    return EXIT_USAGE;
+}
+
+/* Prints a failed call: the code's message and name, and the daemon's own
+ * explanation when it sent one. */
+int ctl_call_error(const char *cmd, int rc)
+{
+    const char *detail = tsdf_client_last_message();
+    fprintf(stderr, "tsdfctl: %s: %s (%s)%s%s\n", cmd, tsdf_strerror(rc), tsdf_errname(rc),
+            detail[0] ? ": " : "", detail);
+    if (rc == TSDF_ECONNREFUSED || rc == TSDF_ETIMEOUT)
+        fprintf(stderr, "tsdfctl: is tsdfd running and listening there? (--url, --push-url)\n");
+    return EXIT_FAILURE;
+}
+
+int ctl_parse_float(const char *s, float *out)
+{
+    if (s == NULL || *s == '\0')
+        return -1;
+    char *end;
+    errno = 0;
+    double d = strtod(s, &end);
+    /* Beyond the float range the conversion would be undefined: refuse. */
+    if (*end != '\0' || errno != 0 || !isfinite(d) || fabs(d) > FLT_MAX)
+        return -1;
+    *out = (float)d;
+    return 0;
+}
+
+int ctl_parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    if (s == NULL || *s < '0' || *s > '9')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0' || errno != 0 || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int ctl_parse_u32(const char *s, uint32_t *out)
+{
+    uint64_t v;
+    if (ctl_parse_u64(s, UINT32_MAX, &v) != 0)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+int ctl_is_help(const char *a)
+{
+    return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0;
+}
+
+double ctl_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int ctl_open_client(const global_opts *g, int with_push, tsdf_client **c)
+{
+    tsdf_client_options o;
+    tsdf_client_options_default(&o);
+    o.default_timeout_ms = g->timeout_ms;
+    o.tls_ca_file = g->tls_ca;
+    o.tls_cert_file = g->tls_cert;
+    o.tls_key_file = g->tls_key;
+    o.tls_server_name = g->tls_server_name;
+    /* A replay may start before the daemon listens on the frame socket; the
+     * REQ socket is dialled synchronously either way so that a missing
+     * daemon is reported at once. */
+    int rc = tsdf_client_open(g->url, with_push ? g->push_url : NULL, &o, c);
+    if (rc != TSDF_OK) {
+        const char *detail = tsdf_client_last_message();
+        fprintf(stderr, "tsdfctl: cannot connect to %s: %s (%s)%s%s\n", g->url, tsdf_strerror(rc),
+                tsdf_errname(rc), detail[0] ? ": " : "", detail);
+        if (rc == TSDF_EAUTH)
+            fprintf(stderr, "tsdfctl: TLS handshake failed: --tls-ca must be the CA of the "
+                            "daemon's certificate, --tls-cert/--tls-key a current certificate "
+                            "of the CA the daemon trusts, and the daemon's certificate must "
+                            "name the URL's host (or --tls-server-name)\n");
+    }
+    return rc;
+}
