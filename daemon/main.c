@@ -193,6 +193,13 @@ static int render_metrics(void *arg, prom_buf *b)
     prom_gauge(b, "tsdfd_queue_bytes",
                "Bytes held by the frames queued in every map (bounded by [queue] max_bytes_mb).",
                NULL, (double)queue_budget_bytes(&m->maps.budget));
+    prom_counter(b, "tsdfd_queries_abandoned_total",
+                 "Queries not run: their request timed out while they waited, or the daemon "
+                 "stopped.",
+                 NULL, (double)t.queries_abandoned);
+    prom_counter(b, "tsdfd_queries_cancelled_total",
+                 "Raycasts stopped while running because their request timed out.", NULL,
+                 (double)t.queries_cancelled);
     for (size_t i = 0; i < n; i++) {
         names[i] = all[i]->name;
         maps_cached_stats(all[i], &vstats[i]);

@@ -131,6 +131,17 @@ void job_complete(worker_job *j, int status)
         job_free(j);
 }
 
+/* 1 when nobody waits for j's result any more (its waiter timed out). */
+static int job_abandoned(worker_job *j)
+{
+    if (!j->has_waiter)
+        return 0;
+    pthread_mutex_lock(&j->lock);
+    int abandoned = j->abandoned;
+    pthread_mutex_unlock(&j->lock);
+    return abandoned;
+}
+
 /*
  * Takes the volume's statistics into the map's cache (for readers that may
  * not wait for this thread) and its version. frame_stages: also record the
@@ -193,9 +204,24 @@ static void run_frame(dmap *m, worker_job *j)
     job_complete(j, rc);
 }
 
+typedef struct {
+    dmap *m;
+    worker_job *j;
+} raycast_cancel_ctx;
+
+/* The engine's cancellation hook: a CPU raycast of a large image with long
+ * rays takes minutes, and once its client has given up (or the stop
+ * deadline has passed) every later job of the map would wait for it. */
+static int raycast_cancelled(void *arg)
+{
+    raycast_cancel_ctx *c = arg;
+    return atomic_load(&c->m->abort_drain) || job_abandoned(c->j);
+}
+
 static int run_raycast(dmap *m, worker_job *j)
 {
     const tsdf_req_raycast *rq = &j->req.u.raycast;
+    raycast_cancel_ctx cancel = {m, j};
     size_t px = (size_t)rq->width * rq->height;
     tsdf_raycast_params p;
     tsdf_raycast_output out;
@@ -213,6 +239,8 @@ static int run_raycast(dmap *m, worker_job *j)
     memcpy(p.T_world_cam, rq->T_world_cam, sizeof p.T_world_cam);
     p.min_depth_m = rq->min_depth_m;
     p.max_depth_m = rq->max_depth_m;
+    p.cancel = raycast_cancelled;
+    p.cancel_arg = &cancel;
     out.depth_m = j->depth_m;
     out.normals = j->normals;
     out.rgb = j->rgb;
@@ -287,6 +315,13 @@ static void run_query(dmap *m, worker_job *j)
     switch (j->kind) {
     case JOB_RAYCAST:
         rc = run_raycast(m, j);
+        /* Only the cancellation hook makes a raycast time out. */
+        if (rc == TSDF_ETIMEOUT) {
+            dstats_query_cancelled(m->reg->stats);
+            TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "raycast cancelled",
+                                 "map %s: a %ux%u raycast was stopped: its client gave up", m->name,
+                                 j->req.u.raycast.width, j->req.u.raycast.height);
+        }
         break;
     case JOB_MESH:
         rc = run_mesh(m, j);
@@ -348,6 +383,15 @@ static void *worker_main(void *arg)
             break; /* closed and empty */
         worker_job *j = item;
         if (is_query) {
+            /* Nobody reads the result of a query whose waiter gave up, and
+             * running it would only delay every job behind it; past the
+             * stop's drain deadline no query is started either. */
+            int gone = job_abandoned(j);
+            if (gone || atomic_load(&m->abort_drain)) {
+                dstats_query_abandoned(ds);
+                job_complete(j, gone ? TSDF_ETIMEOUT : TSDF_ESHUTDOWN);
+                continue;
+            }
             run_query(m, j);
             continue;
         }

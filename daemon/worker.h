@@ -16,6 +16,12 @@
  * worker (job_complete) and then owned by the waiter again, unless the
  * waiter gave up (job_wait timed out): then the worker frees it. That
  * hand-off is decided under the job's lock, so exactly one side frees it.
+ *
+ * Bounded work: a query whose waiter gave up before the worker took it is
+ * not run (nobody would read its result, and everyone queued behind it
+ * would wait for it): it is counted as abandoned and freed. A CPU raycast
+ * whose waiter gives up while it runs stops within a few dozen pixels
+ * (tsdf_raycast_params.cancel), counted as cancelled.
  */
 #ifndef TSDFD_WORKER_H
 #define TSDFD_WORKER_H
