@@ -8,6 +8,7 @@
 #include "log.h"
 #include "snapshot.h"
 #include "tsdf_error.h"
+#include "watchdog.h"
 #include "worker.h"
 
 #include <errno.h>
@@ -431,6 +432,8 @@ static void fill_daemon_stats(daemon_ctx *d, dmap *m, const job_counters *snap, 
     put_i(s, "queue.max_bytes", (int64_t)d->maps->budget.limit_bytes);
     put_i(s, "queries.abandoned", (int64_t)t.queries_abandoned);
     put_i(s, "queries.cancelled", (int64_t)t.queries_cancelled);
+    put_i(s, "workers.stalled",
+          (int64_t)watchdog_find_stalls(d->maps, worker_now_ns(), d->cfg->stall_timeout_ms, NULL));
     dmap *all[TSDF_PROTO_MAX_MAPS];
     put_i(s, "maps.count", (int64_t)maps_list(d->maps, all, TSDF_PROTO_MAX_MAPS));
     uint64_t reqs = 0, errs = 0;

@@ -13,6 +13,9 @@
  * most drain_timeout_ms (what is left is dropped and counted), save if
  * save_on_stop, then exit 0. A second signal during the drain cuts it
  * short.
+ *
+ * Watchdog: WATCHDOG=1 goes out from a loop timer only while no worker
+ * has been on one job longer than stall_timeout_ms (watchdog.h).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -27,6 +30,7 @@
 #include "server.h"
 #include "snapshot.h"
 #include "tsdf_error.h"
+#include "watchdog.h"
 #include "worker.h"
 
 #include <inttypes.h>
@@ -88,8 +92,19 @@ static void on_cron(uv_timer_t *t)
 
 static void on_watchdog(uv_timer_t *t)
 {
-    (void)t;
-    notify_watchdog_kick();
+    tsdfd_main *m = t->data;
+    watchdog_stall w;
+    /* A running loop is not enough: a worker wedged on one job leaves its
+     * map dead to every request. Withholding the kick lets systemd restart
+     * the daemon (after WatchdogSec) from its newest snapshot. */
+    if (watchdog_find_stalls(&m->maps, worker_now_ns(), m->cfg.stall_timeout_ms, &w) == 0) {
+        notify_watchdog_kick();
+        return;
+    }
+    TSDF_LOG_RATELIMITED(TSDF_LOG_ERROR, "worker stalled",
+                         "map %s: the worker has been on a %s job for %lld ms (stall_timeout_ms "
+                         "%u): not kicking the watchdog",
+                         w.map, w.job, (long long)w.busy_ms, m->cfg.stall_timeout_ms);
 }
 
 static void on_wake(uv_async_t *a)
@@ -200,6 +215,10 @@ static int render_metrics(void *arg, prom_buf *b)
     prom_counter(b, "tsdfd_queries_cancelled_total",
                  "Raycasts stopped while running because their request timed out.", NULL,
                  (double)t.queries_cancelled);
+    prom_gauge(
+        b, "tsdfd_workers_stalled",
+        "Map workers on one job for longer than [server] stall_timeout_ms.", NULL,
+        (double)watchdog_find_stalls(&m->maps, worker_now_ns(), m->cfg.stall_timeout_ms, NULL));
     for (size_t i = 0; i < n; i++) {
         names[i] = all[i]->name;
         maps_cached_stats(all[i], &vstats[i]);

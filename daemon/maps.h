@@ -51,6 +51,11 @@ typedef struct dmap {
     pthread_mutex_t stats_lock;
     tsdf_volume_stats cached_stats;
     int64_t frame_stats_at_ns; /* CLOCK_MONOTONIC of the last refresh after a frame; worker only */
+    /* Progress, for the watchdog: CLOCK_MONOTONIC ns
+     * when the worker took the job it is on (0: idle), and that job's
+     * job_kind. Written by the worker, read by any thread. */
+    atomic_int_least64_t busy_since_ns;
+    atomic_int busy_kind;
 } dmap;
 
 #define MAPS_STATS_PERIOD_MS 200

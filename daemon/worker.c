@@ -25,6 +25,15 @@ int64_t worker_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+const char *job_kind_name(job_kind k)
+{
+    static const char *const names[] = {"frame", "raycast", "mesh",  "stats",
+                                        "reset", "export",  "import"};
+    if ((unsigned)k >= sizeof names / sizeof names[0])
+        return "unknown";
+    return names[k];
+}
+
 worker_job *job_new(job_kind kind, int has_waiter)
 {
     worker_job *j = calloc(1, sizeof *j);
@@ -368,6 +377,19 @@ static void run_query(dmap *m, worker_job *j)
     job_complete(j, rc);
 }
 
+/* Publishes that the worker took a job of kind k now (for the watchdog and
+ * the stop's log), and that it is idle again. */
+static void busy_begin(dmap *m, job_kind k)
+{
+    atomic_store(&m->busy_kind, (int)k);
+    atomic_store(&m->busy_since_ns, worker_now_ns());
+}
+
+static void busy_end(dmap *m)
+{
+    atomic_store(&m->busy_since_ns, 0);
+}
+
 static void *worker_main(void *arg)
 {
     dmap *m = arg;
@@ -392,7 +414,9 @@ static void *worker_main(void *arg)
                 job_complete(j, gone ? TSDF_ETIMEOUT : TSDF_ESHUTDOWN);
                 continue;
             }
+            busy_begin(m, j->kind);
             run_query(m, j);
+            busy_end(m);
             continue;
         }
         if (atomic_load(&m->abort_drain)) {
@@ -400,13 +424,18 @@ static void *worker_main(void *arg)
             job_complete(j, TSDF_ESHUTDOWN);
             continue;
         }
+        busy_begin(m, JOB_FRAME);
         run_frame(m, j);
+        busy_end(m);
     }
-    /* The stream's frames are not synced one by one: wait for the last. */
+    /* The stream's frames are not synced one by one: wait for the last
+     * (a frame's work, so it counts as one for the watchdog). */
+    busy_begin(m, JOB_FRAME);
     int rc = tsdf_volume_sync(m->vol);
     if (rc != TSDF_OK)
         TSDF_LOG(TSDF_LOG_ERROR, "map %s: final sync failed: %s", m->name, tsdf_strerror(rc));
     refresh_stats(m, 0, NULL);
+    busy_end(m);
     return NULL;
 }
 

@@ -21,7 +21,9 @@
  * not run (nobody would read its result, and everyone queued behind it
  * would wait for it): it is counted as abandoned and freed. A CPU raycast
  * whose waiter gives up while it runs stops within a few dozen pixels
- * (tsdf_raycast_params.cancel), counted as cancelled.
+ * (tsdf_raycast_params.cancel), counted as cancelled. The worker publishes
+ * when it took its current job (dmap.busy_since_ns), so the watchdog can
+ * tell a worker that stopped making progress (watchdog.h).
  */
 #ifndef TSDFD_WORKER_H
 #define TSDFD_WORKER_H
@@ -98,6 +100,10 @@ typedef struct worker_job {
     tsdf_block_set blocks; /* export output / import input, owned */
     tsdf_volume_params params;
 } worker_job;
+
+/* "frame", "raycast", "mesh", "stats", "reset", "export", "import"; "unknown"
+ * for other values. */
+const char *job_kind_name(job_kind k);
 
 /* Allocates a zeroed job; has_waiter 1 makes it waitable. NULL on ENOMEM. */
 worker_job *job_new(job_kind kind, int has_waiter);

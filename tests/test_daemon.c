@@ -1484,6 +1484,7 @@ static void test_pathological_raycasts_leave_the_map_responsive(void **state)
     assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
     assert_int_equal(tsdf_client_save(c, "default", NULL, &sp, 10000), TSDF_OK);
     assert_true(mono_s() - t0 < 2.0);
+    assert_int_equal(stat_get(st, "workers.stalled"), 0);
     if (test_backend() == TSDF_BACKEND_CPU)
         assert_int_equal(stat_get(st, "queries.cancelled"), 1);
     assert_int_equal(stat_get(st, "queries.abandoned"), 0);
