@@ -54,6 +54,7 @@ static const key_def cfg_keys[] = {
     {"server", "decode_threads", KEY_U32, OFF(decode_threads), 1, 32, 0, 0},
     {"server", "max_message_mb", KEY_U32, OFF(max_message_mb), 1, 64, 0, 0},
     {"server", "request_timeout_ms", KEY_U32, OFF(request_timeout_ms), 100, 600000, 0, 0},
+    {"server", "stop_timeout_ms", KEY_U32, OFF(stop_timeout_ms), 0, 600000, 0, 0},
     {"server", "stall_timeout_ms", KEY_U32, OFF(stall_timeout_ms), 0, 86400000, 0, 0},
     {"server", "state_dir", KEY_STRING, OFF(state_dir), 0, 0, 0, SZ(state_dir)},
 
@@ -116,6 +117,7 @@ void cfg_defaults(tsdfd_config *c)
     c->decode_threads = 2;
     c->max_message_mb = 64;
     c->request_timeout_ms = 30000;
+    c->stop_timeout_ms = 5000;
     /* Twice the request timeout: a job that long has outlived its client
      * whatever it is, and the CPU raycast, the one query that can take
      * minutes, is cancelled when its client gives up. */

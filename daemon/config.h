@@ -49,6 +49,7 @@ typedef struct {
     uint32_t decode_threads;     /* threads pulling and decoding frames */
     uint32_t max_message_mb;     /* nng recv max size, MiB */
     uint32_t request_timeout_ms; /* a request waits at most this long for its map */
+    uint32_t stop_timeout_ms;    /* at shutdown, after the drain: a worker's last job */
     uint32_t stall_timeout_ms;   /* a worker on one job longer is stalled; 0 = never */
     char state_dir[CFG_PATH_LEN];
 

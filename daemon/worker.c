@@ -18,6 +18,9 @@
 /* How long one pop waits before the loop looks at its flags again. */
 #define WORKER_POP_SLICE_MS 200
 
+/* How often a stop looks at a draining queue or an exiting worker. */
+#define WORKER_STOP_POLL_MS 5
+
 int64_t worker_now_ns(void)
 {
     struct timespec ts;
@@ -32,6 +35,12 @@ const char *job_kind_name(job_kind k)
     if ((unsigned)k >= sizeof names / sizeof names[0])
         return "unknown";
     return names[k];
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
 }
 
 worker_job *job_new(job_kind kind, int has_waiter)
@@ -436,6 +445,7 @@ static void *worker_main(void *arg)
         TSDF_LOG(TSDF_LOG_ERROR, "map %s: final sync failed: %s", m->name, tsdf_strerror(rc));
     refresh_stats(m, 0, NULL);
     busy_end(m);
+    atomic_store(&m->worker_exited, 1);
     return NULL;
 }
 
@@ -447,27 +457,53 @@ int worker_start(dmap *m)
     return TSDF_OK;
 }
 
-void worker_join(dmap *m, uint32_t drain_timeout_ms)
+void worker_drain(dmap *m, int64_t deadline_ns)
 {
-    if (!m->thread_started)
+    if (!m->thread_started || m->stuck)
         return;
     queue_close(&m->queue);
-    int64_t deadline = worker_now_ns() + (int64_t)drain_timeout_ms * 1000000LL;
     for (;;) {
         queue_stats st;
         queue_get_stats(&m->queue, &st);
         if (st.depth == 0 && st.queries_depth == 0)
-            break;
-        if (worker_now_ns() >= deadline) {
+            return;
+        if (worker_now_ns() >= deadline_ns) {
             TSDF_LOG(TSDF_LOG_WARN,
-                     "map %s: drain timed out after %u ms with %zu frames queued: dropping them",
-                     m->name, drain_timeout_ms, st.depth);
+                     "map %s: drain timed out with %zu frames and %zu queries queued: dropping "
+                     "them",
+                     m->name, st.depth, st.queries_depth);
             atomic_store(&m->abort_drain, 1);
-            break;
+            return;
         }
-        struct timespec ts = {0, 10 * 1000000L};
-        nanosleep(&ts, NULL);
+        sleep_ms(WORKER_STOP_POLL_MS);
+    }
+}
+
+int worker_join(dmap *m, int64_t deadline_ns)
+{
+    if (!m->thread_started)
+        return TSDF_OK;
+    if (m->stuck)
+        return TSDF_ETIMEOUT;
+    queue_close(&m->queue);
+    atomic_store(&m->abort_drain, 1);
+    /* pthread_join has no deadline: wait for the worker's last step, after
+     * which the join returns at once. */
+    while (!atomic_load(&m->worker_exited)) {
+        int64_t now = worker_now_ns();
+        if (now >= deadline_ns) {
+            int64_t since = atomic_load(&m->busy_since_ns);
+            TSDF_LOG(TSDF_LOG_ERROR,
+                     "map %s: the worker is still on a %s job (for %lld ms) at the stop "
+                     "deadline: leaving it running; the map is left out of the final save",
+                     m->name, job_kind_name((job_kind)atomic_load(&m->busy_kind)),
+                     since != 0 ? (long long)((now - since) / 1000000) : 0LL);
+            m->stuck = 1;
+            return TSDF_ETIMEOUT;
+        }
+        sleep_ms(WORKER_STOP_POLL_MS);
     }
     pthread_join(m->thread, NULL);
     m->thread_started = 0;
+    return TSDF_OK;
 }

@@ -93,6 +93,7 @@ static void test_shipped_file_is_the_defaults(void **state)
         "decode_threads",
         "max_message_mb",
         "request_timeout_ms",
+        "stop_timeout_ms",
         "stall_timeout_ms",
         "state_dir",
         "length",

@@ -14,7 +14,8 @@
  *  - SIGTERM drains the queue and exits 0 with reconciled counters;
  *  - sensors with long names keep all their counters in the stats reply;
  *  - raycasts of extreme intrinsics or of minutes of work leave the map
- *    answering at once (issue 8).
+ *    answering at once, and SIGTERM after one exits in bounded time with
+ *    its final save (issue 8).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -1495,6 +1496,52 @@ static void test_pathological_raycasts_leave_the_map_responsive(void **state)
     free(st);
 }
 
+/* SIGTERM right after a query that timed out: the daemon exits 0 within
+ * request_timeout + drain_timeout + stop_timeout (+ the save) and writes
+ * its final snapshot. Before the bounds the worker kept marching and the
+ * daemon never exited, so the final save never happened. */
+static void test_sigterm_after_a_timed_out_query_is_bounded(void **state)
+{
+    tsdfd_harness h;
+    frame_set fs;
+    cast_buffers b;
+    double dt;
+    (void)state;
+
+    frames_make(&fs, "sphere", 160, 120, 4);
+    cast_buffers_init(&b);
+    assert_int_equal(start_daemon(&h,
+                                  SHORT_TIMEOUT_INI "stop_timeout_ms = 1000\n"
+                                                    "[queue]\ndrain_timeout_ms = 1000\n"
+                                                    "[snapshot]\nsave_on_stop = true\n",
+                                  NULL),
+                     0);
+    tsdf_client *c = open_client(&h, 0);
+    for (uint32_t i = 0; i < fs.count; i++) {
+        tsdf_client_frame f;
+        tsdf_rep_integrate rep;
+        memset(&f, 0, sizeof f);
+        f.frame = &fs.frames[i];
+        f.seq = i;
+        assert_int_equal(tsdf_client_integrate(c, &f, 10000, &rep), TSDF_OK);
+    }
+    if (test_backend() == TSDF_BACKEND_CPU)
+        assert_int_equal(raycast_too_long(c, &b, &dt), TSDF_ETIMEOUT);
+    else
+        assert_true(raycast_from_origin(c, 16, 16, 0.01f, 5.0f, &b, &dt) != TSDF_ETIMEOUT);
+    tsdf_client_close(c);
+    assert_int_equal(count_entries(h.state_dir, 1), 0);
+
+    double t0 = mono_s();
+    assert_int_equal(tsdfd_harness_stop(&h, 10000), 0);
+    dt = mono_s() - t0;
+    printf("SIGTERM to exit after a timed-out raycast: %.3f s\n", dt);
+    assert_true(dt < 5.0);
+    assert_int_equal(count_entries(h.state_dir, 1), 1);
+    cast_buffers_fini(&b);
+    frames_free(&fs);
+}
+
 static void test_stats_keep_long_sensor_names(void **state)
 {
     tsdfd_harness h;
@@ -1576,6 +1623,7 @@ int main(void)
         cmocka_unit_test(test_mutated_messages),
         cmocka_unit_test(test_stats_keep_long_sensor_names),
         cmocka_unit_test(test_pathological_raycasts_leave_the_map_responsive),
+        cmocka_unit_test(test_sigterm_after_a_timed_out_query_is_bounded),
     };
     /* TSDF_TEST_FILTER=<glob> runs only the matching tests (e.g. to loop one
      * that is suspected of flakiness). */

@@ -2,7 +2,10 @@
  * test_worker.c - the map workers' bounds (daemon/worker.c):
  *  - a query whose waiter gave up before the worker took it is not run
  *    (a reset stays undone) and is counted as abandoned, while a query
- *    with a waiter runs.
+ *    with a waiter runs;
+ *  - the stop has a deadline: a worker that does not finish its job in
+ *    time is reported stuck (TSDF_ETIMEOUT, dmap.stuck) within the bound
+ *    instead of being joined forever, and one that finishes is joined.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -14,6 +17,8 @@
 #include "maps.h"
 #include "worker.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,15 +119,88 @@ static void test_abandoned_query_is_not_run(void **state)
     dstats_get_totals(&ds, &t);
     assert_int_equal(t.queries_abandoned, 1);
 
-    maps_stop(&r, 1000);
-    maps_fini(&r);
+    assert_int_equal(maps_stop(&r, 1000, 1000), 0);
+    assert_int_equal(maps_fini(&r), TSDF_OK);
     dstats_fini(&ds);
+}
+
+/* A stand-in worker thread: on a job until the test releases it (stuck),
+ * or only until the stop asks it to finish (a well-behaved one). */
+typedef struct {
+    dmap *m;
+    atomic_int release;
+    int obey_stop;
+} fake_worker;
+
+static void *fake_worker_main(void *arg)
+{
+    fake_worker *f = arg;
+    while (!atomic_load(&f->release) && !(f->obey_stop && atomic_load(&f->m->abort_drain)))
+        sleep_ms(2);
+    atomic_store(&f->m->busy_since_ns, 0);
+    atomic_store(&f->m->worker_exited, 1);
+    return NULL;
+}
+
+static double now_s(void)
+{
+    return (double)worker_now_ns() / 1e9;
+}
+
+static void start_fake(dmap *m, fake_worker *f, int obey_stop)
+{
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", obey_stop ? "busy" : "wedged");
+    assert_int_equal(queue_init(&m->queue, 4, 4, QUEUE_BLOCK), TSDF_OK);
+    f->m = m;
+    atomic_store(&f->release, 0);
+    f->obey_stop = obey_stop;
+    atomic_store(&m->busy_kind, JOB_RAYCAST);
+    atomic_store(&m->busy_since_ns, worker_now_ns());
+    assert_int_equal(pthread_create(&m->thread, NULL, fake_worker_main, f), 0);
+    m->thread_started = 1;
+}
+
+static void test_join_has_a_deadline(void **state)
+{
+    static dmap m;
+    static fake_worker f;
+    (void)state;
+
+    tsdf_log_set_level(TSDF_LOG_ERROR);
+    /* Wedged: the join gives up at its deadline, not never. */
+    start_fake(&m, &f, 0);
+    double t0 = now_s();
+    worker_drain(&m, worker_now_ns() + 100 * MS);
+    assert_int_equal(worker_join(&m, worker_now_ns() + 300 * MS), TSDF_ETIMEOUT);
+    double dt = now_s() - t0;
+    assert_true(dt >= 0.29 && dt < 2.0);
+    assert_int_equal(m.stuck, 1);
+    assert_int_equal(m.thread_started, 1);
+    /* Asked again (the failure path's second stop), it does not wait. */
+    t0 = now_s();
+    assert_int_equal(worker_join(&m, worker_now_ns() + 300 * MS), TSDF_ETIMEOUT);
+    assert_true(now_s() - t0 < 0.1);
+    atomic_store(&f.release, 1);
+    pthread_join(m.thread, NULL);
+    queue_fini(&m.queue);
+
+    /* A worker that finishes its job when the stop begins is joined. */
+    start_fake(&m, &f, 1);
+    t0 = now_s();
+    worker_drain(&m, worker_now_ns() + 100 * MS);
+    assert_int_equal(worker_join(&m, worker_now_ns() + 2000 * MS), TSDF_OK);
+    assert_true(now_s() - t0 < 1.0);
+    assert_int_equal(m.stuck, 0);
+    assert_int_equal(m.thread_started, 0);
+    queue_fini(&m.queue);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_abandoned_query_is_not_run),
+        cmocka_unit_test(test_join_has_a_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
