@@ -61,6 +61,8 @@ static const key_def cfg_keys[] = {
     {"server", "max_message_mb", KEY_U32, OFF(max_message_mb), 1, 64, 0, 0},
     {"server", "max_connections", KEY_U32, OFF(max_connections), 1, 4096, 0, 0},
     {"server", "request_timeout_ms", KEY_U32, OFF(request_timeout_ms), 100, 600000, 0, 0},
+    {"server", "stop_timeout_ms", KEY_U32, OFF(stop_timeout_ms), 0, 600000, 0, 0},
+    {"server", "stall_timeout_ms", KEY_U32, OFF(stall_timeout_ms), 0, 86400000, 0, 0},
     {"server", "state_dir", KEY_STRING, OFF(state_dir), 0, 0, 0, SZ(state_dir)},
     {"server", "allow_insecure_remote", KEY_BOOL, OFF(allow_insecure_remote), 0, 0, 0, 0},
     {"server", "ipc_mode", KEY_MODE, OFF(ipc_mode), 0600, 0777, 0, 0},
@@ -134,6 +136,11 @@ void cfg_defaults(tsdfd_config *c)
     c->max_message_mb = 8;
     c->max_connections = 64;
     c->request_timeout_ms = 30000;
+    c->stop_timeout_ms = 5000;
+    /* Twice the request timeout: a job that long has outlived its client
+     * whatever it is, and the CPU raycast, the one query that can take
+     * minutes, is cancelled when its client gives up. */
+    c->stall_timeout_ms = 60000;
     snprintf(c->state_dir, sizeof c->state_dir, "/var/lib/tsdfd");
     /* Owner and group (the unit's Group=tsdfd) may connect; others may not
      * even see the socket's permissions change under a wider umask. */

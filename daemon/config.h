@@ -55,6 +55,8 @@ typedef struct {
     uint32_t max_message_mb;     /* nng recv max size, MiB */
     uint32_t max_connections;    /* open connections (pipes) of both sockets together */
     uint32_t request_timeout_ms; /* a request waits at most this long for its map */
+    uint32_t stop_timeout_ms;    /* at shutdown, after the drain: a worker's last job */
+    uint32_t stall_timeout_ms;   /* a worker on one job longer is stalled; 0 = never */
     char state_dir[CFG_PATH_LEN];
     int allow_insecure_remote;    /* plain tcp:// beyond loopback: allowed, with a warning */
     uint32_t ipc_mode;            /* mode of ipc:// socket files (octal in the file) */

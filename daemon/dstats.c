@@ -183,6 +183,20 @@ void dstats_request(dstats *s, int type, int failed)
     pthread_mutex_unlock(&s->lock);
 }
 
+void dstats_query_abandoned(dstats *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->queries_abandoned++;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void dstats_query_cancelled(dstats *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->queries_cancelled++;
+    pthread_mutex_unlock(&s->lock);
+}
+
 void dstats_get_totals(dstats *s, ds_totals *out)
 {
     memset(out, 0, sizeof *out);
@@ -192,6 +206,8 @@ void dstats_get_totals(dstats *s, ds_totals *out)
     memcpy(out->requests, s->requests, sizeof out->requests);
     memcpy(out->request_errors, s->request_errors, sizeof out->request_errors);
     out->sensors_overflow = s->sensors_overflow;
+    out->queries_abandoned = s->queries_abandoned;
+    out->queries_cancelled = s->queries_cancelled;
     out->sensor_count = s->sensor_count;
     pthread_mutex_unlock(&s->lock);
     out->integrated = out->outcome[DS_INTEGRATED];

@@ -94,8 +94,10 @@ typedef struct {
     uint64_t outcome[DS_OUTCOME_COUNT];
     uint64_t requests[DS_MSG_TYPES];
     uint64_t request_errors[DS_MSG_TYPES];
-    uint64_t sensors_overflow; /* frames of sensors beyond max_sensors */
-    ds_sensor *sensors;        /* 2 + max_sensors slots */
+    uint64_t sensors_overflow;  /* frames of sensors beyond max_sensors */
+    uint64_t queries_abandoned; /* queries never run: their waiter gave up, or the stop came */
+    uint64_t queries_cancelled; /* queries stopped while running: their waiter gave up */
+    ds_sensor *sensors;         /* 2 + max_sensors slots */
     size_t sensor_count, sensor_capacity;
     /* Latencies (ms), each thread-safe on its own: */
     lat_window lat_integrate;             /* tsdf_volume_integrate (+ sync for acks) */
@@ -119,6 +121,8 @@ typedef struct {
     uint64_t requests[DS_MSG_TYPES];
     uint64_t request_errors[DS_MSG_TYPES];
     uint64_t sensors_overflow;
+    uint64_t queries_abandoned;
+    uint64_t queries_cancelled;
     size_t sensor_count;
 } ds_totals;
 
@@ -139,6 +143,12 @@ void dstats_frame_outcome(dstats *s, uint32_t sensor, ds_outcome o);
 /* Counts one request of type t (out of range: counted as TSDF_MSG_NONE), and
  * whether its reply was an error. */
 void dstats_request(dstats *s, int type, int failed);
+
+/* Counts a query the worker did not run because nobody waits for its result
+ * any more (its request timed out, or the stop deadline passed), and one it
+ * stopped half-way for the same reason. */
+void dstats_query_abandoned(dstats *s);
+void dstats_query_cancelled(dstats *s);
 
 void dstats_get_totals(dstats *s, ds_totals *out);
 /* Copies sensor slot i (< totals.sensor_count); 0 when out of range. */

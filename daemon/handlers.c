@@ -9,6 +9,7 @@
 #include "snapshot.h"
 #include "tsdf_error.h"
 #include "tsdf_version.h"
+#include "watchdog.h"
 #include "worker.h"
 
 #include <errno.h>
@@ -440,6 +441,10 @@ static void fill_daemon_stats(daemon_ctx *d, dmap *m, const job_counters *snap, 
     put_i(s, "volume.memory_budget_bytes", (int64_t)vb->limit_bytes);
     put_i(s, "volume.budget_refused_frames",
           (int64_t)(snap != NULL ? snap->budget_refused : atomic_load(&vb->refused_frames)));
+    put_i(s, "queries.abandoned", (int64_t)t.queries_abandoned);
+    put_i(s, "queries.cancelled", (int64_t)t.queries_cancelled);
+    put_i(s, "workers.stalled",
+          (int64_t)watchdog_find_stalls(d->maps, worker_now_ns(), d->cfg->stall_timeout_ms, NULL));
     dmap *all[TSDF_PROTO_MAX_MAPS];
     put_i(s, "maps.count", (int64_t)maps_list(d->maps, all, TSDF_PROTO_MAX_MAPS));
     uint64_t reqs = 0, errs = 0;
@@ -595,10 +600,14 @@ static int save_maps(daemon_ctx *d, const char *dir, const char *file, char *pat
             jobs[i] = NULL;
         }
     }
+    /* One deadline for all the exports: waiting request_timeout_ms for each
+     * in turn would let a few stuck maps hold a save for many timeouts. */
+    int64_t deadline = worker_now_ns() + (int64_t)d->cfg->request_timeout_ms * 1000000LL;
     for (size_t i = 0; i < n; i++) {
         if (jobs[i] == NULL)
             continue;
-        if (job_wait(jobs[i], (int)d->cfg->request_timeout_ms) != TSDF_OK) {
+        int64_t left_ms = (deadline - worker_now_ns()) / 1000000;
+        if (job_wait(jobs[i], left_ms > 0 ? (int)left_ms : 0) != TSDF_OK) {
             jobs[i] = NULL; /* the worker frees it */
             if (rc == TSDF_OK)
                 rc = TSDF_ETIMEOUT;

@@ -9,10 +9,17 @@
  * (uv_queue_work) and other threads reach the loop through a uv_async.
  *
  * Shutdown (SIGTERM, SIGINT): STOPPING=1, stop accepting (close the
- * sockets; requests in progress finish), drain every map's queue for at
- * most drain_timeout_ms (what is left is dropped and counted), save if
- * save_on_stop, then exit 0. A second signal during the drain cuts it
- * short.
+ * sockets; requests in progress finish, each within request_timeout_ms),
+ * drain every map's queue for at most drain_timeout_ms (what is left is
+ * dropped and counted), give each worker stop_timeout_ms to finish its
+ * job, save if save_on_stop, then exit 0. A worker still busy then is
+ * logged and left running: its map is left out of the save (the others
+ * are saved), its memory is never freed, and the exit status is 1. So the
+ * stop takes at most request_timeout_ms + drain_timeout_ms +
+ * stop_timeout_ms plus the save, whatever a worker is stuck in.
+ *
+ * Watchdog: WATCHDOG=1 goes out from a loop timer only while no worker
+ * has been on one job longer than stall_timeout_ms (watchdog.h).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -28,6 +35,7 @@
 #include "snapshot.h"
 #include "tsdf_error.h"
 #include "tsdf_version.h"
+#include "watchdog.h"
 #include "worker.h"
 
 #include <inttypes.h>
@@ -89,8 +97,19 @@ static void on_cron(uv_timer_t *t)
 
 static void on_watchdog(uv_timer_t *t)
 {
-    (void)t;
-    notify_watchdog_kick();
+    tsdfd_main *m = t->data;
+    watchdog_stall w;
+    /* A running loop is not enough: a worker wedged on one job leaves its
+     * map dead to every request. Withholding the kick lets systemd restart
+     * the daemon (after WatchdogSec) from its newest snapshot. */
+    if (watchdog_find_stalls(&m->maps, worker_now_ns(), m->cfg.stall_timeout_ms, &w) == 0) {
+        notify_watchdog_kick();
+        return;
+    }
+    TSDF_LOG_RATELIMITED(TSDF_LOG_ERROR, "worker stalled",
+                         "map %s: the worker has been on a %s job for %lld ms (stall_timeout_ms "
+                         "%u): not kicking the watchdog",
+                         w.map, w.job, (long long)w.busy_ms, m->cfg.stall_timeout_ms);
 }
 
 static void on_wake(uv_async_t *a)
@@ -210,6 +229,17 @@ static int render_metrics(void *arg, prom_buf *b)
                  "Frames refused because the volume memory budget had no room (also counted in "
                  "tsdfd_frames_rejected_total, reason capacity).",
                  NULL, (double)atomic_load(&m->maps.vbudget.refused_frames));
+    prom_counter(b, "tsdfd_queries_abandoned_total",
+                 "Queries not run: their request timed out while they waited, or the daemon "
+                 "stopped.",
+                 NULL, (double)t.queries_abandoned);
+    prom_counter(b, "tsdfd_queries_cancelled_total",
+                 "Raycasts stopped while running because their request timed out.", NULL,
+                 (double)t.queries_cancelled);
+    prom_gauge(
+        b, "tsdfd_workers_stalled",
+        "Map workers on one job for longer than [server] stall_timeout_ms.", NULL,
+        (double)watchdog_find_stalls(&m->maps, worker_now_ns(), m->cfg.stall_timeout_ms, NULL));
     for (size_t i = 0; i < n; i++) {
         names[i] = all[i]->name;
         maps_cached_stats(all[i], &vstats[i]);
@@ -281,22 +311,30 @@ static int save_on_stop(tsdfd_main *m)
 
     if (sm == NULL)
         return TSDF_ENOMEM;
+    size_t k = 0;
     for (size_t i = 0; i < n && rc == TSDF_OK; i++) {
         tsdf_volume_stats st;
-        snprintf(sm[i].name, sizeof sm[i].name, "%s", all[i]->name);
-        sm[i].params = *tsdf_volume_get_params(all[i]->vol);
-        tsdf_block_set_init(&sm[i].blocks);
-        rc = tsdf_volume_export_blocks(all[i]->vol, &sm[i].blocks);
+        /* A stuck worker still owns its volume: reading it here would race
+         * with whatever the worker is stuck in. Save every other map. */
+        if (all[i]->stuck) {
+            TSDF_LOG(TSDF_LOG_ERROR, "map %s: not saved: its worker is stuck", all[i]->name);
+            continue;
+        }
+        snprintf(sm[k].name, sizeof sm[k].name, "%s", all[i]->name);
+        sm[k].params = *tsdf_volume_get_params(all[i]->vol);
+        tsdf_block_set_init(&sm[k].blocks);
+        rc = tsdf_volume_export_blocks(all[i]->vol, &sm[k].blocks);
         if (rc == TSDF_OK && tsdf_volume_get_stats(all[i]->vol, &st) == TSDF_OK)
-            sm[i].version = st.version;
+            sm[k].version = st.version;
+        k++;
     }
     if (rc == TSDF_OK)
-        rc = snap_save(m->cfg.state_dir, sm, n, m->cfg.snapshot_keep, path, sizeof path);
-    for (size_t i = 0; i < n; i++)
+        rc = snap_save(m->cfg.state_dir, sm, k, m->cfg.snapshot_keep, path, sizeof path);
+    for (size_t i = 0; i < k; i++)
         tsdf_block_set_fini(&sm[i].blocks);
     free(sm);
     if (rc == TSDF_OK)
-        TSDF_LOG(TSDF_LOG_INFO, "saved %zu maps to %s", n, path);
+        TSDF_LOG(TSDF_LOG_INFO, "saved %zu maps to %s", k, path);
     else
         TSDF_LOG(TSDF_LOG_ERROR, "save at stop failed: %s", tsdf_strerror(rc));
     return rc;
@@ -457,12 +495,14 @@ int main(int argc, char **argv)
     atomic_store(&m.d.stopping, 1);
     server_stop(m.srv);
     m.srv = NULL;
-    /* Drain: the workers integrate what is queued, for a bounded time. The
-     * loop (and its watchdog kicks) is stopped meanwhile, so ask systemd
-     * for the time the drain and the final save may take. */
-    notify_extend_timeout(((uint64_t)m.cfg.drain_timeout_ms + 30000u) * 1000u);
-    maps_stop(&m.maps, m.cfg.drain_timeout_ms);
-    m.exit_code = 0;
+    /* Drain: the workers integrate what is queued, for a bounded time,
+     * then get a bounded time to finish their jobs. The loop (and its
+     * watchdog kicks) is stopped meanwhile, so ask systemd for the time
+     * these and the final save may take. */
+    notify_extend_timeout(((uint64_t)m.cfg.drain_timeout_ms + m.cfg.stop_timeout_ms + 30000u) *
+                          1000u);
+    size_t stuck = maps_stop(&m.maps, m.cfg.drain_timeout_ms, m.cfg.stop_timeout_ms);
+    m.exit_code = stuck == 0 ? 0 : 1;
     if (m.cfg.save_on_stop && save_on_stop(&m) != TSDF_OK)
         m.exit_code = 1;
     {
@@ -481,9 +521,12 @@ fail_handles:
     if (m.srv != NULL)
         server_stop(m.srv);
 fail_maps:
-    maps_stop(&m.maps, 0);
-    maps_fini(&m.maps);
-    dstats_fini(&m.stats);
+    /* A failed start drops what is queued but still lets the workers
+     * finish their jobs, so that their memory can be freed. */
+    maps_stop(&m.maps, 0, m.cfg.stop_timeout_ms);
+    /* With a stuck worker nothing it may touch is freed: exit leaves it. */
+    if (maps_fini(&m.maps) == TSDF_OK)
+        dstats_fini(&m.stats);
 fail_stats:
     uv_loop_close(&m.loop);
     return m.exit_code;

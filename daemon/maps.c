@@ -271,32 +271,56 @@ static void drop_left(void *item, void *arg)
     job_complete(j, TSDF_ESHUTDOWN);
 }
 
-void maps_stop(map_registry *r, uint32_t drain_timeout_ms)
+size_t maps_stop(map_registry *r, uint32_t drain_timeout_ms, uint32_t stop_timeout_ms)
 {
+    size_t stuck = 0;
     if (r->maps == NULL)
-        return;
+        return 0;
     pthread_mutex_lock(&r->lock);
     size_t n = r->count;
     pthread_mutex_unlock(&r->lock);
-    /* Close every queue first so that all maps drain in parallel. */
+    /* Close every queue first, and give all maps one drain deadline and one
+     * stop deadline, so that the maps drain and finish in parallel and the
+     * whole stop takes at most drain_timeout_ms + stop_timeout_ms, however
+     * many maps there are and whichever of them is stuck. */
     for (size_t i = 0; i < n; i++)
         queue_close(&r->maps[i]->queue);
+    int64_t deadline = worker_now_ns() + (int64_t)drain_timeout_ms * 1000000LL;
+    for (size_t i = 0; i < n; i++)
+        worker_drain(r->maps[i], deadline);
+    deadline = worker_now_ns() + (int64_t)stop_timeout_ms * 1000000LL;
     for (size_t i = 0; i < n; i++) {
         dmap *m = r->maps[i];
-        worker_join(m, drain_timeout_ms);
+        if (worker_join(m, deadline) != TSDF_OK)
+            stuck++;
+        /* What a stuck worker left queued, or (a bug of ours) anything a
+         * finished one did: the queue is thread-safe, so taking items here
+         * is safe even while a stuck worker may still pop. */
         queue_drain_frames(&m->queue, drop_left, m);
-        /* Queries cannot arrive after close; any left would be a bug of ours. */
         void *item;
         int is_query;
-        while (queue_pop(&m->queue, &item, &is_query, 0) == TSDF_OK)
+        while (queue_pop(&m->queue, &item, &is_query, 0) == TSDF_OK) {
+            dstats_query_abandoned(r->stats);
             job_complete(item, TSDF_ESHUTDOWN);
+        }
     }
+    return stuck;
 }
 
-void maps_fini(map_registry *r)
+int maps_fini(map_registry *r)
 {
     if (r->maps == NULL)
-        return;
+        return TSDF_OK;
+    /* A stuck worker's thread still runs and may touch its map, the byte
+     * budget's lock and the counters at any time: free nothing. The
+     * process exits right after this, so the leak is deliberate. */
+    for (size_t i = 0; i < r->count; i++) {
+        if (r->maps[i]->stuck) {
+            TSDF_LOG(TSDF_LOG_WARN, "map %s: its worker is stuck: the maps are not freed",
+                     r->maps[i]->name);
+            return TSDF_EBUSY;
+        }
+    }
     for (size_t i = 0; i < r->count; i++) {
         dmap *m = r->maps[i];
         tsdf_volume_destroy(m->vol);
@@ -308,4 +332,5 @@ void maps_fini(map_registry *r)
     queue_budget_fini(&r->budget);
     free(r->maps);
     memset(r, 0, sizeof *r);
+    return TSDF_OK;
 }

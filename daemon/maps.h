@@ -56,6 +56,16 @@ typedef struct dmap {
     uint64_t own_cap_bytes;   /* [volume] memory_cap_mb: this map's own cap; 0 = none */
     uint64_t published_bytes; /* this map's share of volume_budget.used_bytes */
     uint64_t cap_set_bytes;   /* the cap the volume was last given */
+    /* Progress, for the watchdog and the bounded stop: CLOCK_MONOTONIC ns
+     * when the worker took the job it is on (0: idle), and that job's
+     * job_kind. Written by the worker, read by any thread. */
+    atomic_int_least64_t busy_since_ns;
+    atomic_int busy_kind;
+    atomic_int worker_exited; /* set by the worker as its last step */
+    /* Main thread: the worker did not finish by the stop deadline. The map
+     * is left out of the final save and its volume, queue and this struct
+     * are never freed (the thread may still use them). */
+    int stuck;
 } dmap;
 
 #define MAPS_STATS_PERIOD_MS 200
@@ -118,12 +128,21 @@ void maps_publish_memory(dmap *m);
  * asked for and absent, engine errors of the first volume, TSDF_ENOMEM. */
 int maps_init(map_registry *r, const tsdfd_config *cfg, dstats *stats);
 
-/* Closes every queue, joins the workers (drain_timeout_ms to integrate what
- * is queued, per map) and leaves the volumes in place (for a final save). */
-void maps_stop(map_registry *r, uint32_t drain_timeout_ms);
+/* Closes every queue and stops the workers within a bound: for at most
+ * drain_timeout_ms (one deadline for all maps) they integrate what is
+ * queued; then the frames left are dropped (counted as "shutdown"), the
+ * queries left are answered SHUTDOWN without being run, and each worker
+ * gets stop_timeout_ms more to finish the job it is on. A worker that does
+ * not is logged with its map and job, marked stuck and left running. The
+ * volumes stay in place (for a final save). Returns the count of stuck
+ * workers. Main thread only. */
+size_t maps_stop(map_registry *r, uint32_t drain_timeout_ms, uint32_t stop_timeout_ms);
 
-/* Destroys every map (after maps_stop). */
-void maps_fini(map_registry *r);
+/* Destroys every map (after maps_stop). When a worker is stuck nothing is
+ * freed, since its thread may still use its map, the registry's byte
+ * budget and the counters: TSDF_EBUSY, and the caller must leave the
+ * dstats alone too (the process is about to exit anyway). */
+int maps_fini(map_registry *r);
 
 /* Finds map `name`; with create (and auto_create_maps) makes it when absent.
  * TSDF_EINVAL (bad name), TSDF_ENOT_FOUND (absent, no create),

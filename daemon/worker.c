@@ -18,11 +18,29 @@
 /* How long one pop waits before the loop looks at its flags again. */
 #define WORKER_POP_SLICE_MS 200
 
+/* How often a stop looks at a draining queue or an exiting worker. */
+#define WORKER_STOP_POLL_MS 5
+
 int64_t worker_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+const char *job_kind_name(job_kind k)
+{
+    static const char *const names[] = {"frame", "raycast", "mesh",  "stats",
+                                        "reset", "export",  "import"};
+    if ((unsigned)k >= sizeof names / sizeof names[0])
+        return "unknown";
+    return names[k];
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
 }
 
 worker_job *job_new(job_kind kind, int has_waiter)
@@ -131,6 +149,17 @@ void job_complete(worker_job *j, int status)
         job_free(j);
 }
 
+/* 1 when nobody waits for j's result any more (its waiter timed out). */
+static int job_abandoned(worker_job *j)
+{
+    if (!j->has_waiter)
+        return 0;
+    pthread_mutex_lock(&j->lock);
+    int abandoned = j->abandoned;
+    pthread_mutex_unlock(&j->lock);
+    return abandoned;
+}
+
 /*
  * Takes the volume's statistics into the map's cache (for readers that may
  * not wait for this thread) and its version. frame_stages: also record the
@@ -199,9 +228,24 @@ static void run_frame(dmap *m, worker_job *j)
     job_complete(j, rc);
 }
 
+typedef struct {
+    dmap *m;
+    worker_job *j;
+} raycast_cancel_ctx;
+
+/* The engine's cancellation hook: a CPU raycast of a large image with long
+ * rays takes minutes, and once its client has given up (or the stop
+ * deadline has passed) every later job of the map would wait for it. */
+static int raycast_cancelled(void *arg)
+{
+    raycast_cancel_ctx *c = arg;
+    return atomic_load(&c->m->abort_drain) || job_abandoned(c->j);
+}
+
 static int run_raycast(dmap *m, worker_job *j)
 {
     const tsdf_req_raycast *rq = &j->req.u.raycast;
+    raycast_cancel_ctx cancel = {m, j};
     size_t px = (size_t)rq->width * rq->height;
     tsdf_raycast_params p;
     tsdf_raycast_output out;
@@ -219,6 +263,8 @@ static int run_raycast(dmap *m, worker_job *j)
     memcpy(p.T_world_cam, rq->T_world_cam, sizeof p.T_world_cam);
     p.min_depth_m = rq->min_depth_m;
     p.max_depth_m = rq->max_depth_m;
+    p.cancel = raycast_cancelled;
+    p.cancel_arg = &cancel;
     out.depth_m = j->depth_m;
     out.normals = j->normals;
     out.rgb = j->rgb;
@@ -297,6 +343,13 @@ static void run_query(dmap *m, worker_job *j)
     switch (j->kind) {
     case JOB_RAYCAST:
         rc = run_raycast(m, j);
+        /* Only the cancellation hook makes a raycast time out. */
+        if (rc == TSDF_ETIMEOUT) {
+            dstats_query_cancelled(m->reg->stats);
+            TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "raycast cancelled",
+                                 "map %s: a %ux%u raycast was stopped: its client gave up", m->name,
+                                 j->req.u.raycast.width, j->req.u.raycast.height);
+        }
         break;
     case JOB_MESH:
         rc = run_mesh(m, j);
@@ -350,6 +403,19 @@ static void run_query(dmap *m, worker_job *j)
     job_complete(j, rc);
 }
 
+/* Publishes that the worker took a job of kind k now (for the watchdog and
+ * the stop's log), and that it is idle again. */
+static void busy_begin(dmap *m, job_kind k)
+{
+    atomic_store(&m->busy_kind, (int)k);
+    atomic_store(&m->busy_since_ns, worker_now_ns());
+}
+
+static void busy_end(dmap *m)
+{
+    atomic_store(&m->busy_since_ns, 0);
+}
+
 static void *worker_main(void *arg)
 {
     dmap *m = arg;
@@ -365,7 +431,18 @@ static void *worker_main(void *arg)
             break; /* closed and empty */
         worker_job *j = item;
         if (is_query) {
+            /* Nobody reads the result of a query whose waiter gave up, and
+             * running it would only delay every job behind it; past the
+             * stop's drain deadline no query is started either. */
+            int gone = job_abandoned(j);
+            if (gone || atomic_load(&m->abort_drain)) {
+                dstats_query_abandoned(ds);
+                job_complete(j, gone ? TSDF_ETIMEOUT : TSDF_ESHUTDOWN);
+                continue;
+            }
+            busy_begin(m, j->kind);
             run_query(m, j);
+            busy_end(m);
             continue;
         }
         if (atomic_load(&m->abort_drain)) {
@@ -373,13 +450,19 @@ static void *worker_main(void *arg)
             job_complete(j, TSDF_ESHUTDOWN);
             continue;
         }
+        busy_begin(m, JOB_FRAME);
         run_frame(m, j);
+        busy_end(m);
     }
-    /* The stream's frames are not synced one by one: wait for the last. */
+    /* The stream's frames are not synced one by one: wait for the last
+     * (a frame's work, so it counts as one for the watchdog). */
+    busy_begin(m, JOB_FRAME);
     int rc = tsdf_volume_sync(m->vol);
     if (rc != TSDF_OK)
         TSDF_LOG(TSDF_LOG_ERROR, "map %s: final sync failed: %s", m->name, tsdf_strerror(rc));
     refresh_stats(m, 0, NULL);
+    busy_end(m);
+    atomic_store(&m->worker_exited, 1);
     return NULL;
 }
 
@@ -391,27 +474,53 @@ int worker_start(dmap *m)
     return TSDF_OK;
 }
 
-void worker_join(dmap *m, uint32_t drain_timeout_ms)
+void worker_drain(dmap *m, int64_t deadline_ns)
 {
-    if (!m->thread_started)
+    if (!m->thread_started || m->stuck)
         return;
     queue_close(&m->queue);
-    int64_t deadline = worker_now_ns() + (int64_t)drain_timeout_ms * 1000000LL;
     for (;;) {
         queue_stats st;
         queue_get_stats(&m->queue, &st);
         if (st.depth == 0 && st.queries_depth == 0)
-            break;
-        if (worker_now_ns() >= deadline) {
+            return;
+        if (worker_now_ns() >= deadline_ns) {
             TSDF_LOG(TSDF_LOG_WARN,
-                     "map %s: drain timed out after %u ms with %zu frames queued: dropping them",
-                     m->name, drain_timeout_ms, st.depth);
+                     "map %s: drain timed out with %zu frames and %zu queries queued: dropping "
+                     "them",
+                     m->name, st.depth, st.queries_depth);
             atomic_store(&m->abort_drain, 1);
-            break;
+            return;
         }
-        struct timespec ts = {0, 10 * 1000000L};
-        nanosleep(&ts, NULL);
+        sleep_ms(WORKER_STOP_POLL_MS);
+    }
+}
+
+int worker_join(dmap *m, int64_t deadline_ns)
+{
+    if (!m->thread_started)
+        return TSDF_OK;
+    if (m->stuck)
+        return TSDF_ETIMEOUT;
+    queue_close(&m->queue);
+    atomic_store(&m->abort_drain, 1);
+    /* pthread_join has no deadline: wait for the worker's last step, after
+     * which the join returns at once. */
+    while (!atomic_load(&m->worker_exited)) {
+        int64_t now = worker_now_ns();
+        if (now >= deadline_ns) {
+            int64_t since = atomic_load(&m->busy_since_ns);
+            TSDF_LOG(TSDF_LOG_ERROR,
+                     "map %s: the worker is still on a %s job (for %lld ms) at the stop "
+                     "deadline: leaving it running; the map is left out of the final save",
+                     m->name, job_kind_name((job_kind)atomic_load(&m->busy_kind)),
+                     since != 0 ? (long long)((now - since) / 1000000) : 0LL);
+            m->stuck = 1;
+            return TSDF_ETIMEOUT;
+        }
+        sleep_ms(WORKER_STOP_POLL_MS);
     }
     pthread_join(m->thread, NULL);
     m->thread_started = 0;
+    return TSDF_OK;
 }

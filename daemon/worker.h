@@ -16,6 +16,15 @@
  * worker (job_complete) and then owned by the waiter again, unless the
  * waiter gave up (job_wait timed out): then the worker frees it. That
  * hand-off is decided under the job's lock, so exactly one side frees it.
+ *
+ * Bounded work: a query whose waiter gave up before the worker took it is
+ * not run (nobody would read its result, and everyone queued behind it
+ * would wait for it): it is counted as abandoned and freed. A CPU raycast
+ * whose waiter gives up while it runs stops within a few dozen pixels
+ * (tsdf_raycast_params.cancel), counted as cancelled. The worker publishes
+ * when it took its current job (dmap.busy_since_ns), so the watchdog can
+ * tell a worker that stopped making progress (watchdog.h), and the stop
+ * (worker_drain, worker_join) has a deadline.
  */
 #ifndef TSDFD_WORKER_H
 #define TSDFD_WORKER_H
@@ -95,6 +104,10 @@ typedef struct worker_job {
     tsdf_volume_params params;
 } worker_job;
 
+/* "frame", "raycast", "mesh", "stats", "reset", "export", "import"; "unknown"
+ * for other values. */
+const char *job_kind_name(job_kind k);
+
 /* Allocates a zeroed job; has_waiter 1 makes it waitable. NULL on ENOMEM. */
 worker_job *job_new(job_kind kind, int has_waiter);
 
@@ -117,10 +130,19 @@ void job_complete(worker_job *j, int status);
 /* Starts the worker thread of m (m->vol and m->queue ready). */
 int worker_start(struct dmap *m);
 
-/* Joins the worker thread of m after its queue was closed, giving it
- * drain_timeout_ms to integrate what is queued; after that the frames left
- * are dropped (counted as "shutdown"). */
-void worker_join(struct dmap *m, uint32_t drain_timeout_ms);
+/* The first step of a stop, after queue_close: lets the worker of m work
+ * through its queue until it is empty or deadline_ns (CLOCK_MONOTONIC)
+ * passes; then the worker drops the frames left (counted as "shutdown")
+ * and answers the queries left SHUTDOWN without running them (counted as
+ * abandoned). Main thread only. */
+void worker_drain(struct dmap *m, int64_t deadline_ns);
+
+/* The second step: from now on the worker starts nothing new (and a CPU
+ * raycast stops), and it has until deadline_ns to finish the job it is on
+ * and exit; then its thread is joined. TSDF_OK, or TSDF_ETIMEOUT when it
+ * did not finish: the map and its job are logged, m->stuck is set, and the
+ * thread is left running (see dmap.stuck). Main thread only. */
+int worker_join(struct dmap *m, int64_t deadline_ns);
 
 /* Monotonic clock in nanoseconds. */
 int64_t worker_now_ns(void);

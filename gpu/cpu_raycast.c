@@ -32,6 +32,14 @@ int cpu_raycast(void *impl, const tsdf_raycast_params *p, tsdf_raycast_output *o
 
     for (uint32_t py = 0; py < p->height; py++) {
         for (uint32_t px = 0; px < p->width; px++) {
+            /* A large image of long rays takes the CPU minutes; polling
+             * every few dozen pixels lets a caller whose client gave up
+             * stop it within milliseconds, at the cost of one call. */
+            if (p->cancel != NULL && px % TSDF_RAYCAST_CANCEL_PIXELS == 0 &&
+                p->cancel(p->cancel_arg)) {
+                v->last_raycast_ms = cpu_now_ms() - t0;
+                return TSDF_ETIMEOUT;
+            }
             tsdf_ray_pixel(&vol, &cache, p->T_world_cam, &p->K, px, py, p->min_depth_m,
                            p->max_depth_m, (size_t)py * p->width + px, out->depth_m, out->normals,
                            out->rgb);

@@ -2,7 +2,9 @@
  * tsdf_raycast_march.h - the raycast's per-pixel march, written once for the
  * CPU reference (cpu_raycast.c) and the CUDA kernel (cuda_raycast.cu).
  *
- * Per pixel: march the ray from min_depth to max_depth (camera z), skip
+ * Per pixel: march the ray from min_depth to max_depth (camera z; the end
+ * comes sooner on a ray longer than the caps of tsdf_volume.h allow, see
+ * TSDF_MAX_RAY_M and tsdf_ray_end_z), skip
  * unallocated space a block at a time (to the block's exit), sample the
  * trilinearly interpolated TSDF (tsdf_trilinear) of the 8 surrounding voxels,
  * step 0.75 sdf (at least half a voxel), and refine the first + to - zero
@@ -201,9 +203,45 @@ TSDF_LOOKUP_FN void tsdf_ray_surface_color(const tsdf_ray_volume *vol, tsdf_ray_
     }
 }
 
+/* The camera depth at which a ray of dir_len metres per unit of camera
+ * depth ends: z_max, or sooner where the ray would be longer than
+ * TSDF_RAY_DEPTH_RATIO * z_max, TSDF_MAX_RAY_M or TSDF_MAX_RAY_VOX voxels of
+ * voxel_m (see tsdf_volume.h). The march used to end at z_max alone, so a
+ * focal length of a fraction of a pixel (dir_len in the thousands) marched
+ * rays of kilometres to the edge of the key range. */
+TSDF_LOOKUP_INLINE float tsdf_ray_end_z(float z_max, float dir_len, float voxel_m)
+{
+    float len_m = TSDF_RAY_DEPTH_RATIO * z_max;
+    len_m = fminf(len_m, TSDF_MAX_RAY_M);
+    len_m = fminf(len_m, TSDF_MAX_RAY_VOX * voxel_m);
+    return fminf(z_max, len_m / dir_len);
+}
+
+/* The most iterations a march from z_min to z_end may take. A sample step
+ * advances at least half a voxel along the ray, and an empty-block skip
+ * enters the next block; a segment of ray_m metres crosses at most
+ * 3 * ray_m / block_m + 3 blocks (the block planes it crosses on each of
+ * the three axes, plus the first block). Twice that allows for the float
+ * rounding of the steps (tsdf_ray_end_z keeps a ray within 2^20 voxels, so
+ * a half-voxel step is many units of the last place of its depth), plus a
+ * few for the refinement. A correct march never reaches the bound; it
+ * stops a march whose float steps stall (the pixel then reports no
+ * surface), and it is what makes the work of a ray, and of a raycast,
+ * bounded. The count is below 2^23; a NaN or non-positive bound allows no
+ * iteration. */
+TSDF_LOOKUP_INLINE uint32_t tsdf_ray_max_iterations(float z_min, float z_end, float dir_len,
+                                                    float voxel_m)
+{
+    const float ray_m = (z_end - z_min) * dir_len;
+    const float block_m = (float)TSDF_BLOCK_DIM * voxel_m;
+    const float n = 2.0f * (2.0f * ray_m / voxel_m + 3.0f * ray_m / block_m + 3.0f) + 64.0f;
+    return n > 0.0f ? (n < 4.0e9f ? (uint32_t)n : 4000000000u) : 0u;
+}
+
 /* One ray from o along d (d scaled so that z is the camera depth). Returns
  * 1 and the crossing's camera depth, 0 when there is no surface between
- * z_min and z_max. */
+ * z_min and the ray's end (z_max, or sooner: tsdf_ray_end_z). At most
+ * tsdf_ray_max_iterations steps. */
 TSDF_LOOKUP_FN int tsdf_ray_march(const tsdf_ray_volume *vol, tsdf_ray_cache *c, const float o[3],
                                   const float d[3], float z_min, float z_max, float *z_hit)
 {
@@ -213,19 +251,13 @@ TSDF_LOOKUP_FN int tsdf_ray_march(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
     /* Distances along the ray are dir_len per unit of camera depth. */
     const float min_step_z = 0.5f * s / dir_len;
     const float eps_z = 0.01f * s / dir_len;
-    /* Every iteration advances z by at least eps_z, so this bound is never
-     * reached by a correct march; it guards the loop against a broken
-     * invariant (then the pixel reports no surface). For an integral count
-     * it, it < max_iter is it < ceil(max_iter), which an integer counter
-     * tests in fewer GPU registers than a double; a NaN or non-positive
-     * bound allows no iteration, as the double comparison would. */
-    const double max_iter = (double)(z_max - z_min) / (double)eps_z + 64.0;
-    const double lim = ceil(max_iter);
-    const uint64_t max_it = !(lim > 0.0) ? 0 : (lim < 1.8e19 ? (uint64_t)lim : UINT64_MAX);
+    const float z_end = tsdf_ray_end_z(z_max, dir_len, s);
+    /* An integer counter: it costs fewer GPU registers than a double. */
+    const uint32_t max_it = tsdf_ray_max_iterations(z_min, z_end, dir_len, s);
     float z = z_min, prev_z = 0.0f, prev_s = 0.0f;
     int prev_known = 0;
 
-    for (uint64_t it = 0; z <= z_max && it < max_it; it++) {
+    for (uint32_t it = 0; z <= z_end && it < max_it; it++) {
         float p[3], sdf;
         int32_t b[3];
         tsdf_ray_point(o, d, z, p);

@@ -181,8 +181,9 @@ static int raycast_params_check(const tsdf_raycast_params *p, const tsdf_raycast
         return rc;
     if ((rc = check_depth_range(p->min_depth_m, p->max_depth_m)) != TSDF_OK)
         return rc;
-    /* A ray must start in front of the camera to be a ray at all. */
-    if (!(p->min_depth_m > 0.0f))
+    /* A ray must start in front of the camera to be a ray at all, and end
+     * within the engine's cap, which bounds the work of every ray. */
+    if (!(p->min_depth_m > 0.0f) || !(p->max_depth_m <= TSDF_MAX_RAY_M))
         return TSDF_EBAD_DEPTH_RANGE;
     if (out->depth_m == NULL)
         return TSDF_EINVAL;

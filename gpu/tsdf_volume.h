@@ -201,13 +201,48 @@ uint64_t tsdf_volume_memory_bytes(const tsdf_volume *v);
  * Any thread. */
 int tsdf_cuda_device_memory(int cuda_device, uint64_t *total_bytes);
 
+/*
+ * How far a raycast ray goes. A ray starts at camera depth min_depth_m and
+ * ends at camera depth max_depth_m, or sooner where it would grow longer
+ * than the least of:
+ *   - TSDF_RAY_DEPTH_RATIO * max_depth_m along the ray. A ray within 60
+ *     degrees of the optical axis is at most twice as long as its camera
+ *     depth, so every ordinary camera is marched to exactly max_depth_m;
+ *     only extreme intrinsics (fields of view beyond 120 degrees, or a
+ *     focal length of a fraction of a pixel) lose range, instead of
+ *     marching rays thousands of times longer than the depth asked for;
+ *   - TSDF_MAX_RAY_M metres, the engine-wide cap (max_depth_m itself may
+ *     not exceed it);
+ *   - TSDF_MAX_RAY_VOX voxels, so that a ray's steps stay far above the
+ *     float resolution of its depth on volumes of tiny voxels.
+ * Together with the step rules of the march (a sample step advances at
+ * least half a voxel, an empty-block skip enters the next block) this
+ * bounds the work of one ray; see tsdf_ray_max_iterations in
+ * tsdf_raycast_march.h.
+ */
+#define TSDF_RAY_DEPTH_RATIO 2.0f
+#define TSDF_MAX_RAY_M 1000.0f
+#define TSDF_MAX_RAY_VOX 1048576.0f /* 2^20 */
+
 typedef struct {
     uint32_t width, height;
     tsdf_intrinsics K;
     float T_world_cam[16]; /* row-major, camera-to-world */
-    float min_depth_m;     /* rays start here (along z) */
-    float max_depth_m;     /* and stop here */
+    float min_depth_m;     /* rays start here (along z), > 0 */
+    float max_depth_m;     /* and stop here (see TSDF_MAX_RAY_M above), <= TSDF_MAX_RAY_M */
+    /* Optional cancellation: the CPU backend calls cancel(cancel_arg) on
+     * the calling thread every TSDF_RAYCAST_CANCEL_PIXELS pixels, and when
+     * it returns non-zero stops and returns TSDF_ETIMEOUT (the outputs are
+     * then partly written). The caller is the daemon, whose client gave up
+     * on the result. NULL: never cancelled. The CUDA backend does not call
+     * it: one kernel launch cannot be stopped half-way, and its work is
+     * bounded by the ray bounds above. */
+    int (*cancel)(void *cancel_arg);
+    void *cancel_arg;
 } tsdf_raycast_params;
+
+/* Pixels the CPU raycast marches between two calls of params.cancel. */
+#define TSDF_RAYCAST_CANCEL_PIXELS 64u
 
 /* Caller-allocated outputs of a raycast. */
 typedef struct {
@@ -221,7 +256,9 @@ typedef struct {
  * allocated blocks, skipping unallocated space block by block, and finds the
  * zero crossing by trilinear interpolation. Checks its parameters like
  * tsdf_frame_check (intrinsics with tsdf_intrinsics_check for the output's
- * size). Does not change the volume. */
+ * size), and refuses a max_depth_m beyond TSDF_MAX_RAY_M with
+ * TSDF_EBAD_DEPTH_RANGE. TSDF_ETIMEOUT when params.cancel stopped it. Does
+ * not change the volume. */
 int tsdf_volume_raycast(tsdf_volume *v, const tsdf_raycast_params *p, tsdf_raycast_output *out);
 
 /* A triangle mesh with shared vertices. Caller-owned struct: init before

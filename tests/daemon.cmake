@@ -7,6 +7,9 @@ endif()
 
 tsdf_add_test(NAME queue SOURCES test_queue.c LIBS tsdfd_core Threads::Threads TIMEOUT 60)
 
+tsdf_add_test(NAME worker SOURCES test_worker.c LIBS tsdfd_core Threads::Threads TIMEOUT 60)
+tsdf_add_test(NAME watchdog SOURCES test_watchdog.c LIBS tsdfd_core Threads::Threads TIMEOUT 60)
+
 tsdf_add_test(NAME config SOURCES test_config.c LIBS tsdfd_core TIMEOUT 60)
 target_compile_definitions(test_config PRIVATE
   TSDFD_BIN="$<TARGET_FILE:tsdfd>"

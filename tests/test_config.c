@@ -99,6 +99,8 @@ static void test_shipped_file_is_the_defaults(void **state)
         "max_message_mb",
         "max_connections",
         "request_timeout_ms",
+        "stop_timeout_ms",
+        "stall_timeout_ms",
         "state_dir",
         "allow_insecure_remote",
         "ipc_mode",

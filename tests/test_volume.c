@@ -4,9 +4,12 @@
  * live volume), reset, export/import,
  * and the shared per-voxel maths of gpu/tsdf_math.h (block walk, projection).
  */
+#define _POSIX_C_SOURCE 200809L
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "testutil.h"
 
@@ -459,6 +462,127 @@ static void test_weight_clamp_and_color(void **state)
     free(rgb);
 }
 
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* The test camera at the origin, looking along world +z, 0.1 to 4 m. */
+static void origin_raycast(tsdf_raycast_params *rp)
+{
+    memset(rp, 0, sizeof(*rp));
+    rp->width = W;
+    rp->height = H;
+    rp->K = K_TEST;
+    pose_translation(rp->T_world_cam, 0.0f, 0.0f, 0.0f);
+    rp->min_depth_m = 0.1f;
+    rp->max_depth_m = 4.0f;
+}
+
+/* A volume with a fused wall 1 m in front of the origin. */
+static tsdf_volume *wall_volume(void)
+{
+    float *depth = malloc(W * H * sizeof(float));
+    tsdf_volume *v = make_volume(0.01f, 64.0f, 0, 1024);
+    tsdf_frame f;
+    assert_non_null(depth);
+    plane_frame(&f, depth, 1.0f, 0.0f, 0.0f, 0.0f);
+    assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+    free(depth);
+    return v;
+}
+
+/* Issue 8: a raycast of 16x16 pixels with fx = fy = 0.01 marched every ray
+ * thousands of metres (and could stall on float steps for hours), wedging
+ * the map. It must come back at once: refused as bad intrinsics, or
+ * bounded by the ray-length caps. So must a legal but very wide camera
+ * (160 degrees) asked for the longest depth allowed; a depth beyond the
+ * cap is refused. */
+static void test_raycast_extreme_rays_are_bounded(void **state)
+{
+    float cast[16 * 16];
+    tsdf_volume *v = wall_volume();
+    tsdf_raycast_params rp;
+    tsdf_raycast_output ro = {cast, NULL, NULL};
+    (void)state;
+
+    memset(&rp, 0, sizeof(rp));
+    rp.width = 16;
+    rp.height = 16;
+    rp.K.fx = rp.K.fy = 0.01f;
+    rp.K.cx = rp.K.cy = 7.5f;
+    pose_translation(rp.T_world_cam, 0.0f, 0.0f, 0.0f);
+    rp.min_depth_m = 0.1f;
+    rp.max_depth_m = 5.0f;
+    double t0 = mono_s();
+    int rc = tsdf_volume_raycast(v, &rp, &ro);
+    double dt = mono_s() - t0;
+    print_message("16x16 raycast of fx 0.01: %s in %.3f s\n", tsdf_errname(rc), dt);
+    assert_true(rc == TSDF_OK || rc == TSDF_EBAD_INTRINSICS);
+    assert_true(dt < 2.0);
+
+    /* 160 degrees across: fx = 7.5 / tan(80 degrees). */
+    rp.K.fx = rp.K.fy = 7.5f / tanf(80.0f * 3.14159265f / 180.0f);
+    rp.max_depth_m = TSDF_MAX_RAY_M;
+    t0 = mono_s();
+    rc = tsdf_volume_raycast(v, &rp, &ro);
+    dt = mono_s() - t0;
+    print_message("16x16 raycast of 160 degrees to %g m: %s in %.3f s\n", (double)TSDF_MAX_RAY_M,
+                  tsdf_errname(rc), dt);
+    assert_int_equal(rc, TSDF_OK);
+    assert_true(dt < 2.0);
+    /* The central rays still see the wall. */
+    assert_true(fabsf(cast[8 * 16 + 8] - 1.0f) <= 0.01f);
+
+    rp.max_depth_m = 2.0f * TSDF_MAX_RAY_M;
+    assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_EBAD_DEPTH_RANGE);
+    rp.max_depth_m = INFINITY;
+    assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_EBAD_DEPTH_RANGE);
+    tsdf_volume_destroy(v);
+}
+
+typedef struct {
+    int calls;
+    int cancel_at; /* the call that answers "cancel"; 0: never */
+} cancel_probe;
+
+static int probe_cancel(void *arg)
+{
+    cancel_probe *c = arg;
+    c->calls++;
+    return c->cancel_at != 0 && c->calls >= c->cancel_at;
+}
+
+/* The CPU raycast polls params.cancel every TSDF_RAYCAST_CANCEL_PIXELS
+ * pixels and stops with TSDF_ETIMEOUT once it says so. */
+static void test_raycast_cancel(void **state)
+{
+    float *cast = malloc(W * H * sizeof(float));
+    tsdf_volume *v = wall_volume();
+    tsdf_raycast_params rp;
+    tsdf_raycast_output ro = {cast, NULL, NULL};
+    cancel_probe probe = {0, 0};
+    const int per_row = (W + TSDF_RAYCAST_CANCEL_PIXELS - 1) / TSDF_RAYCAST_CANCEL_PIXELS;
+    (void)state;
+
+    assert_non_null(cast);
+    origin_raycast(&rp);
+    rp.cancel = probe_cancel;
+    rp.cancel_arg = &probe;
+    assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_OK);
+    assert_int_equal(probe.calls, per_row * H);
+    assert_true(fabsf(cast[(H / 2) * W + W / 2] - 1.0f) <= 0.01f);
+
+    probe.calls = 0;
+    probe.cancel_at = 3;
+    assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_ETIMEOUT);
+    assert_int_equal(probe.calls, 3);
+    tsdf_volume_destroy(v);
+    free(cast);
+}
+
 /* A raycast of a fused fronto-parallel wall from a fused pose gives the
  * wall's depth and a normal facing the camera; an empty volume gives no
  * surface anywhere. */
@@ -480,13 +604,7 @@ static void test_raycast_plane(void **state)
     assert_non_null(normals);
     assert_non_null(rgb_in);
     assert_non_null(rgb_out);
-    memset(&rp, 0, sizeof(rp));
-    rp.width = W;
-    rp.height = H;
-    rp.K = K_TEST;
-    pose_translation(rp.T_world_cam, 0.0f, 0.0f, 0.0f);
-    rp.min_depth_m = 0.1f;
-    rp.max_depth_m = 4.0f;
+    origin_raycast(&rp);
 
     /* Empty volume: nothing. */
     assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_OK);
@@ -1011,6 +1129,8 @@ int main(void)
         cmocka_unit_test(test_u16_equals_f32),
         cmocka_unit_test(test_weight_clamp_and_color),
         cmocka_unit_test(test_raycast_plane),
+        cmocka_unit_test(test_raycast_extreme_rays_are_bounded),
+        cmocka_unit_test(test_raycast_cancel),
         cmocka_unit_test(test_bad_frames_distinct_codes),
         cmocka_unit_test(test_memory_cap),
         cmocka_unit_test(test_set_memory_cap),
