@@ -1,0 +1,183 @@
+"""Request fields from Python values and numpy arrays, and numpy arrays from
+replies, as proto/PROTOCOL.md sections 5 and 6 define them.
+
+Only what the wire cannot express, or what is surely a caller's mistake
+(a wrong type, shape or dtype), is refused here, with ArgumentError. Value
+checks (a pose that is not rigid, intrinsics of no real camera, a bad depth
+range) are the daemon's, so that its codes (BAD_POSE, BAD_INTRINSICS, ...)
+reach the caller exactly as documented and cannot drift from a copy here.
+"""
+
+import numbers
+import operator
+
+import numpy as np
+
+from .errors import ArgumentError, ErrorCode, TsdfError
+from .results import Mesh, Raycast
+
+
+def check_map(name):
+    if not isinstance(name, str):
+        raise ArgumentError(ErrorCode.INVAL, f"map must be a str, not {type(name).__name__}")
+    return name
+
+
+def uint(value, what):
+    """A non-negative int (numpy integers too; bool and float are refused,
+    as the daemon refuses a float where it wants an integer)."""
+    if isinstance(value, bool):
+        raise ArgumentError(ErrorCode.INVAL, f"{what} must be an int, not bool")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise ArgumentError(ErrorCode.INVAL,
+                            f"{what} must be an int, not {type(value).__name__}") from None
+    if value < 0:
+        raise ArgumentError(ErrorCode.INVAL, f"{what} must be >= 0, not {value}")
+    return value
+
+
+def num(value, what):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentError(ErrorCode.INVAL,
+                            f"{what} must be a number, not {type(value).__name__}")
+    return float(value)
+
+
+def intrinsics(K):
+    """fx, fy, cx, cy from a 3x3 pinhole matrix or a sequence (fx, fy, cx, cy)."""
+    try:
+        k = np.asarray(K, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ArgumentError(ErrorCode.INVAL,
+                            "K must be a 3x3 matrix or (fx, fy, cx, cy) numbers") from None
+    if k.shape == (4,):
+        fx, fy, cx, cy = (float(x) for x in k)
+    elif k.shape == (3, 3):
+        # The protocol's camera is a pinhole without skew: a matrix with
+        # skew or a last row other than 0 0 1 would be silently misread.
+        if k[0, 1] != 0 or k[1, 0] != 0 or not np.array_equal(k[2], [0.0, 0.0, 1.0]):
+            raise ArgumentError(ErrorCode.BAD_INTRINSICS,
+                                "K must be [[fx, 0, cx], [0, fy, cy], [0, 0, 1]] (no skew)")
+        fx, fy, cx, cy = float(k[0, 0]), float(k[1, 1]), float(k[0, 2]), float(k[1, 2])
+    else:
+        raise ArgumentError(ErrorCode.INVAL,
+                            f"K must have shape (3, 3) or (4,), not {k.shape}")
+    return {"fx": fx, "fy": fy, "cx": cx, "cy": cy}
+
+
+def pose(T_world_cam):
+    """The 16 row-major numbers of a 4x4 camera-to-world matrix."""
+    try:
+        t = np.asarray(T_world_cam, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ArgumentError(ErrorCode.INVAL,
+                            "T_world_cam must be a 4x4 matrix of numbers") from None
+    if t.shape not in ((4, 4), (16,)):
+        raise ArgumentError(ErrorCode.INVAL,
+                            f"T_world_cam must have shape (4, 4) or (16,), not {t.shape}")
+    return [float(x) for x in t.reshape(16)]
+
+
+def depth_fields(depth, depth_scale):
+    """width, height, depth_format, depth (and depth_scale) from a 2-D array:
+    uint16 is sent as "u16" (metres = value x depth_scale), any float dtype
+    as "f32" metres."""
+    d = np.asarray(depth)
+    if d.ndim != 2:
+        raise ArgumentError(ErrorCode.BAD_SIZE,
+                            f"depth must be a 2-D (height, width) array, not shape {d.shape}")
+    height, width = d.shape
+    fields = {"width": width, "height": height}
+    if d.dtype == np.uint16:
+        fields["depth_format"] = "u16"
+        fields["depth"] = d.astype("<u2", copy=False).tobytes()
+        fields["depth_scale"] = num(depth_scale, "depth_scale")
+    elif np.issubdtype(d.dtype, np.floating):
+        fields["depth_format"] = "f32"
+        fields["depth"] = d.astype("<f4", copy=False).tobytes()
+    else:
+        raise ArgumentError(ErrorCode.INVAL,
+                            f"depth must be uint16 (scaled by depth_scale) or float metres, "
+                            f"not {d.dtype}")
+    return fields
+
+
+def rgb_bytes(rgb, width, height):
+    c = np.asarray(rgb)
+    if c.shape != (height, width, 3):
+        raise ArgumentError(ErrorCode.BAD_SIZE,
+                            f"rgb must have shape ({height}, {width}, 3) like the depth image, "
+                            f"not {c.shape}")
+    if c.dtype != np.uint8:
+        raise ArgumentError(ErrorCode.INVAL, f"rgb must be uint8, not {c.dtype}")
+    return c.tobytes()
+
+
+def frame_fields(map_name, depth, K, T_world_cam, rgb, sensor, seq, stamp_ns, depth_scale,
+                 min_depth, max_depth):
+    """The keys of a "frame" or "integrate" request (section 6.1)."""
+    fields = {"map": check_map(map_name)}
+    if sensor is not None:
+        if isinstance(sensor, str):
+            fields["sensor"] = sensor
+        else:
+            fields["sensor"] = uint(sensor, "sensor")
+    fields["seq"] = uint(seq, "seq")
+    if stamp_ns is not None:
+        fields["stamp_ns"] = uint(stamp_ns, "stamp_ns")
+    fields.update(depth_fields(depth, depth_scale))
+    fields.update(intrinsics(K))
+    fields["min_depth"] = num(min_depth, "min_depth")
+    fields["max_depth"] = num(max_depth, "max_depth")
+    fields["T_world_cam"] = pose(T_world_cam)
+    if rgb is not None:
+        fields["rgb"] = rgb_bytes(rgb, fields["width"], fields["height"])
+    return fields
+
+
+def _array(reply, key, dtype, shape):
+    """A writable native-order array from a reply's bin, its length checked."""
+    data = reply.get(key)
+    if not isinstance(data, bytes):
+        raise TsdfError(ErrorCode.FORMAT, f"the reply has no bin '{key}'")
+    wire = np.dtype(dtype)
+    expect = wire.itemsize * int(np.prod(shape))
+    if len(data) != expect:
+        raise TsdfError(ErrorCode.FORMAT,
+                        f"the reply's '{key}' holds {len(data)} bytes, not {expect}")
+    return np.frombuffer(data, dtype=wire).astype(wire.newbyteorder("="), copy=True).reshape(shape)
+
+
+def _count(reply, key):
+    value = reply.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TsdfError(ErrorCode.FORMAT, f"the reply has no uint '{key}'")
+    return value
+
+
+def raycast_result(reply, width, height):
+    if reply.get("width") != width or reply.get("height") != height:
+        raise TsdfError(ErrorCode.FORMAT,
+                        f"raycast reply is {reply.get('width')}x{reply.get('height')}, "
+                        f"not the {width}x{height} asked for")
+    rgb = None
+    if reply.get("rgb") is not None:
+        rgb = _array(reply, "rgb", np.uint8, (height, width, 3))
+    return Raycast(depth=_array(reply, "depth", "<f4", (height, width)),
+                   normals=_array(reply, "normals", "<f4", (height, width, 3)), rgb=rgb)
+
+
+def mesh_result(reply):
+    nv = _count(reply, "vertex_count")
+    nt = _count(reply, "triangle_count")
+    faces = _array(reply, "indices", "<u4", (nt, 3))
+    if nt and int(faces.max()) >= nv:
+        raise TsdfError(ErrorCode.FORMAT, "a mesh index is out of range")
+    colors = None
+    if reply.get("colors") is not None:
+        colors = _array(reply, "colors", np.uint8, (nv, 3))
+    return Mesh(version=_count(reply, "version"),
+                vertices=_array(reply, "positions", "<f4", (nv, 3)), faces=faces,
+                normals=_array(reply, "normals", "<f4", (nv, 3)), colors=colors)

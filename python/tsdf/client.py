@@ -1,0 +1,303 @@
+"""Client, the Python counterpart of libtsdf (client/tsdf_client.h).
+
+A client holds a REQ socket for the requests that are answered and, when
+given a push_url, a PUSH socket for fire-and-forget frames, and speaks
+proto/PROTOCOL.md over them with pynng and msgpack.
+"""
+
+import itertools
+import os
+import threading
+import urllib.parse
+
+import msgpack
+import pynng
+
+from . import _messages as m
+from .errors import ArgumentError, ErrorCode, TsdfError
+from .results import Integrated, Ping, Snapshot
+
+PROTOCOL_VERSION = 1
+DEFAULT_REQ_URL = "ipc:///run/tsdfd/tsdfd.sock"
+DEFAULT_PUSH_URL = "ipc:///run/tsdfd/frames.sock"
+# Neither side sends or accepts a larger message (TSDF_PROTO_MAX_MESSAGE_BYTES).
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+# nng's failures as tsdf codes, as libtsdf maps them (tsdf_client_nng_error).
+_NNG_CODES = (
+    (pynng.Timeout, ErrorCode.TIMEOUT),
+    (pynng.ConnectionRefused, ErrorCode.CONNREFUSED),
+    (pynng.NoEntry, ErrorCode.CONNREFUSED),
+    (pynng.DestinationUnreachable, ErrorCode.CONNREFUSED),
+    (pynng.Closed, ErrorCode.CLOSED),
+    (pynng.TryAgain, ErrorCode.QUEUE_FULL),
+    (pynng.MessageTooLarge, ErrorCode.TOO_LARGE),
+    (pynng.NoMemory, ErrorCode.NOMEM),
+    (pynng.AddressInvalid, ErrorCode.INVAL),
+)
+
+
+def _nng_error(exc, doing):
+    for cls, code in _NNG_CODES:
+        if isinstance(exc, cls):
+            return TsdfError(code, f"{doing}: {exc}")
+    return TsdfError(ErrorCode.NNG, f"{doing}: {exc}")
+
+
+def _tls_config(url, tls_ca, tls_cert, tls_key, tls_server_name):
+    """A client TLS configuration for url that verifies the daemon's
+    certificate against tls_ca and, with tls_cert and tls_key, presents a
+    client certificate (PEM files)."""
+    if (tls_cert is None) != (tls_key is None):
+        raise ArgumentError(ErrorCode.INVAL, "tls_cert and tls_key must be given together")
+    if tls_ca is None:
+        # The client always verifies the daemon, and nng has no system trust
+        # store to verify it against: the CA must be named.
+        raise ArgumentError(ErrorCode.INVAL, "a tls+tcp:// URL needs tls_ca (the CA's PEM file)")
+    own = {}
+    if tls_cert is not None:
+        with open(tls_cert, encoding="ascii") as f:
+            own["own_cert_string"] = f.read()
+        with open(tls_key, encoding="ascii") as f:
+            own["own_key_string"] = f.read()
+    if tls_server_name is None:
+        # nng takes the name to verify from the URL only for the
+        # configuration it makes itself, not for one set on the socket.
+        tls_server_name = urllib.parse.urlsplit(url).hostname
+    return pynng.TLSConfig(pynng.TLSConfig.MODE_CLIENT, server_name=tls_server_name,
+                           ca_files=[os.fspath(tls_ca)],
+                           auth_mode=pynng.TLSConfig.AUTH_MODE_REQUIRED, **own)
+
+
+class Client:
+    """A connection to tsdfd.
+
+    req_url: the daemon's REQ/REP address (ipc://, tcp:// or tls+tcp://).
+    push_url: its PUSH/PULL address for send_frame; None: no PUSH socket.
+    timeout_ms: the most any call waits, milliseconds (also settable later
+        through the timeout_ms attribute). After a timeout the daemon may
+        still execute the request (an integrate may still integrate).
+    push_buffer: frames the PUSH socket buffers before send_frame blocks.
+    tls_ca, tls_cert, tls_key: PEM files for tls+tcp:// URLs: the CA that
+        signed the daemon's certificate, and optionally a client
+        certificate and its key. tls_server_name: the name expected in the
+        daemon's certificate (default: the URL's host).
+
+    The constructor dials synchronously and raises TsdfError CONNREFUSED
+    when the daemon is not there. Every call raises TsdfError: with the
+    daemon's code and message for an error reply, TIMEOUT, CLOSED,
+    CONNREFUSED or NNG for transport failures, FORMAT for a reply that
+    does not decode or answers another request, and ArgumentError (also a
+    ValueError) for arguments refused before anything was sent.
+
+    Threads: the methods may be called from several threads; requests are
+    sent one at a time (one REQ socket), frames on the PUSH socket are not
+    serialised with them. Use it as a context manager, or call close().
+    """
+
+    def __init__(self, req_url=DEFAULT_REQ_URL, push_url=None, timeout_ms=5000, push_buffer=16,
+                 tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None):
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._req = None
+        self._push = None
+        self.timeout_ms = timeout_ms
+        t = self._timeout_ms
+        tls = (tls_ca, tls_cert, tls_key, tls_server_name)
+        urls = [u for u in (req_url, push_url) if u is not None]
+        if any(a is not None for a in tls) and not any(u.startswith("tls+") for u in urls):
+            raise ArgumentError(ErrorCode.INVAL, "tls_* arguments given but no URL is tls+tcp://")
+        try:
+            # A resent integrate would integrate its frame twice (PROTOCOL.md
+            # section 1): never resend, rely on the timeout instead.
+            self._req = pynng.Req0(resend_time=-1, recv_timeout=t, send_timeout=t)
+            self._dial(self._req, req_url, tls)
+            if push_url is not None:
+                if not 1 <= m.uint(push_buffer, "push_buffer") <= 8192:
+                    raise ArgumentError(ErrorCode.INVAL, "push_buffer must be 1..8192")
+                self._push = pynng.Push0(send_buffer_size=push_buffer, send_timeout=t)
+                self._dial(self._push, push_url, tls)
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _dial(sock, url, tls):
+        if url.startswith("tls+"):
+            sock.tls_config = _tls_config(url, *tls)
+        try:
+            sock.dial(url, block=True)
+        except pynng.NNGException as e:
+            raise _nng_error(e, f"dial {url}") from e
+
+    @property
+    def timeout_ms(self):
+        return self._timeout_ms
+
+    @timeout_ms.setter
+    def timeout_ms(self, value):
+        value = m.uint(value, "timeout_ms")
+        if value == 0:
+            raise ArgumentError(ErrorCode.INVAL, "timeout_ms must be > 0")
+        self._timeout_ms = value
+        for sock in (self._req, self._push):
+            if sock is not None:
+                sock.send_timeout = value
+                sock.recv_timeout = value
+
+    def close(self):
+        """Closes the sockets; frames still buffered may be lost. Idempotent."""
+        for sock in (self._push, self._req):
+            if sock is not None:
+                sock.close()
+        self._push = self._req = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def request(self, msg_type, **fields):
+        """Sends one request of msg_type with fields (None values are left
+        out) and returns the reply map of a success; raises TsdfError for an
+        error reply. The typed methods below are built on it."""
+        msg = {k: v for k, v in fields.items() if v is not None}
+        with self._lock:
+            if self._req is None:
+                raise TsdfError(ErrorCode.CLOSED, "the client is closed")
+            request_id = next(self._ids)
+            msg.update(v=PROTOCOL_VERSION, type=msg_type, id=request_id)
+            data = self._pack(msg)
+            try:
+                self._req.send(data)
+                raw = self._req.recv()
+            except pynng.NNGException as e:
+                raise _nng_error(e, msg_type) from e
+        return self._reply(raw, request_id)
+
+    @staticmethod
+    def _pack(msg):
+        data = msgpack.packb(msg, use_bin_type=True)
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise ArgumentError(ErrorCode.TOO_LARGE,
+                                f"the message would be {len(data)} bytes, over 64 MiB")
+        return data
+
+    @staticmethod
+    def _reply(raw, request_id):
+        try:
+            reply = msgpack.unpackb(raw, raw=False)
+        except (ValueError, msgpack.UnpackException) as e:
+            raise TsdfError(ErrorCode.FORMAT, f"the reply does not decode: {e}") from None
+        if not isinstance(reply, dict) or reply.get("v") != PROTOCOL_VERSION:
+            raise TsdfError(ErrorCode.FORMAT, "the reply is not a version 1 map")
+        if reply.get("id") != request_id:
+            raise TsdfError(ErrorCode.FORMAT,
+                            f"the reply answers request {reply.get('id')}, not {request_id}")
+        status = reply.get("status")
+        if not isinstance(status, int):
+            raise TsdfError(ErrorCode.FORMAT, "the reply has no status")
+        if status != 0:
+            raise TsdfError(status, str(reply.get("message", "")), name=reply.get("error"))
+        return reply
+
+    def ping(self):
+        r = self.request("ping")
+        return Ping(server=r.get("server", ""), uptime_ms=r.get("uptime_ms", 0))
+
+    def maps(self):
+        """The names of the daemon's maps."""
+        return list(self.request("maps").get("maps", []))
+
+    def stats(self, map):
+        """The stats reply as a dict: "engine" (the map's volume statistics;
+        absent when the map does not exist), "daemon" (the daemon's
+        counters) and, on the CUDA backend, "timeline" (PROTOCOL.md 6.6)."""
+        r = self.request("stats", map=m.check_map(map))
+        return {k: v for k, v in r.items() if k not in ("v", "type", "id", "status")}
+
+    def integrate(self, map, depth, K, T_world_cam, rgb=None, sensor=None, seq=0, stamp_ns=None,
+                  depth_scale=0.001, min_depth=0.1, max_depth=5.0):
+        """Integrates one frame and waits until the daemon has done so.
+
+        depth: (H, W) uint16 (metres = value x depth_scale) or float (metres);
+        0 and values outside [min_depth, max_depth] are no measurement.
+        K: a 3x3 pinhole matrix or (fx, fy, cx, cy), pixels.
+        T_world_cam: the 4x4 rigid camera-to-world transform (x right,
+        y down, z forward). rgb: optional (H, W, 3) uint8 registered to depth.
+        sensor: a str or int naming the camera. Returns Integrated; raises
+        TsdfError with the frame's code (BAD_POSE, CAPACITY, QUEUE_FULL...).
+        """
+        fields = m.frame_fields(map, depth, K, T_world_cam, rgb, sensor, seq, stamp_ns,
+                                depth_scale, min_depth, max_depth)
+        r = self.request("integrate", **fields)
+        return Integrated(seq=r.get("seq", 0), version=r.get("version", 0),
+                          integrate_ms=float(r.get("integrate_ms", 0.0)))
+
+    def send_frame(self, map, depth, K, T_world_cam, rgb=None, sensor=None, seq=0,
+                   stamp_ns=None, depth_scale=0.001, min_depth=0.1, max_depth=5.0, block=True):
+        """Queues a frame on the PUSH socket (arguments as integrate) and
+        returns once nng took it; the daemon's result is not reported (see
+        stats). When the send buffer is full: block=True waits up to
+        timeout_ms (then TIMEOUT), block=False raises QUEUE_FULL at once."""
+        if self._req is None:
+            raise TsdfError(ErrorCode.CLOSED, "the client is closed")
+        if self._push is None:
+            raise ArgumentError(ErrorCode.INVAL, "send_frame needs a client opened with push_url")
+        fields = m.frame_fields(map, depth, K, T_world_cam, rgb, sensor, seq, stamp_ns,
+                                depth_scale, min_depth, max_depth)
+        data = self._pack({"v": PROTOCOL_VERSION, "type": "frame", **fields})
+        try:
+            self._push.send(data, block=block)
+        except pynng.NNGException as e:
+            raise _nng_error(e, "send_frame") from e
+
+    def raycast(self, map, width, height, K, T_world_cam, min_depth=0.1, max_depth=5.0,
+                rgb=False):
+        """Renders the map's surface from a virtual camera (K and
+        T_world_cam as for integrate). Returns Raycast: depth (H, W) float32
+        metres and normals (H, W, 3) float32 world-frame, NaN where no
+        surface; rgb (H, W, 3) uint8 when asked for and the map has colour."""
+        width, height = m.uint(width, "width"), m.uint(height, "height")
+        r = self.request("raycast", map=m.check_map(map), width=width, height=height,
+                         **m.intrinsics(K), T_world_cam=m.pose(T_world_cam),
+                         min_depth=m.num(min_depth, "min_depth"),
+                         max_depth=m.num(max_depth, "max_depth"), rgb=bool(rgb))
+        return m.raycast_result(r, width, height)
+
+    def mesh(self, map, box=None, since=None):
+        """The map's triangle mesh. box: (minx, miny, minz, maxx, maxy, maxz)
+        metres, only blocks that intersect it; since: a Mesh.version, only
+        blocks changed after it. Returns Mesh (vertices (N, 3) float32,
+        faces (M, 3) uint32, normals, colors or None, version)."""
+        if box is not None:
+            box = [m.num(x, "box") for x in box]
+            if len(box) != 6:
+                raise ArgumentError(ErrorCode.INVAL, "box must hold 6 numbers")
+        if since is not None:
+            since = m.uint(since, "since")
+        r = self.request("mesh", map=m.check_map(map), box=box, since_version=since)
+        return m.mesh_result(r)
+
+    def save(self, map, path=None):
+        """Saves every map (path None: a new snapshot in the daemon's state
+        directory; else that file, inside it). Returns Snapshot with map's
+        version."""
+        return self._snapshot("save", map, path)
+
+    def load(self, map, path=None):
+        """Restores map only, from path or the newest valid snapshot."""
+        return self._snapshot("load", map, path)
+
+    def _snapshot(self, msg_type, map, path):
+        if path is not None:
+            path = os.fspath(path)
+            if not isinstance(path, str) or not path:
+                raise ArgumentError(ErrorCode.INVAL, "path must be a non-empty str (or None)")
+        r = self.request(msg_type, map=m.check_map(map), path=path)
+        return Snapshot(path=r.get("path", ""), version=r.get("version", 0))
+
+    def reset(self, map):
+        """Drops every block of map (NOT_FOUND when it does not exist)."""
+        self.request("reset", map=m.check_map(map))
