@@ -44,6 +44,8 @@ class ErrorCode(enum.IntEnum):
     INTERNAL = -28
     LIMIT = -29
     DROPPED = -30
+    FORBIDDEN = -31
+    AUTH = -32
 
 
 class TsdfError(Exception):
