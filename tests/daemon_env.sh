@@ -1,5 +1,5 @@
 # Sourced (not run) by the shell tests that drive a real tsdfd from the build
-# tree on private ipc:// addresses: test_tsdfctl.sh, test_python_client.sh.
+# tree on private ipc:// addresses: test_tsdfctl.sh.
 #
 # The sourcing script sets $TSDFD (the daemon binary) and defines fail(),
 # which prints "FAIL: $*" with what it wants of the daemon log and exits 1.

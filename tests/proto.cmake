@@ -4,17 +4,6 @@ tsdf_add_test(NAME proto SOURCES test_proto.c LIBS tsdf_proto TIMEOUT 120)
 tsdf_add_test(NAME client SOURCES test_client.c LIBS tsdf_client_static Threads::Threads
   TIMEOUT 120)
 
-# The Python example client against a real daemon started from the build
-# tree. Skips (77) when pynng and msgpack cannot be installed (no network).
-find_package(Python3 COMPONENTS Interpreter)
-if(Python3_Interpreter_FOUND)
-  add_test(NAME python_client
-    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_python_client.sh
-            $<TARGET_FILE:tsdfd> ${PROJECT_SOURCE_DIR}/client/python/tsdf_example_client.py
-            ${Python3_EXECUTABLE})
-  set_tests_properties(python_client PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
-endif()
-
 # tsdfctl end to end: every subcommand against a real daemon.
 add_test(NAME tsdfctl
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_tsdfctl.sh $<TARGET_FILE:tsdfd> $<TARGET_FILE:tsdfctl>)

@@ -9,6 +9,11 @@ the mesh is the sphere it rendered.
 
     python3 sphere.py [--url URL] [--push-url URL] [--map NAME]
                       [--out mesh.ply] [--timeout-ms MS]
+                      [--tls-ca FILE --tls-cert FILE --tls-key FILE
+                       [--tls-server-name NAME]]
+
+For tls+tcp:// URLs the daemon requires a client certificate: --tls-ca is
+the CA of the daemon's certificate, --tls-cert/--tls-key this client's.
 
 Needs: pip install ./python (the tsdf package, from the repository root).
 Exit status: 0 when the mesh is plausible, 1 otherwise (with a message).
@@ -97,9 +102,15 @@ def main():
     ap.add_argument("--map", default="pysphere")
     ap.add_argument("--timeout-ms", type=int, default=20000)
     ap.add_argument("--out", help="write the mesh as PLY here")
+    ap.add_argument("--tls-ca", help="CA file of the daemon's certificate (tls+tcp://)")
+    ap.add_argument("--tls-cert", help="this client's certificate file")
+    ap.add_argument("--tls-key", help="this client's private key file")
+    ap.add_argument("--tls-server-name", help="name to verify the daemon's certificate against")
     args = ap.parse_args()
 
-    with tsdf.Client(args.url, args.push_url, timeout_ms=args.timeout_ms) as client:
+    with tsdf.Client(args.url, args.push_url, timeout_ms=args.timeout_ms, tls_ca=args.tls_ca,
+                     tls_cert=args.tls_cert, tls_key=args.tls_key,
+                     tls_server_name=args.tls_server_name) as client:
         pong = client.ping()
         print(f"connected: {pong.server}, up {pong.uptime_ms / 1000:.1f} s")
 
