@@ -219,7 +219,11 @@ static int grow_pool(struct cuda_volume *v, uint64_t need)
 {
     if (need <= v->pool_cap)
         return TSDF_OK;
-    uint64_t cap = v->pool_cap ? v->pool_cap : 1024;
+    /* The first pool holds exactly what is needed, as on the CPU backend:
+     * a fixed first step (it was 1024 blocks, 6 MiB) made a map of a few
+     * blocks hold megabytes it never used, which a daemon-wide memory
+     * budget then could not give to other maps. Later steps double. */
+    uint64_t cap = v->pool_cap ? v->pool_cap : need;
     while (cap < need)
         cap *= 2;
     if (v->p.memory_cap_bytes) {
