@@ -35,6 +35,9 @@ typedef struct {
     dstats *stats;
     int64_t start_ns;    /* CLOCK_MONOTONIC at start, for ping's uptime */
     atomic_int stopping; /* set at shutdown: frames wait no longer for room */
+    /* CLOCK_MONOTONIC of the last snapshot the daemon restores at start
+     * (autosave, save without a path, save at stop); 0: none yet. */
+    atomic_int_least64_t last_save_ns;
     size_t max_message_bytes;
     /* Wakes the main loop so it refreshes STATUS= at once (a uv_async_send
      * behind it; callable from any thread); NULL in tests. */
@@ -53,6 +56,16 @@ void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out);
  * outcome. With the block policy it waits (in slices, until room or
  * shutdown) so the decoder stops pulling while the map's queue is full. */
 void handle_frame(daemon_ctx *d, nng_msg *msg);
+
+/* The final save at stop, after every worker has been joined (so this
+ * thread owns the volumes and exports them directly): every map but those
+ * whose worker is stuck into a new snapshot in the state dir, keeping
+ * snapshot_keep files. Main thread. */
+int handlers_save_on_stop(daemon_ctx *d);
+
+/* Frames integrated into map m (NULL: all maps) since their last snapshot
+ * that the daemon restores at start: what a crash now would lose. */
+uint64_t handlers_frames_unsaved(daemon_ctx *d, dmap *m);
 
 /* Saves every map into a new snapshot in dir (the state dir when NULL),
  * keeping snapshot_keep files; path_out receives the file. Map versions are

@@ -251,6 +251,18 @@ static int render_metrics(void *arg, prom_buf *b)
         prom_gauge(b, "tsdfd_map_version", "Version of the map's volume (bumps on every change).",
                    labels, (double)atomic_load(&all[i]->version));
     }
+    for (size_t i = 0; i < n; i++) {
+        prom_label_escape(esc, sizeof esc, all[i]->name);
+        snprintf(labels, sizeof labels, "map=\"%s\"", esc);
+        prom_gauge(b, "tsdfd_frames_unsaved",
+                   "Frames integrated since the map's last snapshot that a restart restores: "
+                   "what a crash now would lose.",
+                   labels, (double)handlers_frames_unsaved(&m->d, all[i]));
+    }
+    int64_t last_save = atomic_load(&m->d.last_save_ns);
+    prom_gauge(b, "tsdfd_snapshot_age_seconds",
+               "Seconds since the last snapshot that a restart restores (-1: none yet).", NULL,
+               last_save != 0 ? (double)(worker_now_ns() - last_save) / 1e9 : -1.0);
 
     lat_window *stages[PROM_STAGE_COUNT];
     for (int i = 0; i < PROM_STAGE_COUNT; i++)
@@ -297,47 +309,6 @@ static void on_signal(uv_signal_t *s, int signum)
         return;
     }
     begin_shutdown(m, signum == SIGTERM ? "SIGTERM" : "SIGINT");
-}
-
-/* The final save runs after the workers are joined, so this thread owns
- * every volume and exports them directly. */
-static int save_on_stop(tsdfd_main *m)
-{
-    dmap *all[TSDF_PROTO_MAX_MAPS];
-    size_t n = maps_list(&m->maps, all, TSDF_PROTO_MAX_MAPS);
-    snap_map *sm = calloc(n ? n : 1, sizeof *sm);
-    char path[PATH_MAX];
-    int rc = TSDF_OK;
-
-    if (sm == NULL)
-        return TSDF_ENOMEM;
-    size_t k = 0;
-    for (size_t i = 0; i < n && rc == TSDF_OK; i++) {
-        tsdf_volume_stats st;
-        /* A stuck worker still owns its volume: reading it here would race
-         * with whatever the worker is stuck in. Save every other map. */
-        if (all[i]->stuck) {
-            TSDF_LOG(TSDF_LOG_ERROR, "map %s: not saved: its worker is stuck", all[i]->name);
-            continue;
-        }
-        snprintf(sm[k].name, sizeof sm[k].name, "%s", all[i]->name);
-        sm[k].params = *tsdf_volume_get_params(all[i]->vol);
-        tsdf_block_set_init(&sm[k].blocks);
-        rc = tsdf_volume_export_blocks(all[i]->vol, &sm[k].blocks);
-        if (rc == TSDF_OK && tsdf_volume_get_stats(all[i]->vol, &st) == TSDF_OK)
-            sm[k].version = st.version;
-        k++;
-    }
-    if (rc == TSDF_OK)
-        rc = snap_save(m->cfg.state_dir, sm, k, m->cfg.snapshot_keep, path, sizeof path);
-    for (size_t i = 0; i < k; i++)
-        tsdf_block_set_fini(&sm[i].blocks);
-    free(sm);
-    if (rc == TSDF_OK)
-        TSDF_LOG(TSDF_LOG_INFO, "saved %zu maps to %s", k, path);
-    else
-        TSDF_LOG(TSDF_LOG_ERROR, "save at stop failed: %s", tsdf_strerror(rc));
-    return rc;
 }
 
 static void close_cb(uv_handle_t *h)
@@ -503,7 +474,7 @@ int main(int argc, char **argv)
                           1000u);
     size_t stuck = maps_stop(&m.maps, m.cfg.drain_timeout_ms, m.cfg.stop_timeout_ms);
     m.exit_code = stuck == 0 ? 0 : 1;
-    if (m.cfg.save_on_stop && save_on_stop(&m) != TSDF_OK)
+    if (m.cfg.save_on_stop && handlers_save_on_stop(&m.d) != TSDF_OK)
         m.exit_code = 1;
     {
         char line[256];

@@ -45,6 +45,11 @@ typedef struct dmap {
     atomic_int abort_drain;            /* set: drop the frames left instead of integrating */
     atomic_uint_least64_t version;     /* the volume's version after the worker's last job */
     atomic_uint_least64_t frames_done; /* frames integrated by this map */
+    /* frames_done as it was when the map was last exported into a snapshot
+     * the daemon restores at start (an autosave, a save without a path, the
+     * save at stop): frames_done - frames_saved frames would be lost by a
+     * crash now. Raised by persist.c only. */
+    atomic_uint_least64_t frames_saved;
     /* The volume's statistics as last taken by the worker (after queries,
      * and after frames at most every MAPS_STATS_PERIOD_MS), for readers
      * that must not wait for the worker (the /metrics render). */

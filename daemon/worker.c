@@ -378,6 +378,7 @@ static void run_query(dmap *m, worker_job *j)
         /* The volume's cap follows the budget; the map's own is what a
          * snapshot keeps. */
         j->params.memory_cap_bytes = m->own_cap_bytes;
+        j->frames_done = atomic_load(&m->frames_done);
         break;
     case JOB_IMPORT:
         rc = run_import(m, j);

@@ -101,6 +101,7 @@ typedef struct worker_job {
     tsdf_frame_timeline timeline[TSDF_PROTO_MAX_TIMELINE];
     job_counters counters; /* JOB_STATS: read together with vstats */
     tsdf_block_set blocks; /* export output / import input, owned */
+    uint64_t frames_done;  /* JOB_EXPORT: the map's frames_done at the export */
     tsdf_volume_params params;
 } worker_job;
 

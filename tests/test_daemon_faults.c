@@ -12,6 +12,8 @@
  *    where the test may not mount): a save fails with IO and leaves no
  *    partial file, the daemon keeps serving, and a failed final save makes
  *    the exit status 1 without a hang;
+ *  - a crash (SIGKILL) loses exactly the frames the stats reported as not
+ *    yet in a snapshot a restart restores;
  *  - the CUDA backend asked for where no GPU is usable: the daemon refuses
  *    to start and says why.
  *
@@ -33,6 +35,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 /* ---- many clients ------------------------------------------------------- */
@@ -357,6 +361,76 @@ static void test_state_dir_read_only(void **state)
     check_failed_saves("ro", 64, 1);
 }
 
+/* ---- what a crash loses ---------------------------------------------------- */
+
+static void integrate_frames(tsdf_client *c, const frame_set *fs, uint32_t from, uint32_t to)
+{
+    for (uint32_t i = from; i < to; i++) {
+        tsdf_client_frame f;
+        memset(&f, 0, sizeof f);
+        f.map = "default";
+        f.frame = &fs->frames[i];
+        assert_int_equal(tsdf_client_integrate(c, &f, 30000, NULL), TSDF_OK);
+    }
+}
+
+/* An acknowledged frame is durable only once a snapshot that a restart
+ * restores holds it. The stats say how many frames a crash would lose, and
+ * after a SIGKILL exactly those are gone. */
+static void test_crash_loses_exactly_the_unsaved_frames(void **state)
+{
+    tsdfd_harness a, b;
+    frame_set fs;
+    tsdf_rep_path sp;
+    char ini[1024];
+    tsdf_rep_stats *st = malloc(sizeof *st);
+    (void)state;
+    assert_non_null(st);
+
+    frames_make(&fs, "box", 128, 96, 8);
+    assert_int_equal(start_daemon(&a, NULL, NULL), 0);
+    tsdf_client *c = open_client(&a, 0);
+    assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
+    assert_int_equal(stat_get(st, "snapshot.last_save_age_ms"), -1);
+
+    integrate_frames(c, &fs, 0, 5);
+    assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
+    assert_int_equal(stat_get(st, "frames.unsaved"), 5);
+    assert_int_equal(stat_get(st, "map.frames_unsaved"), 5);
+    assert_int_equal(tsdf_client_save(c, "default", NULL, &sp, 30000), TSDF_OK);
+    uint64_t saved_blocks = 0;
+    assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
+    assert_int_equal(stat_get(st, "frames.unsaved"), 0);
+    assert_true(stat_get(st, "snapshot.last_save_age_ms") >= 0);
+    saved_blocks = st->engine.blocks_allocated;
+
+    /* Three more, acknowledged; a save to a client's own file does not
+     * count, since a restart does not restore it. */
+    integrate_frames(c, &fs, 5, 8);
+    assert_int_equal(tsdf_client_save(c, "default", "mine.tsdfsnap", &sp, 30000), TSDF_OK);
+    assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
+    assert_int_equal(stat_get(st, "map.frames_unsaved"), 3);
+    assert_true(st->engine.blocks_allocated > saved_blocks);
+    tsdf_client_close(c);
+
+    /* Crash, restart: the state of the save comes back, the three frames
+     * after it do not. */
+    assert_int_equal(kill(a.pid, SIGKILL), 0);
+    assert_int_equal(waitpid(a.pid, NULL, 0), a.pid);
+    a.pid = 0;
+    snprintf(ini, sizeof ini, "[server]\nstate_dir = %s\n[snapshot]\nload_on_start = true\n",
+             a.state_dir);
+    assert_int_equal(start_daemon(&b, ini, NULL), 0);
+    c = open_client(&b, 0);
+    assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
+    assert_int_equal(st->engine.blocks_allocated, saved_blocks);
+    assert_int_equal(stat_get(st, "frames.unsaved"), 0);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&b, 30000), 0);
+    frames_free(&fs);
+    free(st);
+}
+
 /* ---- CUDA asked for without a GPU ------------------------------------------- */
 
 static void test_cuda_without_gpu_refuses_to_start(void **state)
@@ -386,6 +460,7 @@ int main(void)
         cmocka_unit_test(test_clients_vanish_mid_message),
         cmocka_unit_test(test_state_dir_full),
         cmocka_unit_test(test_state_dir_read_only),
+        cmocka_unit_test(test_crash_loses_exactly_the_unsaved_frames),
         cmocka_unit_test(test_cuda_without_gpu_refuses_to_start),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

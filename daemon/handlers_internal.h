@@ -1,0 +1,29 @@
+/*
+ * handlers_internal.h - what the parts of the request handlers share:
+ * handlers.c (dispatch), stats_reply.c (the stats reply and the status line)
+ * and persist.c (save, load and the path policy). Not for other modules.
+ *
+ * Threads: as handlers.h: the server's request threads, many at once.
+ */
+#ifndef TSDFD_HANDLERS_INTERNAL_H
+#define TSDFD_HANDLERS_INTERNAL_H
+
+#include "handlers.h"
+#include "worker.h"
+
+/* Runs a query job of `kind` (with a copy of *req when not NULL) on map m
+ * and waits up to request_timeout_ms. On TSDF_OK the caller owns *jp (free
+ * it with job_free after encoding); otherwise rep holds the error reply
+ * and *jp is NULL (a job that timed out is the worker's to free). */
+int handlers_run_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request *req,
+                       tsdf_reply *rep, worker_job **jp);
+
+/* The stats request: the daemon's counters, and the engine's of req->map
+ * when it names a map (stats_reply.c). */
+void handlers_do_stats(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep);
+
+/* The save and load requests (persist.c). */
+void handlers_do_save(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep);
+void handlers_do_load(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep);
+
+#endif /* TSDFD_HANDLERS_INTERNAL_H */

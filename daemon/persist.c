@@ -1,0 +1,329 @@
+/*
+ * persist.c - the save and load requests, the daemon's own saves
+ * (handlers_save_all) and the policy that keeps a client's paths inside the
+ * state directory.
+ */
+#define _XOPEN_SOURCE 700 /* realpath */
+
+#include "handlers_internal.h"
+
+#include "log.h"
+#include "snapshot.h"
+#include "tsdf_error.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Resolves a client's path inside the state dir: relative paths are taken
+ * from there, absolute ones must lie below it, ".." is refused. A client
+ * may thus not make the daemon write or read files elsewhere. */
+/* TSDF_OK when path, with symbolic links resolved, lies inside dir: the
+ * deepest ancestor of path that exists (path itself when it exists) must
+ * resolve to dir or below it, so a link planted in the state directory
+ * cannot lead a save or load elsewhere. */
+static int inside_real_dir(const char *dir, const char *path)
+{
+    char real_dir[PATH_MAX], probe[PATH_MAX], real[PATH_MAX];
+    if (realpath(dir, real_dir) == NULL)
+        return TSDF_EIO;
+    if ((size_t)snprintf(probe, sizeof probe, "%s", path) >= sizeof probe)
+        return TSDF_ETOO_LARGE;
+    while (realpath(probe, real) == NULL) {
+        char *slash = strrchr(probe, '/');
+        if (errno != ENOENT || slash == NULL || slash == probe)
+            return TSDF_EINVAL;
+        *slash = '\0';
+    }
+    size_t n = strlen(real_dir);
+    if (strncmp(real, real_dir, n) != 0 || (real[n] != '\0' && real[n] != '/' && n > 1))
+        return TSDF_EINVAL;
+    return TSDF_OK;
+}
+
+static int resolve_path(daemon_ctx *d, const char *path, char *out, size_t len)
+{
+    const char *dir = d->cfg->state_dir;
+    size_t dl = strlen(dir);
+
+    if (strstr(path, "..") != NULL)
+        return TSDF_EINVAL;
+    if (path[0] == '/') {
+        if (strncmp(path, dir, dl) != 0 || (path[dl] != '/' && dir[dl - 1] != '/'))
+            return TSDF_EINVAL;
+        if ((size_t)snprintf(out, len, "%s", path) >= len)
+            return TSDF_ETOO_LARGE;
+    } else if ((size_t)snprintf(out, len, "%s/%s", dir, path) >= len) {
+        return TSDF_ETOO_LARGE;
+    }
+    return inside_real_dir(dir, out);
+}
+
+/* Marks map m's first `frames` frames as held by a snapshot the daemon
+ * restores at start. Saves may finish out of order (an autosave and a
+ * client's save): frames_saved only rises. */
+static void mark_saved(dmap *m, uint64_t frames)
+{
+    uint64_t cur = atomic_load(&m->frames_saved);
+    while (frames > cur && !atomic_compare_exchange_weak(&m->frames_saved, &cur, frames)) {
+    }
+}
+
+uint64_t handlers_frames_unsaved(daemon_ctx *d, dmap *m)
+{
+    dmap *all[TSDF_PROTO_MAX_MAPS];
+    size_t n = m != NULL ? 1 : maps_list(d->maps, all, TSDF_PROTO_MAX_MAPS);
+    uint64_t unsaved = 0;
+    if (m != NULL)
+        all[0] = m;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t done = atomic_load(&all[i]->frames_done);
+        uint64_t saved = atomic_load(&all[i]->frames_saved);
+        unsaved += done > saved ? done - saved : 0;
+    }
+    return unsaved;
+}
+
+/* After a snapshot of maps all[0 .. n-1] that the daemon restores at start
+ * was written: their frames up to frames[i] are durable now. */
+static void saved_for_restore(daemon_ctx *d, dmap *const *all, const uint64_t *frames, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        mark_saved(all[i], frames[i]);
+    atomic_store(&d->last_save_ns, worker_now_ns());
+}
+
+/* Exports every map (in parallel, each by its worker) and writes one
+ * snapshot: to the client's file when file is not NULL, else under the
+ * daemon's own next name in dir, keeping the newest snapshot_keep files. */
+static int save_maps(daemon_ctx *d, const char *dir, const char *file, char *path_out,
+                     size_t path_len)
+{
+    dmap *all[TSDF_PROTO_MAX_MAPS];
+    worker_job *jobs[TSDF_PROTO_MAX_MAPS];
+    snap_map *sm = NULL;
+    size_t n = maps_list(d->maps, all, TSDF_PROTO_MAX_MAPS);
+    int rc = TSDF_OK;
+
+    memset(jobs, 0, sizeof jobs);
+    sm = calloc(n ? n : 1, sizeof *sm);
+    if (sm == NULL)
+        return TSDF_ENOMEM;
+    /* Queue every export first so the maps export in parallel. */
+    for (size_t i = 0; i < n && rc == TSDF_OK; i++) {
+        jobs[i] = job_new(JOB_EXPORT, 1);
+        if (jobs[i] == NULL) {
+            rc = TSDF_ENOMEM;
+            break;
+        }
+        rc = queue_push_query(&all[i]->queue, jobs[i]);
+        if (rc != TSDF_OK) {
+            job_free(jobs[i]);
+            jobs[i] = NULL;
+        }
+    }
+    /* One deadline for all the exports: waiting request_timeout_ms for each
+     * in turn would let a few stuck maps hold a save for many timeouts. */
+    int64_t deadline = worker_now_ns() + (int64_t)d->cfg->request_timeout_ms * 1000000LL;
+    for (size_t i = 0; i < n; i++) {
+        if (jobs[i] == NULL)
+            continue;
+        int64_t left_ms = (deadline - worker_now_ns()) / 1000000;
+        if (job_wait(jobs[i], left_ms > 0 ? (int)left_ms : 0) != TSDF_OK) {
+            jobs[i] = NULL; /* the worker frees it */
+            if (rc == TSDF_OK)
+                rc = TSDF_ETIMEOUT;
+            continue;
+        }
+        if (jobs[i]->status != TSDF_OK && rc == TSDF_OK)
+            rc = jobs[i]->status;
+        snprintf(sm[i].name, sizeof sm[i].name, "%s", all[i]->name);
+        sm[i].params = jobs[i]->params;
+        sm[i].blocks = jobs[i]->blocks;
+        sm[i].version = jobs[i]->version;
+    }
+    if (rc == TSDF_OK && file != NULL) {
+        /* keep is not applied: the file's directory may hold the daemon's
+         * own snapshots too, and an explicit save must not prune them. */
+        rc = snap_write_file(file, sm, n);
+        if (rc == TSDF_OK)
+            snprintf(path_out, path_len, "%s", file);
+    } else if (rc == TSDF_OK) {
+        rc = snap_save(dir, sm, n, d->cfg->snapshot_keep, path_out, path_len);
+        /* Only the state directory's own snapshots are restored at start:
+         * a client's file does not make frames durable. */
+        if (rc == TSDF_OK && strcmp(dir, d->cfg->state_dir) == 0) {
+            uint64_t frames[TSDF_PROTO_MAX_MAPS] = {0};
+            for (size_t i = 0; i < n; i++)
+                frames[i] = jobs[i]->frames_done;
+            saved_for_restore(d, all, frames, n);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        job_free(jobs[i]); /* frees the block sets sm[] borrowed */
+    free(sm);
+    return rc;
+}
+
+int handlers_save_all(daemon_ctx *d, const char *dir, char *path_out, size_t path_len)
+{
+    return save_maps(d, dir ? dir : d->cfg->state_dir, NULL, path_out, path_len);
+}
+
+int handlers_load(daemon_ctx *d, const char *path, const char *only_map, char *path_out,
+                  size_t path_len, uint64_t *version_out)
+{
+    snap_map *sm = NULL;
+    size_t n = 0;
+    int rc;
+    char found[PATH_MAX];
+
+    if (version_out != NULL)
+        *version_out = 0;
+    if (path != NULL) {
+        rc = snap_read(path, &sm, &n);
+        snprintf(found, sizeof found, "%s", path);
+    } else {
+        rc = snap_find_latest_valid(d->cfg->state_dir, found, sizeof found, &sm, &n);
+    }
+    if (rc != TSDF_OK)
+        return rc;
+    int loaded = 0;
+    for (size_t i = 0; i < n && rc == TSDF_OK; i++) {
+        if (only_map != NULL && strcmp(sm[i].name, only_map) != 0)
+            continue;
+        dmap *m;
+        rc = maps_get_with(d->maps, sm[i].name, &sm[i].params, &m);
+        if (rc != TSDF_OK)
+            break;
+        worker_job *j = job_new(JOB_IMPORT, 1);
+        if (j == NULL) {
+            rc = TSDF_ENOMEM;
+            break;
+        }
+        /* The job takes the block set; the snapshot's copy is emptied. */
+        j->blocks = sm[i].blocks;
+        tsdf_block_set_init(&sm[i].blocks);
+        j->params = sm[i].params;
+        rc = queue_push_query(&m->queue, j);
+        if (rc != TSDF_OK) {
+            job_free(j);
+            break;
+        }
+        if (job_wait(j, (int)d->cfg->request_timeout_ms) != TSDF_OK) {
+            rc = TSDF_ETIMEOUT;
+            break;
+        }
+        rc = j->status;
+        if (rc == TSDF_OK && version_out != NULL)
+            *version_out = j->version;
+        job_free(j);
+        if (rc == TSDF_OK) {
+            loaded++;
+            TSDF_LOG(TSDF_LOG_INFO, "map %s: loaded from %s", m->name, found);
+        }
+    }
+    snap_maps_free(sm, n);
+    if (rc == TSDF_OK && only_map != NULL && loaded == 0)
+        rc = TSDF_ENOT_FOUND;
+    if (rc == TSDF_OK && path_out != NULL)
+        snprintf(path_out, path_len, "%s", found);
+    return rc;
+}
+
+void handlers_do_save(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
+{
+    char file[PATH_MAX];
+    int rc;
+
+    if (req->u.path.path[0] != '\0') {
+        const char *slash = strrchr(req->u.path.path, '/');
+        const char *base = slash ? slash + 1 : req->u.path.path;
+        /* The daemon restores and prunes its snapshots by name: a client's
+         * file under such a name could pin every later restart to it. */
+        if (snap_name_is_reserved(base)) {
+            tsdf_reply_set_error(rep, TSDF_EINVAL,
+                                 "save: the name '%.64s' is reserved for the daemon's own "
+                                 "snapshots (snap-*.tsdfsnap, .snap-*); choose another",
+                                 base);
+            return;
+        }
+        rc = resolve_path(d, req->u.path.path, file, sizeof file);
+        if (rc == TSDF_OK && strlen(file) >= sizeof rep->u.path.path)
+            rc = TSDF_ETOO_LARGE;
+        if (rc == TSDF_OK)
+            rc = save_maps(d, NULL, file, rep->u.path.path, sizeof rep->u.path.path);
+    } else {
+        rc = handlers_save_all(d, NULL, rep->u.path.path, sizeof rep->u.path.path);
+    }
+    if (rc != TSDF_OK) {
+        tsdf_reply_set_error(rep, rc, "save: %s", tsdf_strerror(rc));
+        return;
+    }
+    dmap *m;
+    if (maps_get(d->maps, req->map, 0, &m) == TSDF_OK)
+        rep->u.path.version = atomic_load(&m->version);
+    TSDF_LOG(TSDF_LOG_INFO, "saved a snapshot to %s", rep->u.path.path);
+}
+
+void handlers_do_load(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
+{
+    char file[PATH_MAX];
+    int rc = TSDF_OK;
+
+    if (req->u.path.path[0] != '\0')
+        rc = resolve_path(d, req->u.path.path, file, sizeof file);
+    if (rc == TSDF_OK)
+        rc = handlers_load(d, req->u.path.path[0] ? file : NULL, req->map, rep->u.path.path,
+                           sizeof rep->u.path.path, &rep->u.path.version);
+    if (rc != TSDF_OK)
+        tsdf_reply_set_error(rep, rc, "load of map '%s': %s", req->map, tsdf_strerror(rc));
+}
+
+int handlers_save_on_stop(daemon_ctx *d)
+{
+    dmap *all[TSDF_PROTO_MAX_MAPS], *saved[TSDF_PROTO_MAX_MAPS] = {NULL};
+    uint64_t frames[TSDF_PROTO_MAX_MAPS] = {0};
+    size_t n = maps_list(d->maps, all, TSDF_PROTO_MAX_MAPS);
+    snap_map *sm = calloc(n ? n : 1, sizeof *sm);
+    char path[PATH_MAX];
+    int rc = TSDF_OK;
+
+    if (sm == NULL)
+        return TSDF_ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < n && rc == TSDF_OK; i++) {
+        /* A stuck worker still owns its volume: reading it here would race
+         * with whatever the worker is stuck in. Save every other map. */
+        if (all[i]->stuck) {
+            TSDF_LOG(TSDF_LOG_ERROR, "map %s: not saved: its worker is stuck", all[i]->name);
+            continue;
+        }
+        snprintf(sm[k].name, sizeof sm[k].name, "%s", all[i]->name);
+        sm[k].params = *tsdf_volume_get_params(all[i]->vol);
+        /* The volume's cap follows the budget; the map's own is what a
+         * snapshot keeps (as an export job does). */
+        sm[k].params.memory_cap_bytes = all[i]->own_cap_bytes;
+        tsdf_block_set_init(&sm[k].blocks);
+        rc = tsdf_volume_export_blocks(all[i]->vol, &sm[k].blocks);
+        sm[k].version = sm[k].blocks.version;
+        saved[k] = all[i];
+        frames[k] = atomic_load(&all[i]->frames_done);
+        k++;
+    }
+    if (rc == TSDF_OK)
+        rc = snap_save(d->cfg->state_dir, sm, k, d->cfg->snapshot_keep, path, sizeof path);
+    if (rc == TSDF_OK)
+        saved_for_restore(d, saved, frames, k);
+    for (size_t i = 0; i < k; i++)
+        tsdf_block_set_fini(&sm[i].blocks);
+    free(sm);
+    if (rc == TSDF_OK)
+        TSDF_LOG(TSDF_LOG_INFO, "saved %zu maps to %s", k, path);
+    else
+        TSDF_LOG(TSDF_LOG_ERROR, "save at stop failed: %s", tsdf_strerror(rc));
+    return rc;
+}
