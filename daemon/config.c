@@ -57,6 +57,8 @@ static const key_def cfg_keys[] = {
     {"server", "listen", KEY_URLS, OFF(listen), 0, 0, 0, 0},
     {"server", "frames_listen", KEY_URLS, OFF(frames_listen), 0, 0, 0, 0},
     {"server", "request_contexts", KEY_U32, OFF(request_contexts), 1, 64, 0, 0},
+    {"server", "max_queries_per_map", KEY_U32, OFF(max_queries_per_map), 0, 64, 0, 0},
+    {"server", "max_queries_per_kind", KEY_U32, OFF(max_queries_per_kind), 0, 64, 0, 0},
     {"server", "decode_threads", KEY_U32, OFF(decode_threads), 1, 32, 0, 0},
     {"server", "max_message_mb", KEY_U32, OFF(max_message_mb), 1, 64, 0, 0},
     {"server", "max_connections", KEY_U32, OFF(max_connections), 1, 4096, 0, 0},
@@ -130,7 +132,9 @@ void cfg_defaults(tsdfd_config *c)
     snprintf(c->frames_listen[0], CFG_URL_LEN, "%s", TSDF_PROTO_DEFAULT_PUSH_URL);
     snprintf(c->frames_listen[1], CFG_URL_LEN, "%s", TSDF_PROTO_DEFAULT_PUSH_TCP_URL);
     c->frames_listen_count = 2;
-    c->request_contexts = 8;
+    c->request_contexts = 16;
+    c->max_queries_per_map = 0;  /* auto: request_contexts / 4 */
+    c->max_queries_per_kind = 0; /* auto: request_contexts / 2 */
     c->decode_threads = 2;
     /* A 640 x 480 frame with colour is 1.5 MB; 8 MiB takes 1280 x 720 RGB-D. */
     c->max_message_mb = 8;
@@ -844,4 +848,15 @@ int cfg_from_args(int argc, char **argv, tsdfd_config *c, cfg_action *action, ch
             return rc;
     }
     return cfg_validate(c, err, err_len);
+}
+
+void cfg_query_limits(const tsdfd_config *cfg, uint32_t *per_map, uint32_t *per_kind)
+{
+    uint32_t m = cfg->max_queries_per_map, k = cfg->max_queries_per_kind;
+    if (m == 0)
+        m = cfg->request_contexts / 4;
+    if (k == 0)
+        k = cfg->request_contexts / 2;
+    *per_map = m > 0 ? m : 1;
+    *per_kind = k > 0 ? k : 1;
 }

@@ -50,7 +50,12 @@ typedef struct {
     size_t listen_count;
     char frames_listen[CFG_MAX_URLS][CFG_URL_LEN]; /* PUSH/PULL listen URLs */
     size_t frames_listen_count;
-    uint32_t request_contexts;   /* nng contexts (request threads) on the REP socket */
+    uint32_t request_contexts; /* nng contexts (request threads) on the REP socket */
+    /* Request contexts that may wait on one map's worker at once, and on
+     * one kind of query (mesh, raycast, ...) over all maps; 0: auto
+     * (request_contexts / 4 and / 2, at least 1). See cfg_query_limits. */
+    uint32_t max_queries_per_map;
+    uint32_t max_queries_per_kind;
     uint32_t decode_threads;     /* threads pulling and decoding frames */
     uint32_t max_message_mb;     /* nng recv max size, MiB */
     uint32_t max_connections;    /* open connections (pipes) of both sockets together */
@@ -161,6 +166,9 @@ int cfg_ipc_gid(const tsdfd_config *c, long *gid);
 
 /* "block" / "drop_oldest". */
 const char *cfg_policy_name(cfg_queue_policy p);
+
+/* The effective query limits of cfg (auto resolved): per map and per kind. */
+void cfg_query_limits(const tsdfd_config *cfg, uint32_t *per_map, uint32_t *per_kind);
 
 #ifdef __cplusplus
 }

@@ -290,15 +290,62 @@ static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_r
     job_free(j);
 }
 
-/* Runs a query job on map m and waits for it. On TSDF_OK the caller owns *jp
- * (free it after encoding); otherwise rep holds the error. */
-int handlers_run_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request *req,
-                       tsdf_reply *rep, worker_job **jp)
+_Static_assert(JOB_IMPORT < sizeof(((daemon_ctx *)0)->queries_waiting_kind) /
+                                 sizeof(((daemon_ctx *)0)->queries_waiting_kind[0]),
+               "daemon_ctx.queries_waiting_kind must have a slot per job_kind");
+
+/* Takes one of n slots of *waiting; 0 when all are taken. */
+static int take_slot(atomic_uint *waiting, uint32_t n)
+{
+    unsigned cur = atomic_load(waiting);
+    do {
+        if (cur >= n)
+            return 0;
+    } while (!atomic_compare_exchange_weak(waiting, &cur, cur + 1));
+    return 1;
+}
+
+/* Admission of a query: a request context waits on a worker only while
+ * neither its map nor its kind already holds its share of the contexts,
+ * so that one big map or one kind of slow query (ten meshes of a huge map)
+ * can never take every context and leave ping, stats and the other maps
+ * unanswered. The caller releases the slots with query_done. */
+static int query_admit(daemon_ctx *d, dmap *m, job_kind kind, tsdf_reply *rep)
+{
+    uint32_t per_map, per_kind;
+    cfg_query_limits(d->cfg, &per_map, &per_kind);
+    if (!take_slot(&m->queries_waiting, per_map)) {
+        atomic_fetch_add(&d->queries_busy_map, 1);
+        tsdf_reply_set_error(rep, TSDF_EBUSY,
+                             "map '%s': %u queries already wait for it "
+                             "([server] max_queries_per_map); try again",
+                             m->name, per_map);
+        return TSDF_EBUSY;
+    }
+    if (!take_slot(&d->queries_waiting_kind[kind], per_kind)) {
+        atomic_fetch_sub(&m->queries_waiting, 1);
+        atomic_fetch_add(&d->queries_busy_kind, 1);
+        tsdf_reply_set_error(rep, TSDF_EBUSY,
+                             "%u %s queries already wait ([server] max_queries_per_kind); "
+                             "try again",
+                             per_kind, job_kind_name(kind));
+        return TSDF_EBUSY;
+    }
+    return TSDF_OK;
+}
+
+static void query_done(daemon_ctx *d, dmap *m, job_kind kind)
+{
+    atomic_fetch_sub(&m->queries_waiting, 1);
+    atomic_fetch_sub(&d->queries_waiting_kind[kind], 1);
+}
+
+static int run_admitted_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request *req,
+                              tsdf_reply *rep, worker_job **jp)
 {
     worker_job *j = job_new(kind, 1);
     int rc;
 
-    *jp = NULL;
     if (j == NULL) {
         set_error(rep, TSDF_ENOMEM, NULL);
         return TSDF_ENOMEM;
@@ -325,6 +372,18 @@ int handlers_run_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request
     }
     *jp = j;
     return TSDF_OK;
+}
+
+int handlers_run_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request *req,
+                       tsdf_reply *rep, worker_job **jp)
+{
+    *jp = NULL;
+    int rc = query_admit(d, m, kind, rep);
+    if (rc != TSDF_OK)
+        return rc;
+    rc = run_admitted_query(d, m, kind, req, rep, jp);
+    query_done(d, m, kind);
+    return rc;
 }
 
 static int find_map(daemon_ctx *d, const char *name, tsdf_reply *rep, dmap **m)

@@ -38,6 +38,10 @@ typedef struct {
     /* CLOCK_MONOTONIC of the last snapshot the daemon restores at start
      * (autosave, save without a path, save at stop); 0: none yet. */
     atomic_int_least64_t last_save_ns;
+    /* Request contexts waiting on a worker now, by job_kind (handlers.c),
+     * and the queries refused because a limit was reached. */
+    atomic_uint queries_waiting_kind[8];
+    atomic_uint_least64_t queries_busy_map, queries_busy_kind;
     size_t max_message_bytes;
     /* Wakes the main loop so it refreshes STATUS= at once (a uv_async_send
      * behind it; callable from any thread); NULL in tests. */

@@ -233,6 +233,14 @@ static int render_metrics(void *arg, prom_buf *b)
                  "Queries not run: their request timed out while they waited, or the daemon "
                  "stopped.",
                  NULL, (double)t.queries_abandoned);
+    prom_counter(b, "tsdfd_queries_busy_total",
+                 "Queries refused with BUSY: their map (reason map) or their kind (reason kind) "
+                 "already had its share of request contexts waiting.",
+                 "reason=\"map\"", (double)atomic_load(&m->d.queries_busy_map));
+    prom_counter(b, "tsdfd_queries_busy_total",
+                 "Queries refused with BUSY: their map (reason map) or their kind (reason kind) "
+                 "already had its share of request contexts waiting.",
+                 "reason=\"kind\"", (double)atomic_load(&m->d.queries_busy_kind));
     prom_counter(b, "tsdfd_queries_cancelled_total",
                  "Raycasts stopped while running because their request timed out.", NULL,
                  (double)t.queries_cancelled);

@@ -50,6 +50,8 @@ typedef struct dmap {
      * save at stop): frames_done - frames_saved frames would be lost by a
      * crash now. Raised by persist.c only. */
     atomic_uint_least64_t frames_saved;
+    /* Request contexts waiting on this map's worker now (handlers.c). */
+    atomic_uint queries_waiting;
     /* The volume's statistics as last taken by the worker (after queries,
      * and after frames at most every MAPS_STATS_PERIOD_MS), for readers
      * that must not wait for the worker (the /metrics render). */

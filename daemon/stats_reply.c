@@ -123,6 +123,8 @@ static void fill_daemon_stats(daemon_ctx *d, dmap *m, const job_counters *snap, 
     put_i(s, "volume.budget_refused_frames",
           (int64_t)(snap != NULL ? snap->budget_refused : atomic_load(&vb->refused_frames)));
     put_i(s, "queries.abandoned", (int64_t)t.queries_abandoned);
+    put_i(s, "queries.busy_map", (int64_t)atomic_load(&d->queries_busy_map));
+    put_i(s, "queries.busy_kind", (int64_t)atomic_load(&d->queries_busy_kind));
     put_i(s, "queries.cancelled", (int64_t)t.queries_cancelled);
     put_i(s, "workers.stalled",
           (int64_t)watchdog_find_stalls(d->maps, worker_now_ns(), d->cfg->stall_timeout_ms, NULL));

@@ -46,7 +46,9 @@ static void test_defaults(void **state)
     assert_int_equal(c.frames_listen_count, 2);
     assert_string_equal(c.frames_listen[0], "ipc:///run/tsdfd/frames.sock");
     assert_string_equal(c.frames_listen[1], "tcp://127.0.0.1:5556");
-    assert_int_equal(c.request_contexts, 8);
+    assert_int_equal(c.request_contexts, 16);
+    assert_int_equal(c.max_queries_per_map, 0);
+    assert_int_equal(c.max_queries_per_kind, 0);
     assert_int_equal(c.decode_threads, 2);
     assert_int_equal(c.max_message_mb, 8);
     assert_int_equal(c.max_connections, 64);
@@ -95,6 +97,8 @@ static void test_shipped_file_is_the_defaults(void **state)
         "listen",
         "frames_listen",
         "request_contexts",
+        "max_queries_per_map",
+        "max_queries_per_kind",
         "decode_threads",
         "max_message_mb",
         "max_connections",
@@ -264,6 +268,7 @@ static void test_bad_values_name_the_key(void **state)
         {"server", "listen", ""},
         {"server", "frames_listen", "ipc://"},
         {"server", "request_contexts", "0"},
+        {"server", "max_queries_per_map", "65"},
         {"server", "request_contexts", "65"},
         {"server", "decode_threads", "two"},
         {"server", "max_message_mb", "65"},

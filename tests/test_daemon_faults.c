@@ -8,6 +8,8 @@
  *  - clients that vanish in the middle of a message, or send a request and
  *    never read the reply: the daemon frees their connections and keeps
  *    serving;
+ *  - ten slow raycasts of one map: they get their share of the request
+ *    contexts and BUSY beyond it, while ping and another map answer at once;
  *  - a full and a read-only state directory (small tmpfs mounts; skipped
  *    where the test may not mount): a save fails with IO and leaves no
  *    partial file, the daemon keeps serving, and a failed final save makes
@@ -36,6 +38,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -280,6 +283,109 @@ static void test_clients_vanish_mid_message(void **state)
     free(st);
 }
 
+/* ---- slow queries of one map ------------------------------------------------ */
+
+typedef struct {
+    const tsdfd_harness *h;
+    int rc;
+} slow_arg;
+
+/* A CPU raycast of 1024 x 1024 rays 900 m long: far longer than the
+ * request timeout, so it holds its request context that long. */
+static void *slow_raycast_main(void *arg)
+{
+    slow_arg *a = arg;
+    tsdf_client *c = NULL;
+    tsdf_client_options o;
+    tsdf_client_options_default(&o);
+    a->rc = tsdf_client_open(a->h->req_url, NULL, &o, &c);
+    if (a->rc != TSDF_OK)
+        return NULL;
+    enum { W = 1024, H = 1024 };
+    float *depth = malloc((size_t)W * H * sizeof(float));
+    tsdf_raycast_params p;
+    tsdf_raycast_output out;
+    memset(&p, 0, sizeof p);
+    memset(&out, 0, sizeof out);
+    p.width = W;
+    p.height = H;
+    p.K.fx = p.K.fy = 400.0f;
+    p.K.cx = p.K.cy = 511.5f;
+    for (int i = 0; i < 16; i++)
+        p.T_world_cam[i] = (i % 5 == 0) ? 1.0f : 0.0f;
+    p.min_depth_m = 0.1f;
+    p.max_depth_m = 900.0f;
+    out.depth_m = depth;
+    a->rc = depth ? tsdf_client_raycast(c, "big", &p, 0, &out, NULL, 30000) : TSDF_ENOMEM;
+    free(depth);
+    tsdf_client_close(c);
+    return NULL;
+}
+
+/* Ten slow queries of one map used to take every request context, so ping
+ * failed for everyone until they timed out. Now a map and a kind of query
+ * get only their share of the contexts: the rest are refused with BUSY at
+ * once, and ping and the other maps are answered meanwhile. */
+static void test_slow_queries_do_not_starve_the_rest(void **state)
+{
+    enum { SLOW = 10 };
+    tsdfd_harness h;
+    frame_set fs;
+    pthread_t t[SLOW];
+    slow_arg args[SLOW];
+    tsdf_rep_stats *st = malloc(sizeof *st);
+    (void)state;
+    assert_non_null(st);
+
+    frames_make(&fs, "room", 128, 96, 6);
+    assert_int_equal(start_daemon(&h,
+                                  "[server]\nrequest_contexts = 8\nrequest_timeout_ms = 2500\n"
+                                  "max_message_mb = 32\n[volume]\nmaps = big, other\n",
+                                  NULL),
+                     0);
+    tsdf_client *c = open_client(&h, 0);
+    for (uint32_t i = 0; i < fs.count; i++) {
+        tsdf_client_frame f;
+        memset(&f, 0, sizeof f);
+        f.map = "big";
+        f.frame = &fs.frames[i];
+        assert_int_equal(tsdf_client_integrate(c, &f, 30000, NULL), TSDF_OK);
+    }
+    for (int i = 0; i < SLOW; i++) {
+        args[i] = (slow_arg){.h = &h, .rc = 1};
+        assert_int_equal(pthread_create(&t[i], NULL, slow_raycast_main, &args[i]), 0);
+    }
+    sleep_ms(300); /* the raycasts are in */
+    /* Ping and the other map answer promptly, again and again. */
+    for (int k = 0; k < 5; k++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        assert_int_equal(tsdf_client_ping(c, NULL, 1000), TSDF_OK);
+        assert_int_equal(tsdf_client_stats(c, "other", st, 1000), TSDF_OK);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+        assert_true(ms < 1000.0);
+        sleep_ms(100);
+    }
+    int busy = 0, timed_out = 0;
+    for (int i = 0; i < SLOW; i++) {
+        pthread_join(t[i], NULL);
+        busy += args[i].rc == TSDF_EBUSY;
+        timed_out += args[i].rc == TSDF_ETIMEOUT;
+        if (args[i].rc != TSDF_EBUSY && args[i].rc != TSDF_ETIMEOUT && args[i].rc != TSDF_OK)
+            fail_msg("slow raycast %d: %s", i, tsdf_errname(args[i].rc));
+    }
+    /* 8 contexts: at most 2 of them wait on the map, the rest are BUSY. */
+    printf("slow raycasts: %d busy at once, %d timed out\n", busy, timed_out);
+    assert_true(busy >= SLOW - 2);
+    assert_int_equal(tsdf_client_stats(c, "other", st, 10000), TSDF_OK);
+    assert_int_equal(stat_get(st, "queries.busy_map"), busy);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    frames_free(&fs);
+    free(st);
+}
+
 /* ---- a full or read-only state directory ----------------------------------- */
 
 /* Mounts a tmpfs of size_kib (read-only when ro) at dir; 0 when the test
@@ -458,6 +564,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_many_clients_reconcile),
         cmocka_unit_test(test_clients_vanish_mid_message),
+        cmocka_unit_test(test_slow_queries_do_not_starve_the_rest),
         cmocka_unit_test(test_state_dir_full),
         cmocka_unit_test(test_state_dir_read_only),
         cmocka_unit_test(test_crash_loses_exactly_the_unsaved_frames),

@@ -74,7 +74,7 @@ daemon_families="tsdfd_map_version:gauge tsdfd_queue_wait_seconds:summary
     tsdfd_volume_memory_bytes:gauge tsdfd_volume_memory_budget_bytes:gauge
     tsdfd_volume_budget_refused_frames_total:counter
     tsdfd_queries_abandoned_total:counter tsdfd_queries_cancelled_total:counter
-    tsdfd_workers_stalled:gauge tsdfd_frames_unsaved:gauge tsdfd_snapshot_age_seconds:gauge"
+    tsdfd_workers_stalled:gauge tsdfd_frames_unsaved:gauge tsdfd_queries_busy_total:counter tsdfd_snapshot_age_seconds:gauge"
 check_families() { # what file [extra families]
     for f in $families ${3:-}; do
         grep -q "^# TYPE ${f%%:*} ${f##*:}\$" "$2" || fail "$1 lacks ${f%%:*} (${f##*:})"
