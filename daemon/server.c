@@ -28,6 +28,10 @@
  * and for a TOO_LARGE answer to messages slightly over the limit. */
 #define SERVER_ENVELOPE_BYTES (64u * 1024u)
 
+/* Refused connections tracked between their ADD_PRE and REM_POST (a burst
+ * beyond this keeps them counted as open until REM_POST instead). */
+#define SERVER_REFUSED_TRACK 256
+
 /* A request thread waits for a request in slices of this length, so that it
  * notices a shutdown without the REP socket being closed under it. */
 #define SERVER_RECV_SLICE_MS 200
@@ -56,6 +60,12 @@ struct server {
     atomic_int stopping; /* server_stop began: request threads exit */
     access_policy *access;
     nng_tls_config *tls; /* of the tls+tcp:// listeners; NULL without [tls] */
+    /* Pipes refused in ADD_PRE whose REM_POST is still to come: their
+     * connection is taken off conns_open at once, so the count is exactly
+     * the admitted connections, and REM_POST must not take it off again. */
+    pthread_mutex_t refused_lock;
+    uint32_t refused_ids[SERVER_REFUSED_TRACK];
+    size_t refused_count;
 };
 
 /* A request context: receive, handle, reply, forever, until the socket closes. */
@@ -169,10 +179,17 @@ static void on_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
     server *s = arg;
     dstats *ds = s->d->stats;
+    uint32_t id = nng_pipe_id(p);
     if (ev == NNG_PIPE_EV_ADD_PRE) {
         unsigned open = atomic_fetch_add(&ds->conns_open, 1) + 1;
         if (open > s->d->cfg->max_connections) {
             atomic_fetch_add(&ds->conns_refused, 1);
+            pthread_mutex_lock(&s->refused_lock);
+            if (s->refused_count < SERVER_REFUSED_TRACK) {
+                s->refused_ids[s->refused_count++] = id;
+                atomic_fetch_sub(&ds->conns_open, 1);
+            }
+            pthread_mutex_unlock(&s->refused_lock);
             nng_pipe_close(p);
             TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "connection limit",
                                  "%u connections open ([server] max_connections): refusing "
@@ -181,7 +198,18 @@ static void on_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
         }
         access_pipe_added(s->access, p);
     } else if (ev == NNG_PIPE_EV_REM_POST) {
-        atomic_fetch_sub(&ds->conns_open, 1);
+        int counted = 1;
+        pthread_mutex_lock(&s->refused_lock);
+        for (size_t i = 0; i < s->refused_count; i++) {
+            if (s->refused_ids[i] == id) {
+                s->refused_ids[i] = s->refused_ids[--s->refused_count];
+                counted = 0;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&s->refused_lock);
+        if (counted)
+            atomic_fetch_sub(&ds->conns_open, 1);
         access_pipe_removed(s->access, p);
     }
 }
@@ -217,6 +245,10 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
     server *s = calloc(1, sizeof *s);
     if (s == NULL)
         return TSDF_ENOMEM;
+    if (pthread_mutex_init(&s->refused_lock, NULL) != 0) {
+        free(s);
+        return TSDF_ENOMEM;
+    }
     s->d = d;
     if ((rc = access_create(cfg, d->stats, &s->access)) != TSDF_OK) {
         snprintf(err, err_len, "out of memory");
@@ -345,5 +377,6 @@ void server_stop(server *s)
         nng_tls_config_free(s->tls);
     free(s->reqs);
     free(s->decoders);
+    pthread_mutex_destroy(&s->refused_lock);
     free(s);
 }
