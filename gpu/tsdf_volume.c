@@ -97,7 +97,12 @@ int tsdf_volume_params_check(const tsdf_volume_params *p)
      * not a reconstruction; keep the per-ray block walk small. */
     if (p->voxel_size_m < 1e-4f || p->voxel_size_m > 10.0f || p->trunc_vox > 64.0f)
         return TSDF_EBAD_PARAMS;
-    if (!(p->max_load_factor > 0.0f && p->max_load_factor <= 0.95f))
+    /* Growth doubles the table until blocks / slots is below the factor:
+     * near zero that asks for more slots than memory holds (a 1e-10 factor
+     * made a snapshot's two blocks want a 128 GiB table), and a denormal
+     * one doubles the capacity past 2^63 to 0 and loops forever. Below a
+     * tenth full a table only wastes memory, so such a factor is a mistake. */
+    if (!(p->max_load_factor >= TSDF_MIN_LOAD_FACTOR && p->max_load_factor <= 0.95f))
         return TSDF_EBAD_PARAMS;
     /* Capacities beyond 2^30 slots cannot be rounded to a power of two in
      * the 32-bit block indices the backends use. */

@@ -44,6 +44,8 @@ extern "C" {
 /* Limits shared by the engine and the wire codec. */
 #define TSDF_MAX_IMAGE_DIM 8192u
 #define TSDF_MAX_IMAGE_PIXELS (4096u * 4096u)
+/* The smallest max_load_factor a volume takes (see tsdf_volume_params_check). */
+#define TSDF_MIN_LOAD_FACTOR 0.1f
 
 typedef enum {
     TSDF_BACKEND_AUTO = 0, /* CUDA when a usable GPU is present, else CPU */
@@ -63,16 +65,16 @@ typedef struct {
     float trunc_vox;                  /* truncation distance in voxels; default 4 */
     float max_weight;                 /* weights clamp here; default 64 */
     uint32_t initial_capacity_blocks; /* hash-table slots at creation; default 65536 */
-    float max_load_factor;            /* grow before blocks/slots passes this; default 0.5 */
-    uint64_t memory_cap_bytes;        /* volume memory cap; 0 = no cap; default 0 */
-    tsdf_backend backend;             /* default TSDF_BACKEND_AUTO */
-    int cuda_device;                  /* CUDA device ordinal; default 0 */
+    float max_load_factor;     /* grow before blocks/slots passes this; [0.1, 0.95], default 0.5 */
+    uint64_t memory_cap_bytes; /* volume memory cap; 0 = no cap; default 0 */
+    tsdf_backend backend;      /* default TSDF_BACKEND_AUTO */
+    int cuda_device;           /* CUDA device ordinal; default 0 */
 } tsdf_volume_params;
 
 /* Fills *p with the defaults listed above. */
 void tsdf_volume_params_default(tsdf_volume_params *p);
 /* TSDF_OK if *p is usable, else TSDF_EBAD_PARAMS (non-positive or non-finite
- * sizes, max_load_factor outside (0, 0.95], zero capacity). */
+ * sizes, max_load_factor outside [TSDF_MIN_LOAD_FACTOR, 0.95], zero capacity). */
 int tsdf_volume_params_check(const tsdf_volume_params *p);
 
 typedef struct {

@@ -371,12 +371,15 @@ static int decode_reply(const proto_reader *r, tsdf_reply *out)
                           "status: expected 0 or a negative code");
     }
     if (out->status != TSDF_OK) {
+        /* An empty name or message counts as absent, as in the encoder: an
+         * error reply always carries both, so it reads the same after a
+         * round trip. */
         int present = 0;
         PROTO_TRY(proto_get_str(r, "error", out->error, sizeof(out->error), 1, &present));
-        if (!present)
+        if (!present || out->error[0] == '\0')
             snprintf(out->error, sizeof(out->error), "%s", tsdf_errname(out->status));
         PROTO_TRY(proto_get_str(r, "message", out->message, sizeof(out->message), 1, &present));
-        if (!present)
+        if (!present || out->message[0] == '\0')
             snprintf(out->message, sizeof(out->message), "%s", tsdf_strerror(out->status));
         return TSDF_OK;
     }

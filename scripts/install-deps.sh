@@ -5,7 +5,8 @@
 #
 #   scripts/install-deps.sh            build + run dependencies
 #   scripts/install-deps.sh --test     also what the tests use (promtool,
-#                                      systemd-analyze, Open3D, curl, Python)
+#                                      systemd-analyze, Open3D, curl, Python,
+#                                      clang and libFuzzer for scripts/fuzz.sh)
 #
 # The CUDA toolkit is not a Debian 12 package: when /usr/local/cuda/bin/nvcc
 # exists the build uses it, otherwise it builds the CPU-only daemon.
@@ -16,7 +17,7 @@ build_pkgs=(build-essential cmake pkg-config git
             libsystemd-dev
             zlib1g-dev)
 test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-msgpack python3-open3d
-           prometheus systemd curl openssl)
+           prometheus systemd curl openssl clang libclang-rt-14-dev)
 
 pkgs=("${build_pkgs[@]}")
 if [ "${1:-}" = "--test" ]; then

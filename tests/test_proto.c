@@ -964,6 +964,23 @@ static void test_reply_validation(void **state)
     assert_int_equal(tsdf_proto_decode_reply(sb.data, sb.size, d, &err), TSDF_EBAD_SIZE);
     assert_string_equal(err.key, "indices");
     msgpack_sbuffer_destroy(&sb);
+
+    /* An empty error name or message reads as an absent one (the default),
+     * as the encoder writes it: found by fuzz/fuzz_reply.c, whose round
+     * trip decoded "" the first time and "BAD_POSE" the second. */
+    tsdf_reply_init(r, TSDF_MSG_INTEGRATE, 3);
+    tsdf_reply_set_error(r, TSDF_EBAD_POSE, "row 2");
+    tsdf_buf_init(&b);
+    assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_OK);
+    rebuild(&b, "error", "error", v_str_empty);
+    assert_int_equal(tsdf_proto_decode_reply(g_out, g_out_len, d, &err), TSDF_OK);
+    assert_string_equal(d->error, "BAD_POSE");
+    assert_string_equal(d->message, "row 2");
+    rebuild(&b, "message", "message", v_str_empty);
+    assert_int_equal(tsdf_proto_decode_reply(g_out, g_out_len, d, &err), TSDF_OK);
+    assert_string_equal(d->error, "BAD_POSE");
+    assert_string_equal(d->message, tsdf_strerror(TSDF_EBAD_POSE));
+    tsdf_buf_fini(&b);
     free(r);
     free(d);
 }

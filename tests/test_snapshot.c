@@ -701,6 +701,7 @@ static void test_write_file_refuses_reserved_names(void **state)
     size_t count = 9;
     assert_int_equal(snap_list(dir, names, 4, &count), TSDF_OK);
     assert_int_equal(count, 0);
+    free_maps(&m, 1);
 }
 
 static void test_snapshot_sequence_beyond_u64_is_not_newest(void **state)
