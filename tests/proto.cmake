@@ -1,6 +1,8 @@
 # The wire codec and the client library (unit level). The end-to-end tests
 # against a running tsdfd live with the daemon's tests.
 tsdf_add_test(NAME proto SOURCES test_proto.c LIBS tsdf_proto TIMEOUT 120)
+# The depth encodings frames may travel in (png, zstd, rvl).
+tsdf_add_test(NAME depth_codec SOURCES test_depth_codec.c LIBS tsdf_proto TIMEOUT 120)
 tsdf_add_test(NAME client SOURCES test_client.c LIBS tsdf_client_static Threads::Threads
   TIMEOUT 120)
 
