@@ -50,8 +50,8 @@ extern "C" {
 #endif
 
 /* Compression levels (0 = the encoding's default): png: zlib 1..9 (default
- * 1: on 7-Scenes, zlib's own default 6 takes 3x the time of level 1, about
- * 28 ms a 640x480 frame, most of a 30 Hz sender's core, for 23% fewer
+ * 1: on 7-Scenes, zlib's own default 6 takes 2.5-3x the time of level 1,
+ * 28-33 ms a 640x480 frame, most of a 30 Hz sender's core, for 24% fewer
  * bytes; see bench/RESULTS.md); zstd: 1..19 (default 3, zstd's own); raw
  * and rvl take no level. Out-of-range levels are clamped. */
 #define TSDF_DEPTH_PNG_DEFAULT_LEVEL 1
