@@ -8,6 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "tsdf_client.h"
 
+#include "tsdf_depth_codec.h"
 #include "tsdf_transport.h"
 
 #include <stdarg.h>
@@ -361,7 +362,46 @@ static int call_copy(tsdf_client *c, tsdf_request *q, int timeout_ms, void *out,
     return rc;
 }
 
-static int frame_request(const tsdf_client_frame *f, tsdf_msg_type type, tsdf_request *q)
+/* Compresses the frame's depth into coded (caller-owned, initialised) when
+ * f asks for an encoding, and points q's frame at it. The raw size is
+ * checked first: the encoder reads width x height samples from the
+ * caller's pointer, and the codec's own check on the receiving side only
+ * sees the compressed bytes. */
+static int encode_depth(const tsdf_client_frame *f, tsdf_req_frame *r, tsdf_buf *coded)
+{
+    const tsdf_frame *fr = f->frame;
+    tsdf_depth_encoding e = f->depth_encoding;
+
+    r->depth_encoding = e;
+    if (e == TSDF_DEPTH_ENC_RAW)
+        return TSDF_OK;
+    if ((unsigned)e >= TSDF_DEPTH_ENC_COUNT)
+        return client_fail(TSDF_EINVAL, "unknown depth encoding %d", (int)e);
+    if (!tsdf_depth_encoding_allows(e, fr->depth_format))
+        return client_fail(TSDF_EINVAL, "depth encoding %s carries u16 depth only",
+                           tsdf_depth_encoding_name(e));
+    if (fr->depth == NULL)
+        return client_fail(TSDF_EINVAL, "no depth");
+    if (fr->width == 0 || fr->height == 0)
+        return client_fail(TSDF_EEMPTY_IMAGE, "image of %ux%u pixels", fr->width, fr->height);
+    size_t bytes = (size_t)fr->width * fr->height * (fr->depth_format == TSDF_DEPTH_U16 ? 2u : 4u);
+    if (fr->depth_size_bytes != 0 && fr->depth_size_bytes != bytes)
+        return client_fail(TSDF_EBAD_SIZE, "depth: %zu bytes, expected %zu", fr->depth_size_bytes,
+                           bytes);
+    int rc = tsdf_depth_encode(e, f->depth_level, fr->depth_format, fr->width, fr->height,
+                               fr->depth, coded);
+    if (rc != TSDF_OK)
+        return client_fail(rc, "cannot encode the depth as %s: %s", tsdf_depth_encoding_name(e),
+                           tsdf_strerror(rc));
+    r->depth_coded = coded->data;
+    r->depth_coded_bytes = coded->len;
+    r->frame.depth = NULL;
+    r->frame.depth_size_bytes = 0;
+    return TSDF_OK;
+}
+
+static int frame_request(const tsdf_client_frame *f, tsdf_msg_type type, tsdf_request *q,
+                         tsdf_buf *coded)
 {
     if (f == NULL || f->frame == NULL)
         return client_fail(TSDF_EINVAL, "no frame");
@@ -383,7 +423,7 @@ static int frame_request(const tsdf_client_frame *f, tsdf_msg_type type, tsdf_re
     r->seq = f->seq;
     r->stamp_ns = f->stamp_ns;
     r->frame = *f->frame;
-    return TSDF_OK;
+    return encode_depth(f, r, coded);
 }
 
 /* ---- calls -------------------------------------------------------------- */
@@ -398,10 +438,13 @@ int tsdf_client_send_frame(tsdf_client *c, const tsdf_client_frame *f, int timeo
     tsdf_request *q = malloc(sizeof(*q));
     if (q == NULL)
         return TSDF_ENOMEM;
-    int rc = frame_request(f, TSDF_MSG_FRAME, q);
+    tsdf_buf coded;
+    tsdf_buf_init(&coded);
+    int rc = frame_request(f, TSDF_MSG_FRAME, q, &coded);
     nng_msg *m = NULL;
     if (rc == TSDF_OK)
         rc = encode_msg(q, &m);
+    tsdf_buf_fini(&coded);
     free(q);
     if (rc != TSDF_OK)
         return rc;
@@ -441,9 +484,12 @@ int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, int timeou
     tsdf_request *q = malloc(sizeof(*q));
     if (q == NULL)
         return TSDF_ENOMEM;
-    int rc = frame_request(f, TSDF_MSG_INTEGRATE, q);
+    tsdf_buf coded;
+    tsdf_buf_init(&coded);
+    int rc = frame_request(f, TSDF_MSG_INTEGRATE, q, &coded);
     if (rc == TSDF_OK)
         rc = call_copy(c, q, timeout_ms, out, sizeof(*out));
+    tsdf_buf_fini(&coded);
     free(q);
     return rc;
 }

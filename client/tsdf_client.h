@@ -116,7 +116,8 @@ const char *tsdf_client_last_message(void);
  * the daemon uses too (common/tsdf_transport.h, tsdf_transport_error). */
 int tsdf_client_nng_error(int nng_err);
 
-/* One frame to send: a tsdf_frame plus its addressing. */
+/* One frame to send: a tsdf_frame plus its addressing and how its depth
+ * travels. Zero-initialised fields are the defaults. */
 typedef struct {
     const char *map;    /* NULL: "default" */
     const char *sensor; /* NULL: the sensor is sensor_id */
@@ -124,6 +125,16 @@ typedef struct {
     uint64_t seq;
     uint64_t stamp_ns;
     const tsdf_frame *frame; /* required; buffers are read during the call only */
+    /* TSDF_DEPTH_ENC_RAW (0, the default) sends frame->depth as it is. PNG,
+     * ZSTD or RVL compress it losslessly first (tsdf_depth_codec.h), on the
+     * calling thread, into a buffer of the call that is freed before it
+     * returns; png and rvl take u16 depth only (TSDF_EINVAL otherwise).
+     * The daemon decodes it to the same samples, so the frame integrates
+     * exactly as a raw one would. A daemon older than the encodings refuses
+     * such a frame (BAD_SIZE). */
+    tsdf_depth_encoding depth_encoding;
+    /* Compression level (0: the encoding's default; see tsdf_depth_codec.h). */
+    int depth_level;
 } tsdf_client_frame;
 
 /* Queues a frame on the PUSH socket (message type "frame"): returns as soon

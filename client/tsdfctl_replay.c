@@ -37,6 +37,10 @@ static const char replay_help[] =
     "  --min-depth M, --max-depth M   valid depth range in metres (default 0.1, 5.0;\n"
     "                      synthetic sequences use their own range unless given)\n"
     "  --size W H          synthetic image size (default 320 240)\n"
+    "  --compress ENC      send the depth losslessly compressed: raw (default), png, zstd\n"
+    "                      or rvl; png and rvl need u16 depth (a dataset), synthetic\n"
+    "                      sequences are f32 (use zstd)\n"
+    "  --compress-level N  png 1..9 (default 1), zstd 1..19 (default 3)\n"
     "Prints a progress bar on a terminal and a summary: frames sent, acknowledged,\n"
     "failed, seconds, frames per second. Exit status 1 if any frame failed.\n";
 
@@ -52,6 +56,8 @@ typedef struct {
     float min_depth_m, max_depth_m;
     int depth_range_given;
     uint32_t width, height;
+    tsdf_depth_encoding encoding;
+    uint32_t level;
 } replay_opts;
 
 static volatile sig_atomic_t g_interrupted;
@@ -170,6 +176,15 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
             if (ctl_parse_u32(v, &o.width) != 0 || ctl_parse_u32(argv[i + 2], &o.height) != 0)
                 return ctl_usage_error("replay", "--size needs two integers W H%s", "");
             i += 2;
+        } else if (strcmp(a, "--compress") == 0 && v) {
+            if (tsdf_depth_encoding_parse(v, strlen(v), &o.encoding) != TSDF_OK)
+                return ctl_usage_error("replay",
+                                       "--compress takes raw, png, zstd or rvl, not \"%s\"", v);
+            i++;
+        } else if (strcmp(a, "--compress-level") == 0 && v) {
+            if (ctl_parse_u32(v, &o.level) != 0 || o.level < 1 || o.level > 19)
+                return ctl_usage_error("replay", "--compress-level needs 1..19, not \"%s\"", v);
+            i++;
         } else if (a[0] == '-') {
             return ctl_usage_error("replay", "unknown option or missing value: %s", a);
         } else if (o.dir == NULL) {
@@ -180,6 +195,13 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
     }
     if ((o.dir == NULL) == (o.synthetic == NULL))
         return ctl_usage_error("replay", "give either DIR or --synthetic NAME%s", "");
+    /* Synthetic depth is exact float metres; rounding it to u16 for png or
+     * rvl would send other depth than --compress raw does. */
+    if (o.synthetic != NULL && !tsdf_depth_encoding_allows(o.encoding, TSDF_DEPTH_F32))
+        return ctl_usage_error("replay",
+                               "--compress %s needs u16 depth; synthetic sequences are f32 (use "
+                               "zstd)",
+                               tsdf_depth_encoding_name(o.encoding));
 
     /* The source of frames. */
     tsdf_dataset *ds = NULL;
@@ -265,7 +287,7 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
                     nanosleep(&ts, NULL);
                 }
             }
-            tsdf_client_frame cf = {o.map, o.sensor, 0, k, 0, &f};
+            tsdf_client_frame cf = {o.map, o.sensor, 0, k, 0, &f, o.encoding, (int)o.level};
             cf.stamp_ns = (uint64_t)((ctl_now_s() - t0) * 1e9);
             if (o.ack)
                 rc = tsdf_client_integrate(c, &cf, TSDF_CLIENT_TIMEOUT_DEFAULT, NULL);

@@ -52,7 +52,8 @@ extern "C" {
     X(LIMIT, -29, "too many maps or sensors")                                                      \
     X(DROPPED, -30, "frame dropped by backpressure policy")                                        \
     X(FORBIDDEN, -31, "not allowed for this client")                                               \
-    X(AUTH, -32, "authentication failed (TLS)")
+    X(AUTH, -32, "authentication failed (TLS)")                                                    \
+    X(DEPTH_DECODE, -33, "compressed depth does not decode to width x height samples")
 
 typedef enum {
     TSDF_OK = 0,

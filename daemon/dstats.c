@@ -13,8 +13,8 @@
 const char *dstats_outcome_name(ds_outcome o)
 {
     static const char *const names[DS_OUTCOME_COUNT] = {
-        "integrated",    "queue_full", "shutdown", "memory",       "decode_error",
-        "invalid_frame", "capacity",   "no_map",   "engine_error", "forbidden",
+        "integrated", "queue_full", "shutdown",     "memory",    "decode_error", "invalid_frame",
+        "capacity",   "no_map",     "engine_error", "forbidden", "depth_decode",
     };
     if ((unsigned)o >= DS_OUTCOME_COUNT)
         return "unknown";
@@ -53,6 +53,8 @@ ds_outcome dstats_outcome_for_error(int err)
         return DS_REJ_NO_MAP;
     case TSDF_EFORBIDDEN:
         return DS_REJ_FORBIDDEN;
+    case TSDF_EDEPTH_DECODE:
+        return DS_REJ_DEPTH_DECODE;
     default:
         return DS_REJ_ENGINE;
     }

@@ -47,6 +47,7 @@ typedef enum {
     DS_REJ_NO_MAP,        /* unknown map and auto-create off, or max_maps reached */
     DS_REJ_ENGINE,        /* any other engine failure (TSDF_ECUDA, ...) */
     DS_REJ_FORBIDDEN,     /* from a TLS client that may only read ([tls] writers) */
+    DS_REJ_DEPTH_DECODE,  /* compressed depth that does not decode to width x height */
     DS_OUTCOME_COUNT
 } ds_outcome;
 
@@ -54,7 +55,7 @@ typedef enum {
 #define DS_FIRST_REJECT DS_REJ_DECODE_ERROR
 
 /* "integrated", "queue_full", "shutdown", "memory", "decode_error", "invalid_frame",
- * "capacity", "no_map", "engine_error", "forbidden". */
+ * "capacity", "no_map", "engine_error", "forbidden", "depth_decode". */
 const char *dstats_outcome_name(ds_outcome o);
 
 /* The outcome for an engine or codec error code. */

@@ -161,6 +161,13 @@ static int queue_frame(daemon_ctx *d, dmap *m, worker_job *j, int timeout_ms)
     return rc;
 }
 
+/* The outcome of a frame whose depth could not be made ready to integrate
+ * (job_prepare_depth): a payload that does not decode has its own reason. */
+static ds_outcome depth_outcome(int rc)
+{
+    return rc == TSDF_EDEPTH_DECODE ? DS_REJ_DEPTH_DECODE : DS_REJ_ENGINE;
+}
+
 void handle_frame(daemon_ctx *d, nng_msg *msg)
 {
     worker_job *j = job_new(JOB_FRAME, 0);
@@ -199,17 +206,23 @@ void handle_frame(daemon_ctx *d, nng_msg *msg)
     j->msg = msg;
     j->sensor = dstats_sensor_index(d->stats, &j->req.u.frame.sensor);
     dstats_frame_received(d->stats, j->sensor);
+    /* Before the map lookup, so that a frame whose depth does not decode
+     * creates no map. */
+    rc = job_prepare_depth(j, &perr);
+    if (rc != TSDF_OK) {
+        TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "bad frame depth",
+                             "frames socket: frame seq %llu for map '%s' refused: %s (%s)",
+                             (unsigned long long)j->req.u.frame.seq, j->req.map, tsdf_errname(rc),
+                             perr.message);
+        dstats_frame_outcome(d->stats, j->sensor, depth_outcome(rc));
+        job_free(j);
+        return;
+    }
     rc = maps_get(d->maps, j->req.map, 1, &m);
     if (rc != TSDF_OK) {
         TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "frame for no map", "frame for map '%s' refused: %s",
                              j->req.map, tsdf_strerror(rc));
         dstats_frame_outcome(d->stats, j->sensor, DS_REJ_NO_MAP);
-        job_free(j);
-        return;
-    }
-    rc = job_align_depth(j);
-    if (rc != TSDF_OK) {
-        dstats_frame_outcome(d->stats, j->sensor, DS_REJ_ENGINE);
         job_free(j);
         return;
     }
@@ -248,6 +261,19 @@ static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_r
     }
     j->req = *req;
     j->sensor = sensor;
+    /* The payloads still point into *msg, which lives until we return. As
+     * for streamed frames, a depth that does not decode creates no map. */
+    tsdf_proto_error perr;
+    rc = job_prepare_depth(j, &perr);
+    if (rc != TSDF_OK) {
+        dstats_frame_outcome(d->stats, sensor, depth_outcome(rc));
+        job_free(j);
+        if (rc == TSDF_EDEPTH_DECODE && perr.message[0] != '\0')
+            tsdf_reply_set_error(rep, rc, "%s", perr.message);
+        else
+            set_error(rep, rc, NULL);
+        return;
+    }
     rc = maps_get(d->maps, req->map, 1, &m);
     if (rc != TSDF_OK) {
         dstats_frame_outcome(d->stats, sensor, DS_REJ_NO_MAP);
@@ -259,13 +285,6 @@ static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_r
      * request time out, the worker may still read the depth after we reply. */
     j->msg = *msg;
     *msg = NULL;
-    rc = job_align_depth(j);
-    if (rc != TSDF_OK) {
-        dstats_frame_outcome(d->stats, sensor, DS_REJ_ENGINE);
-        job_free(j);
-        set_error(rep, rc, NULL);
-        return;
-    }
     rc = queue_frame(d, m, j, (int)d->cfg->push_timeout_ms);
     if (rc != TSDF_OK) {
         tsdf_reply_set_error(rep, rc, "map '%s': frame not queued: %s", req->map,

@@ -8,6 +8,7 @@
 #include "dstats.h"
 #include "log.h"
 #include "maps.h"
+#include "tsdf_depth_codec.h"
 #include "tsdf_error.h"
 
 #include <errno.h>
@@ -91,23 +92,39 @@ void job_free(worker_job *j)
     free(j);
 }
 
-int job_align_depth(worker_job *j)
+int job_prepare_depth(worker_job *j, tsdf_proto_error *err)
 {
-    tsdf_frame *f = &j->req.u.frame.frame;
+    tsdf_req_frame *rf = &j->req.u.frame;
+    tsdf_frame *f = &rf->frame;
     size_t bytes = (size_t)f->width * f->height * (f->depth_format == TSDF_DEPTH_F32 ? 4u : 2u);
+    int coded = rf->depth_encoding != TSDF_DEPTH_ENC_RAW;
 
-    if (f->depth == NULL || ((uintptr_t)f->depth % 4u) == 0)
+    if (!coded && (f->depth == NULL || ((uintptr_t)f->depth % 4u) == 0))
         return TSDF_OK;
     /* msgpack puts a bin payload wherever the encoder's header ends, so the
      * depth is usually misaligned; one copy here (on the decoding thread)
-     * keeps the worker free to integrate back to back. */
+     * keeps the worker free to integrate back to back. A compressed payload
+     * needs that buffer anyway: it is decoded into it, at no extra copy. The
+     * size is the frame's own (bounded by the image limits), never one a
+     * compressed payload claims. */
     void *p = malloc(bytes);
     if (p == NULL)
         return TSDF_ENOMEM;
-    memcpy(p, f->depth, bytes);
+    int rc = coded ? tsdf_depth_decode(rf->depth_encoding, f->depth_format, f->width, f->height,
+                                       rf->depth_coded, rf->depth_coded_bytes, p, bytes, err)
+                   : tsdf_depth_decode(TSDF_DEPTH_ENC_RAW, f->depth_format, f->width, f->height,
+                                       f->depth, bytes, p, bytes, err);
+    if (rc != TSDF_OK) {
+        free(p);
+        return rc;
+    }
     free(j->depth_aligned);
     j->depth_aligned = p;
     f->depth = p;
+    f->depth_size_bytes = bytes;
+    rf->depth_encoding = TSDF_DEPTH_ENC_RAW;
+    rf->depth_coded = NULL;
+    rf->depth_coded_bytes = 0;
     return TSDF_OK;
 }
 

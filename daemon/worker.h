@@ -76,7 +76,7 @@ typedef struct worker_job {
     job_kind kind;
     tsdf_request req;    /* the decoded request (frame payloads point into msg) */
     nng_msg *msg;        /* owned: the message req's payloads point into, or NULL */
-    void *depth_aligned; /* owned: an aligned copy of the depth payload, or NULL */
+    void *depth_aligned; /* owned: the aligned (decoded or copied) depth, or NULL */
     uint32_t sensor;     /* dstats sensor index (frames) */
     int64_t t_queued_ns; /* CLOCK_MONOTONIC when queued */
 
@@ -115,9 +115,14 @@ worker_job *job_new(job_kind kind, int has_waiter);
 /* Frees a job and everything it owns (msg, outputs). NULL is a no-op. */
 void job_free(worker_job *j);
 
-/* Makes j->req.u.frame.frame.depth 4-byte aligned (copying the payload when
- * it is not), so the engine may read it as uint16/float arrays. */
-int job_align_depth(worker_job *j);
+/* Makes j->req.u.frame.frame.depth raw samples, 4-byte aligned, so that
+ * the engine may read them as uint16/float arrays: a compressed payload
+ * (depth_encoding not raw) is decoded straight into j->depth_aligned, a
+ * misaligned raw one copied there; an aligned raw one is used in place.
+ * Afterwards depth_encoding is raw. TSDF_EDEPTH_DECODE (err, optional,
+ * says why) when a payload does not decode to exactly width x height
+ * samples; TSDF_ENOMEM. Called on the decoding thread, before queueing. */
+int job_prepare_depth(worker_job *j, tsdf_proto_error *err);
 
 /* Waits for the worker to finish j, up to timeout_ms. TSDF_OK: j->status
  * holds the result and the caller owns j again. TSDF_ETIMEOUT: the caller

@@ -158,17 +158,37 @@ static int read_frame(const proto_reader *r, tsdf_req_frame *f)
         return proto_fail(r->err, TSDF_EPROTO_KEY, "depth_format",
                           "depth_format: \"%s\" is neither \"u16\" nor \"f32\"", fmt);
 
+    char enc[8] = "raw";
+    PROTO_TRY(proto_get_str(r, "depth_encoding", enc, sizeof(enc), 1, &present));
+    if (tsdf_depth_encoding_parse(enc, strlen(enc), &f->depth_encoding) != TSDF_OK)
+        return proto_fail(r->err, TSDF_EPROTO_KEY, "depth_encoding",
+                          "depth_encoding: \"%s\" is none of \"raw\", \"png\", \"zstd\", \"rvl\"",
+                          enc);
+    if (!tsdf_depth_encoding_allows(f->depth_encoding, fr->depth_format))
+        return proto_fail(r->err, TSDF_EPROTO_KEY, "depth_encoding",
+                          "depth_encoding: \"%s\" carries u16 samples only, not %s", enc, fmt);
+
     size_t pixels = (size_t)fr->width * fr->height;
     size_t bps = fr->depth_format == TSDF_DEPTH_U16 ? 2 : 4;
     const void *p;
     size_t n;
     PROTO_TRY(proto_get_bin(r, "depth", &p, &n, NULL));
-    if (n != pixels * bps)
+    if (f->depth_encoding != TSDF_DEPTH_ENC_RAW) {
+        /* Only decoding can tell whether a compressed payload holds the
+         * image; that is the receiver's step (tsdf_depth_decode), which
+         * writes into a buffer of exactly pixels * bps bytes. */
+        if (n == 0)
+            return proto_fail(r->err, TSDF_EBAD_SIZE, "depth", "depth: empty %s payload", enc);
+        f->depth_coded = p;
+        f->depth_coded_bytes = n;
+    } else if (n != pixels * bps) {
         return proto_fail(r->err, TSDF_EBAD_SIZE, "depth",
                           "depth: %zu bytes, expected %zu (%ux%u %s)", n, pixels * bps, fr->width,
                           fr->height, fmt);
-    fr->depth = p;
-    fr->depth_size_bytes = n;
+    } else {
+        fr->depth = p;
+        fr->depth_size_bytes = n;
+    }
 
     if (fr->depth_format == TSDF_DEPTH_U16) {
         PROTO_TRY(
@@ -303,12 +323,18 @@ static int encode_request_body(proto_writer *w, const void *src)
     case TSDF_MSG_FRAME:
     case TSDF_MSG_INTEGRATE: {
         const tsdf_frame *f = &q->u.frame.frame;
+        tsdf_depth_encoding enc = q->u.frame.depth_encoding;
+        int coded = enc != TSDF_DEPTH_ENC_RAW;
         PROTO_TRY(proto_check_image(f->width, f->height));
-        if (f->depth == NULL ||
-            (f->depth_format != TSDF_DEPTH_U16 && f->depth_format != TSDF_DEPTH_F32))
+        if (f->depth_format != TSDF_DEPTH_U16 && f->depth_format != TSDF_DEPTH_F32)
+            return TSDF_EINVAL;
+        if (!tsdf_depth_encoding_allows(enc, f->depth_format))
+            return (unsigned)enc < TSDF_DEPTH_ENC_COUNT ? TSDF_EPROTO_KEY : TSDF_EINVAL;
+        if (coded ? q->u.frame.depth_coded == NULL || q->u.frame.depth_coded_bytes == 0
+                  : f->depth == NULL)
             return TSDF_EINVAL;
         int u16 = f->depth_format == TSDF_DEPTH_U16;
-        n += 14 + (u16 ? 1 : 0) + (f->rgb ? 1 : 0);
+        n += 14 + (u16 ? 1 : 0) + (f->rgb ? 1 : 0) + (coded ? 1 : 0);
         msgpack_pack_map(&w->pk, n);
         proto_w_envelope(w, q->type, q->id);
         proto_w_str(w, "map", q->map);
@@ -323,7 +349,14 @@ static int encode_request_body(proto_writer *w, const void *src)
         proto_w_uint(w, "height", f->height);
         w_intrinsics(w, &f->K);
         proto_w_str(w, "depth_format", u16 ? "u16" : "f32");
-        proto_w_bin(w, "depth", f->depth, (size_t)f->width * f->height * (u16 ? 2u : 4u));
+        /* Raw frames carry no depth_encoding key, so that daemons from
+         * before it still read them. */
+        if (coded) {
+            proto_w_str(w, "depth_encoding", tsdf_depth_encoding_name(enc));
+            proto_w_bin(w, "depth", q->u.frame.depth_coded, q->u.frame.depth_coded_bytes);
+        } else {
+            proto_w_bin(w, "depth", f->depth, (size_t)f->width * f->height * (u16 ? 2u : 4u));
+        }
         if (u16)
             proto_w_float(w, "depth_scale", f->depth_scale);
         proto_w_float(w, "min_depth", f->min_depth_m);

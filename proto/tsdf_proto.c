@@ -94,10 +94,8 @@ void tsdf_buf_clear(tsdf_buf *b)
     b->len = 0;
 }
 
-int tsdf_buf_append(tsdf_buf *b, const void *p, size_t n)
+int tsdf_buf_reserve(tsdf_buf *b, size_t n)
 {
-    if (n == 0)
-        return TSDF_OK;
     if (n > b->max_len || b->len > b->max_len - n)
         return TSDF_ETOO_LARGE;
     if (b->len + n > b->cap) {
@@ -112,6 +110,16 @@ int tsdf_buf_append(tsdf_buf *b, const void *p, size_t n)
         b->data = d;
         b->cap = cap;
     }
+    return TSDF_OK;
+}
+
+int tsdf_buf_append(tsdf_buf *b, const void *p, size_t n)
+{
+    if (n == 0)
+        return TSDF_OK;
+    int rc = tsdf_buf_reserve(b, n);
+    if (rc != TSDF_OK)
+        return rc;
     memcpy(b->data + b->len, p, n);
     b->len += n;
     return TSDF_OK;

@@ -124,6 +124,10 @@ void tsdf_buf_fini(tsdf_buf *b);
 void tsdf_buf_clear(tsdf_buf *b);
 /* Appends n bytes; TSDF_ETOO_LARGE past max_len, TSDF_ENOMEM. */
 int tsdf_buf_append(tsdf_buf *b, const void *p, size_t n);
+/* Makes room for n more bytes after len (data + len .. + n becomes
+ * writable; len is unchanged): for writers that produce bytes in place,
+ * such as the depth encoders. TSDF_ETOO_LARGE past max_len, TSDF_ENOMEM. */
+int tsdf_buf_reserve(tsdf_buf *b, size_t n);
 
 /* ---- decode error detail ------------------------------------------------ */
 
@@ -135,6 +139,25 @@ typedef struct {
 } tsdf_proto_error;
 
 /* ---- requests ----------------------------------------------------------- */
+
+/* How a frame's depth samples travel ("depth_encoding", PROTOCOL.md 6.1).
+ * Every encoding is lossless: the daemon decodes to exactly the samples the
+ * sender had (tsdf_depth_codec.h). */
+typedef enum {
+    TSDF_DEPTH_ENC_RAW = 0,  /* the samples as they are (default, no key on the wire) */
+    TSDF_DEPTH_ENC_PNG = 1,  /* a 16-bit grayscale PNG; u16 only */
+    TSDF_DEPTH_ENC_ZSTD = 2, /* one zstd frame of the raw little-endian samples */
+    TSDF_DEPTH_ENC_RVL = 3,  /* RVL (Wilson 2017) of u16 samples; u16 only */
+} tsdf_depth_encoding;
+#define TSDF_DEPTH_ENC_COUNT 4
+
+/* The wire name ("raw", "png", "zstd", "rvl"); "unknown" for other values. */
+const char *tsdf_depth_encoding_name(tsdf_depth_encoding e);
+/* Parses a wire name of len bytes (not NUL-terminated) into *out;
+ * TSDF_EPROTO_KEY for anything else, TSDF_EINVAL for NULL arguments. */
+int tsdf_depth_encoding_parse(const char *name, size_t len, tsdf_depth_encoding *out);
+/* 1 when encoding e can carry samples of format f (png and rvl: u16 only). */
+int tsdf_depth_encoding_allows(tsdf_depth_encoding e, tsdf_depth_format f);
 
 /* A sensor is named either by a string or by a number on the wire. */
 typedef struct {
@@ -153,6 +176,19 @@ typedef struct {
      * message). Ready for tsdf_volume_integrate once the payload alignment
      * is taken care of (see the lifetimes note above). */
     tsdf_frame frame;
+    /* "depth_encoding". TSDF_DEPTH_ENC_RAW (default): frame.depth holds the
+     * samples. Any other: the samples are still compressed, so frame.depth
+     * is NULL and frame.depth_size_bytes 0 (an engine handed such a frame
+     * refuses it with TSDF_EINVAL rather than read compressed bytes as
+     * depth), and depth_coded / depth_coded_bytes are the payload, inside
+     * the message like every payload; tsdf_depth_decode turns it into
+     * width x height samples of frame.depth_format. The decoder checks only
+     * that the payload is not empty: whether it decodes is the receiver's
+     * to find out (TSDF_EDEPTH_DECODE). The encoder writes depth_coded when
+     * the encoding is not raw and ignores frame.depth then. */
+    tsdf_depth_encoding depth_encoding;
+    const void *depth_coded;
+    size_t depth_coded_bytes;
 } tsdf_req_frame;
 
 typedef struct {
@@ -319,9 +355,11 @@ int tsdf_proto_peek(const void *data, size_t len, tsdf_msg_type *type, uint64_t 
  *   TSDF_EPROTO_TYPE    "type" unknown or a reply-only type
  *   TSDF_EPROTO_KEY     a required key is missing, a key has the wrong msgpack
  *                       type, a key appears twice, an unknown enum string
- *                       ("depth_format")
+ *                       ("depth_format", "depth_encoding"), an encoding that
+ *                       cannot carry the depth_format (png or rvl with f32)
  *   TSDF_EEMPTY_IMAGE   width or height is 0
  *   TSDF_EBAD_SIZE      a payload's length differs from width*height*bytes
+ *                       (a compressed depth payload: when it is empty)
  *   TSDF_EBAD_INTRINSICS refused by tsdf_intrinsics_check (fx, fy <= 0, an
  *                       intrinsic not finite, a field of view beyond 170 degrees)
  *   TSDF_EBAD_POSE      T_world_cam not finite or not rigid (tsdf_pose_is_rigid)

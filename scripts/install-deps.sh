@@ -14,7 +14,7 @@ set -euo pipefail
 
 build_pkgs=(build-essential cmake pkg-config git
             libuv1-dev libnng-dev libmbedtls-dev libmsgpack-dev libinih-dev libpng-dev
-            libsystemd-dev
+            libzstd-dev libsystemd-dev
             zlib1g-dev)
 test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-msgpack python3-open3d
            prometheus systemd curl openssl clang libclang-rt-14-dev)

@@ -37,6 +37,10 @@ if(TARGET tsdf_client)
     # state directory, CUDA asked for without a GPU.
     tsdf_add_test(NAME daemon_faults SOURCES test_daemon_faults.c
       LIBS tsdfd_testlib Threads::Threads LABELS daemon TIMEOUT 300)
+    # Compressed depth (png, zstd, rvl) end to end: the same volume as raw
+    # frames, and payloads that do not decode refused and counted.
+    tsdf_add_test(NAME daemon_depth SOURCES test_daemon_depth.c
+      LIBS tsdfd_testlib LABELS daemon TIMEOUT 300)
     # The same end-to-end suite against a daemon on the CUDA backend (the
     # reference volume in the test on CUDA too); skipped (77) without a GPU.
     add_test(NAME daemon_cuda COMMAND test_daemon)

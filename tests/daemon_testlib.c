@@ -124,9 +124,9 @@ void wait_settled(tsdf_client *c, const char *map, int64_t expect_received, tsdf
 }
 
 const char *const drop_reasons[3] = {"dropped.queue_full", "dropped.shutdown", "dropped.memory"};
-const char *const reject_reasons[6] = {
-    "rejected.decode_error", "rejected.invalid_frame", "rejected.capacity",
-    "rejected.no_map",       "rejected.engine_error",  "rejected.forbidden",
+const char *const reject_reasons[7] = {
+    "rejected.decode_error", "rejected.invalid_frame", "rejected.capacity",     "rejected.no_map",
+    "rejected.engine_error", "rejected.forbidden",     "rejected.depth_decode",
 };
 
 /* received == integrated + dropped + rejected, and each total is the sum

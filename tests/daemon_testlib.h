@@ -55,7 +55,7 @@ tsdf_client *open_client(const tsdfd_harness *h, int with_push);
 void wait_settled(tsdf_client *c, const char *map, int64_t expect_received, tsdf_rep_stats *st);
 
 extern const char *const drop_reasons[3];
-extern const char *const reject_reasons[6];
+extern const char *const reject_reasons[7];
 /* received == integrated + dropped + rejected, each total the sum of its
  * reasons. */
 void assert_reconciled(const tsdf_rep_stats *st);

@@ -1,6 +1,15 @@
 # The wire codec and the client library (unit level). The end-to-end tests
 # against a running tsdfd live with the daemon's tests.
 tsdf_add_test(NAME proto SOURCES test_proto.c LIBS tsdf_proto TIMEOUT 120)
+# The depth encodings frames may travel in (png, zstd, rvl).
+tsdf_add_test(NAME depth_codec SOURCES test_depth_codec.c LIBS tsdf_proto TIMEOUT 120)
+# The depth codec benchmark on 3 frames: it checks every decode is exact.
+# Skipped (77) without the 7-Scenes data ($TSDF_DATA_DIR).
+if(TARGET bench_depth_codec)
+  add_test(NAME bench_depth_codec_smoke COMMAND bench_depth_codec --frames 3 --repeat 1)
+  set_tests_properties(bench_depth_codec_smoke PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+    ENVIRONMENT "TSDF_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endif()
 tsdf_add_test(NAME client SOURCES test_client.c LIBS tsdf_client_static Threads::Threads
   TIMEOUT 120)
 

@@ -284,7 +284,7 @@ static void test_integrate(void **state)
     set_mode(MODE_OK);
     tsdf_frame f;
     make_frame(&f);
-    tsdf_client_frame cf = {"kitchen", "cam/left", 0, 17, 123456789, &f};
+    tsdf_client_frame cf = {"kitchen", "cam/left", 0, 17, 123456789, &f, TSDF_DEPTH_ENC_RAW, 0};
     tsdf_rep_integrate out;
     assert_int_equal(tsdf_client_integrate(c, &cf, 1000, &out), TSDF_OK);
     assert_int_equal(out.seq, 17);
@@ -532,7 +532,7 @@ static void test_push_frames(void **state)
 
     tsdf_frame f;
     make_frame(&f);
-    tsdf_client_frame cf = {NULL, NULL, 3, 5, 6, &f};
+    tsdf_client_frame cf = {NULL, NULL, 3, 5, 6, &f, TSDF_DEPTH_ENC_RAW, 0};
     for (int i = 0; i < 3; i++) {
         cf.seq = (uint64_t)i;
         assert_int_equal(tsdf_client_send_frame(c, &cf, 1000), TSDF_OK);

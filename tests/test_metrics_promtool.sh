@@ -184,7 +184,7 @@ if [ -n "$tsdfd" ]; then
             grep -q "^tsdfd_frames_dropped_total{reason=\"$r\"} " "$tmp/daemon2.txt" ||
                 fail "tsdfd_frames_dropped_total lacks reason=\"$r\""
         done
-        for r in decode_error invalid_frame capacity no_map engine_error forbidden; do
+        for r in decode_error invalid_frame capacity no_map engine_error forbidden depth_decode; do
             grep -q "^tsdfd_frames_rejected_total{reason=\"$r\"} " "$tmp/daemon2.txt" ||
                 fail "tsdfd_frames_rejected_total lacks reason=\"$r\""
         done

@@ -630,6 +630,97 @@ static void v_box_inverted(msgpack_packer *pk)
     v_pose_n(pk, b, 6);
 }
 
+static void v_str_zstd(msgpack_packer *pk)
+{
+    msgpack_pack_str(pk, 4);
+    msgpack_pack_str_body(pk, "zstd", 4);
+}
+static void v_str_png(msgpack_packer *pk)
+{
+    msgpack_pack_str(pk, 3);
+    msgpack_pack_str_body(pk, "png", 3);
+}
+static void v_bin_empty(msgpack_packer *pk)
+{
+    msgpack_pack_bin(pk, 0);
+}
+
+/* The last rebuild as a buffer of its own (to change a second key). */
+static tsdf_buf take_rebuilt(void)
+{
+    tsdf_buf b = {g_out, g_out_len, g_out_len, g_out_len};
+    g_out = NULL;
+    return b;
+}
+
+/* "depth_encoding": the codec carries compressed depth without looking
+ * into it; decoding it is the receiver's step (test_depth_codec.c). */
+static void test_depth_encoding_key(void **state)
+{
+    (void)state;
+    tsdf_request q;
+    make_frame_request(&q, TSDF_MSG_INTEGRATE);
+    tsdf_buf b;
+    encode_req(&q, &b);
+    tsdf_proto_error err;
+    tsdf_request *d = malloc(sizeof(*d));
+    assert_non_null(d);
+
+    /* Raw frames carry no key, so older daemons read them. */
+    for (size_t i = 0; i + 14 <= b.len; i++)
+        assert_false(memcmp(b.data + i, "depth_encoding", 14) == 0);
+    assert_int_equal(tsdf_proto_decode_request(b.data, b.len, d, NULL), TSDF_OK);
+    assert_int_equal(d->u.frame.depth_encoding, TSDF_DEPTH_ENC_RAW);
+    assert_null(d->u.frame.depth_coded);
+    assert_int_equal(req_with(&b, "depth_encoding", v_nil, &err), TSDF_OK);
+    assert_int_equal(req_with(&b, "depth_encoding", v_str_bogus, &err), TSDF_EPROTO_KEY);
+    assert_string_equal(err.key, "depth_encoding");
+    assert_int_equal(req_with(&b, "depth_encoding", v_u2, &err), TSDF_EPROTO_KEY);
+
+    /* zstd: any non-empty bytes pass the codec, of any length. */
+    rebuild(&b, "depth_encoding", "depth_encoding", v_str_zstd);
+    tsdf_buf z = take_rebuilt();
+    assert_int_equal(tsdf_proto_decode_request(z.data, z.len, d, &err), TSDF_OK);
+    assert_int_equal(d->u.frame.depth_encoding, TSDF_DEPTH_ENC_ZSTD);
+    assert_null(d->u.frame.frame.depth);
+    assert_int_equal(d->u.frame.frame.depth_size_bytes, 0);
+    assert_int_equal(d->u.frame.depth_coded_bytes, W * H * 2);
+    assert_int_equal(req_with(&z, "depth", v_bin_short, &err), TSDF_OK);
+    assert_int_equal(req_with(&z, "depth", v_bin_empty, &err), TSDF_EBAD_SIZE);
+    assert_int_equal(req_with(&z, "depth_format", v_str_f32, &err), TSDF_OK);
+    free(z.data);
+    /* png (and rvl) carry u16 only. */
+    rebuild(&b, "depth_encoding", "depth_encoding", v_str_png);
+    tsdf_buf p = take_rebuilt();
+    assert_int_equal(req_with(&p, "depth_format", v_str_f32, &err), TSDF_EPROTO_KEY);
+    assert_string_equal(err.key, "depth_encoding");
+    free(p.data);
+
+    /* The encoder writes the compressed payload and the key. */
+    tsdf_buf_clear(&b);
+    q.u.frame.depth_encoding = TSDF_DEPTH_ENC_RVL;
+    q.u.frame.depth_coded = "\x01\x02\x03";
+    q.u.frame.depth_coded_bytes = 3;
+    q.u.frame.frame.depth = NULL;
+    assert_int_equal(tsdf_proto_encode_request(&q, &b), TSDF_OK);
+    assert_int_equal(tsdf_proto_decode_request(b.data, b.len, d, NULL), TSDF_OK);
+    assert_int_equal(d->u.frame.depth_encoding, TSDF_DEPTH_ENC_RVL);
+    assert_int_equal(d->u.frame.depth_coded_bytes, 3);
+    assert_memory_equal(d->u.frame.depth_coded, "\x01\x02\x03", 3);
+    size_t len = b.len;
+    q.u.frame.frame.depth_format = TSDF_DEPTH_F32;
+    assert_int_equal(tsdf_proto_encode_request(&q, &b), TSDF_EPROTO_KEY);
+    q.u.frame.frame.depth_format = TSDF_DEPTH_U16;
+    q.u.frame.depth_coded_bytes = 0;
+    assert_int_equal(tsdf_proto_encode_request(&q, &b), TSDF_EINVAL);
+    q.u.frame.depth_coded_bytes = 3;
+    q.u.frame.depth_encoding = (tsdf_depth_encoding)9;
+    assert_int_equal(tsdf_proto_encode_request(&q, &b), TSDF_EINVAL);
+    assert_int_equal(b.len, len);
+    free(d);
+    tsdf_buf_fini(&b);
+}
+
 static void test_validation_frame(void **state)
 {
     (void)state;
@@ -1344,6 +1435,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_small_requests),
         cmocka_unit_test(test_roundtrip_replies),
         cmocka_unit_test(test_validation_frame),
+        cmocka_unit_test(test_depth_encoding_key),
         cmocka_unit_test(test_validation_other),
         cmocka_unit_test(test_validation_envelope_and_structure),
         cmocka_unit_test(test_encode_checks),

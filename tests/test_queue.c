@@ -430,6 +430,8 @@ static void test_dstats_reasons_and_sensors(void **state)
     assert_string_equal(dstats_outcome_name(DS_REJ_INVALID_FRAME), "invalid_frame");
     assert_string_equal(dstats_outcome_name(DS_REJ_CAPACITY), "capacity");
     assert_string_equal(dstats_outcome_name(DS_REJ_FORBIDDEN), "forbidden");
+    assert_string_equal(dstats_outcome_name(DS_REJ_DEPTH_DECODE), "depth_decode");
+    assert_int_equal(dstats_outcome_for_error(TSDF_EDEPTH_DECODE), DS_REJ_DEPTH_DECODE);
     assert_int_equal(dstats_outcome_for_error(TSDF_EFORBIDDEN), DS_REJ_FORBIDDEN);
     assert_int_equal(dstats_outcome_for_error(TSDF_ESHUTDOWN), DS_DROP_SHUTDOWN);
     assert_int_equal(dstats_outcome_for_error(TSDF_ELIMIT), DS_REJ_NO_MAP);

@@ -31,6 +31,10 @@ for r in 0 -1 1e-30 1e30 nan; do
     $C replay --synthetic box --rate "$r" >/dev/null 2>&1
     [ $? -eq 2 ] || fail "replay --rate $r should be a usage error (exit 2)"
 done
+for enc in lz4 png rvl; do
+    $C replay --synthetic box --compress "$enc" >/dev/null 2>&1
+    [ $? -eq 2 ] || fail "replay --synthetic --compress $enc should be a usage error (exit 2)"
+done
 for cmd in replay mesh raycast stats save load reset maps ping; do
     $C $cmd --help | grep -q "tsdfctl $cmd" || fail "$cmd --help"
 done
@@ -76,6 +80,14 @@ $C mesh "$WORK/s3.ply" --map s --box 0 0 0 1 1 1 >"$WORK/out" || fail "mesh --bo
 V3=$(sed -n 's/.*: \([0-9]*\) vertices.*/\1/p' "$WORK/out")
 [ "$V3" -gt 0 ] && [ "$V3" -lt "$V" ] || fail "mesh --box should give part of the sphere ($V3 of $V)"
 echo "mesh: $V vertices, $T triangles; box: $V3"
+
+# The same sphere with its depth sent zstd-compressed: the same volume,
+# so the same mesh, byte for byte.
+$C replay --synthetic sphere --ack --map sz --size 160 120 --compress zstd >"$WORK/out" 2>&1 ||
+    fail "replay --compress zstd: $(cat "$WORK/out")"
+grep -q "frames sent 48, acked 48, failed 0" "$WORK/out" || fail "replay summary: $(cat "$WORK/out")"
+$C mesh "$WORK/sz.ply" --map sz >"$WORK/out" || fail "mesh of sz: $(cat "$WORK/out")"
+cmp -s "$WORK/s.ply" "$WORK/sz.ply" || fail "the zstd-sent sphere meshes differently from the raw one"
 
 # Raycast from 1 m on -y towards the sphere at the origin.
 printf '1 0 0 0\n0 0 1 -1\n0 -1 0 0\n0 0 0 1\n' >"$WORK/pose.txt"

@@ -46,6 +46,7 @@ class ErrorCode(enum.IntEnum):
     DROPPED = -30
     FORBIDDEN = -31
     AUTH = -32
+    DEPTH_DECODE = -33
 
 
 class TsdfError(Exception):
