@@ -662,6 +662,11 @@ int tsdf_client_reset(tsdf_client *c, const char *map, int timeout_ms)
     return simple_call(c, TSDF_MSG_RESET, map, timeout_ms, NULL, 0);
 }
 
+int tsdf_client_delete(tsdf_client *c, const char *map, int timeout_ms)
+{
+    return simple_call(c, TSDF_MSG_DELETE, map, timeout_ms, NULL, 0);
+}
+
 int tsdf_client_maps(tsdf_client *c, tsdf_rep_maps *out, int timeout_ms)
 {
     if (out == NULL)

@@ -182,6 +182,11 @@ int tsdf_client_load(tsdf_client *c, const char *map, const char *path, tsdf_rep
 /* Drops every block of map (NULL: "default"). */
 int tsdf_client_reset(tsdf_client *c, const char *map, int timeout_ms);
 
+/* Deletes map (NULL: "default") from the daemon: its blocks, its name and
+ * its slot of max_maps (PROTOCOL.md, "delete"). TSDF_ENOT_FOUND when there
+ * is no such map. */
+int tsdf_client_delete(tsdf_client *c, const char *map, int timeout_ms);
+
 /* The names of the daemon's maps. */
 int tsdf_client_maps(tsdf_client *c, tsdf_rep_maps *out, int timeout_ms);
 

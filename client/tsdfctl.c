@@ -4,7 +4,7 @@
  *   tsdfctl [--url URL] [--push-url URL] [--timeout-ms MS] [--tls-ca FILE
  *           --tls-cert FILE --tls-key FILE [--tls-server-name NAME]] COMMAND [ARGS]
  *
- * Commands: replay, mesh, raycast, stats, save, load, reset, maps, ping.
+ * Commands: replay, mesh, raycast, stats, save, load, reset, delete, maps, ping.
  * `tsdfctl COMMAND --help` explains each. Exit status: 0 on success, 1 when
  * the daemon or a file operation failed, 2 on a usage error.
  */
@@ -29,6 +29,7 @@ static const char main_help[] =
     "  stats [--json]                  volume and daemon statistics\n"
     "  save [PATH], load [PATH]        snapshots\n"
     "  reset                           empty a map\n"
+    "  delete --map NAME               delete a map (its blocks, name and slot)\n"
     "  maps                            list the maps\n"
     "  ping                            check that the daemon answers\n"
     "`tsdfctl COMMAND --help` describes each command.\n"
@@ -122,7 +123,8 @@ int main(int argc, char **argv)
             rc = ctl_save_load(&g, cargc, cargv, 0);
         else if (strcmp(cmd, "load") == 0)
             rc = ctl_save_load(&g, cargc, cargv, 1);
-        else if (strcmp(cmd, "reset") == 0 || strcmp(cmd, "maps") == 0 || strcmp(cmd, "ping") == 0)
+        else if (strcmp(cmd, "reset") == 0 || strcmp(cmd, "delete") == 0 ||
+                 strcmp(cmd, "maps") == 0 || strcmp(cmd, "ping") == 0)
             rc = ctl_simple(&g, cargc, cargv, cmd);
         else {
             fprintf(stderr, "tsdfctl: unknown command \"%s\" (see tsdfctl --help)\n", cmd);

@@ -57,6 +57,11 @@ int ctl_save_load(const global_opts *g, int argc, char **argv, int load)
 static const char reset_help[] = "usage: tsdfctl reset [--map NAME]\n"
                                  "\n"
                                  "Drops every block of the map (the map keeps existing).\n";
+static const char delete_help[] = "usage: tsdfctl delete --map NAME\n"
+                                  "\n"
+                                  "Deletes the map from the daemon: its blocks, its name and its "
+                                  "slot.\nWith snapshots restored at start, the daemon writes a "
+                                  "new snapshot\nright away, so the map does not come back.\n";
 static const char maps_help[] = "usage: tsdfctl maps\n\nLists the daemon's maps, one a line.\n";
 static const char ping_help[] = "usage: tsdfctl ping\n"
                                 "\n"
@@ -66,24 +71,33 @@ static const char ping_help[] = "usage: tsdfctl ping\n"
 int ctl_simple(const global_opts *g, int argc, char **argv, const char *name)
 {
     const char *map = NULL;
-    const char *help = strcmp(name, "reset") == 0  ? reset_help
-                       : strcmp(name, "maps") == 0 ? maps_help
-                                                   : ping_help;
+    int takes_map = strcmp(name, "reset") == 0 || strcmp(name, "delete") == 0;
+    const char *help = strcmp(name, "reset") == 0    ? reset_help
+                       : strcmp(name, "delete") == 0 ? delete_help
+                       : strcmp(name, "maps") == 0   ? maps_help
+                                                     : ping_help;
     for (int i = 0; i < argc; i++) {
         if (ctl_is_help(argv[i])) {
             fputs(help, stdout);
             return 0;
-        } else if (strcmp(name, "reset") == 0 && strcmp(argv[i], "--map") == 0 && i + 1 < argc) {
+        } else if (takes_map && strcmp(argv[i], "--map") == 0 && i + 1 < argc) {
             map = argv[++i];
         } else {
             return ctl_usage_error(name, "unexpected argument \"%s\"", argv[i]);
         }
     }
+    /* Deleting the default map by accident is too easy: name it. */
+    if (strcmp(name, "delete") == 0 && map == NULL)
+        return ctl_usage_error(name, "which map? (%s)", "--map NAME");
     tsdf_client *c;
     if (ctl_open_client(g, 0, &c) != TSDF_OK)
         return EXIT_FAILURE;
     int rc;
-    if (strcmp(name, "reset") == 0) {
+    if (strcmp(name, "delete") == 0) {
+        rc = tsdf_client_delete(c, map, TSDF_CLIENT_TIMEOUT_DEFAULT);
+        if (rc == TSDF_OK)
+            printf("map %s deleted\n", map);
+    } else if (strcmp(name, "reset") == 0) {
         rc = tsdf_client_reset(c, map, TSDF_CLIENT_TIMEOUT_DEFAULT);
         if (rc == TSDF_OK)
             printf("map %s reset\n", map ? map : TSDF_PROTO_DEFAULT_MAP);

@@ -87,7 +87,7 @@ typedef enum {
 } ds_stage;
 
 /* Request counters by message type (index = tsdf_msg_type). */
-#define DS_MSG_TYPES 12
+#define DS_MSG_TYPES TSDF_MSG_TYPE_COUNT
 
 typedef struct {
     pthread_mutex_t lock;

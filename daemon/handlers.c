@@ -227,6 +227,7 @@ void handle_frame(daemon_ctx *d, nng_msg *msg)
         return;
     }
     queue_frame(d, m, j, -1);
+    maps_put(m);
 }
 
 /* ---- requests ----------------------------------------------------------- */
@@ -286,6 +287,9 @@ static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_r
     j->msg = *msg;
     *msg = NULL;
     rc = queue_frame(d, m, j, (int)d->cfg->push_timeout_ms);
+    /* The queue holds the job (or refused it); the map itself is no
+     * longer needed here. */
+    maps_put(m);
     if (rc != TSDF_OK) {
         tsdf_reply_set_error(rep, rc, "map '%s': frame not queued: %s", req->map,
                              tsdf_strerror(rc));
@@ -310,7 +314,7 @@ static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_r
 }
 
 _Static_assert(JOB_IMPORT < sizeof(((daemon_ctx *)0)->queries_waiting_kind) /
-                                 sizeof(((daemon_ctx *)0)->queries_waiting_kind[0]),
+                                sizeof(((daemon_ctx *)0)->queries_waiting_kind[0]),
                "daemon_ctx.queries_waiting_kind must have a slot per job_kind");
 
 /* Takes one of n slots of *waiting; 0 when all are taken. */
@@ -422,7 +426,7 @@ void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out)
     tsdf_reply *rep = malloc(sizeof *rep);
     tsdf_proto_error perr;
     worker_job *j = NULL;
-    dmap *m;
+    dmap *m = NULL; /* with a reference once find_map found it */
     int rc;
 
     tsdf_buf_clear(out);
@@ -482,6 +486,7 @@ void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out)
         rep->u.maps.count = (uint32_t)n;
         for (size_t i = 0; i < n; i++)
             snprintf(rep->u.maps.names[i], sizeof rep->u.maps.names[i], "%s", all[i]->name);
+        maps_put_list(all, n);
         break;
     }
     case TSDF_MSG_INTEGRATE:
@@ -536,6 +541,9 @@ void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out)
     case TSDF_MSG_LOAD:
         handlers_do_load(d, req, rep);
         break;
+    case TSDF_MSG_DELETE:
+        handlers_do_delete(d, req, rep);
+        break;
     default:
         tsdf_reply_set_error(rep, TSDF_EPROTO_TYPE, "type %s is not a request",
                              tsdf_msg_type_name(req->type));
@@ -543,10 +551,11 @@ void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out)
     }
     encode_reply(rep, out);
     /* State-changing requests refresh the service status at once. */
-    if (d->wake != NULL &&
-        (req->type == TSDF_MSG_SAVE || req->type == TSDF_MSG_LOAD || req->type == TSDF_MSG_RESET))
+    if (d->wake != NULL && (req->type == TSDF_MSG_SAVE || req->type == TSDF_MSG_LOAD ||
+                            req->type == TSDF_MSG_RESET || req->type == TSDF_MSG_DELETE))
         d->wake(d->wake_arg);
     job_free(j); /* after encoding: the reply pointed into the job's outputs */
+    maps_put(m); /* the map of a raycast, mesh or reset; NULL otherwise */
     dstats_request(d->stats, (int)req->type, rep->status != TSDF_OK);
     lat_window_add(&d->stats->lat_request[req->type], (double)(worker_now_ns() - t0) / 1e6);
 

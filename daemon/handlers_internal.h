@@ -22,8 +22,9 @@ int handlers_run_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request
  * when it names a map (stats_reply.c). */
 void handlers_do_stats(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep);
 
-/* The save and load requests (persist.c). */
+/* The save, load and delete requests (persist.c). */
 void handlers_do_save(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep);
 void handlers_do_load(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep);
+void handlers_do_delete(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep);
 
 #endif /* TSDFD_HANDLERS_INTERNAL_H */

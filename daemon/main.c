@@ -280,12 +280,15 @@ static int render_metrics(void *arg, prom_buf *b)
     lat_window_summary(&m->stats.lat_queue_wait, &ls);
     prom_summary(b, "tsdfd_queue_wait_seconds", "Time a frame waits in its map's queue.", NULL,
                  &ls);
-    for (int ty = TSDF_MSG_INTEGRATE; ty <= TSDF_MSG_PING; ty++) {
+    for (int ty = TSDF_MSG_INTEGRATE; ty < TSDF_MSG_TYPE_COUNT; ty++) {
+        if (ty == TSDF_MSG_ERROR)
+            continue; /* a reply type, never a request */
         lat_window_summary(&m->stats.lat_request[ty], &ls);
         snprintf(labels, sizeof labels, "type=\"%s\"", tsdf_msg_type_name((tsdf_msg_type)ty));
         prom_summary(b, "tsdfd_request_seconds", "Request service time, by request type.", labels,
                      &ls);
     }
+    maps_put_list(all, n);
     return prom_buf_error(b);
 }
 

@@ -33,6 +33,7 @@ static int map_create_locked(map_registry *r, const char *name, const tsdf_volum
         return TSDF_ENOMEM;
     memcpy(m->name, name, strlen(name) + 1);
     m->reg = r;
+    atomic_init(&m->refs, 1); /* the registry's */
     p.backend = r->backend;
     p.cuda_device = cfg->volume.cuda_device;
     /* The configured cap, also for a map loaded from a snapshot that was
@@ -207,6 +208,7 @@ int maps_init(map_registry *r, const tsdfd_config *cfg, dstats *stats)
         rc = maps_get_with(r, cfg->maps[i], &cfg->volume, &m);
         if (rc != TSDF_OK)
             return rc;
+        maps_put(m);
     }
     return TSDF_OK;
 }
@@ -230,6 +232,8 @@ static int get_or_create(map_registry *r, const char *name, const tsdf_volume_pa
          * map) and keeps two first users of one name from racing. */
         rc = map_create_locked(r, name, create_params, out);
     }
+    if (rc == TSDF_OK)
+        atomic_fetch_add(&(*out)->refs, 1);
     pthread_mutex_unlock(&r->lock);
     return rc;
 }
@@ -257,8 +261,94 @@ size_t maps_list(map_registry *r, dmap **out, size_t max)
     pthread_mutex_lock(&r->lock);
     size_t n = r->count < max ? r->count : max;
     memcpy(out, r->maps, n * sizeof *out);
+    for (size_t i = 0; i < n; i++)
+        atomic_fetch_add(&out[i]->refs, 1);
     pthread_mutex_unlock(&r->lock);
     return n;
+}
+
+size_t maps_count(map_registry *r)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t n = r->count;
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
+/* Frees what the map holds; its worker has ended (or never started). */
+static void map_free(dmap *m)
+{
+    if (m->vol != NULL) {
+        atomic_fetch_sub(&m->reg->vbudget.used_bytes, m->published_bytes);
+        tsdf_volume_destroy(m->vol);
+    }
+    queue_fini(&m->queue);
+    pthread_mutex_destroy(&m->stats_lock);
+    free(m);
+}
+
+void maps_put(dmap *m)
+{
+    if (m != NULL && atomic_fetch_sub(&m->refs, 1) == 1)
+        map_free(m);
+}
+
+void maps_put_list(dmap **maps, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        maps_put(maps[i]);
+}
+
+/* A deleted map's leftovers: frames count as for a map that does not
+ * exist, queries are answered NOT_FOUND without being run. */
+static void drop_deleted(void *item, void *arg)
+{
+    dmap *m = arg;
+    worker_job *j = item;
+    dstats_frame_outcome(m->reg->stats, j->sensor, DS_REJ_NO_MAP);
+    job_complete(j, TSDF_ENOT_FOUND);
+}
+
+int maps_delete(map_registry *r, const char *name, uint32_t stop_timeout_ms)
+{
+    pthread_mutex_lock(&r->lock);
+    dmap *m = find_locked(r, name);
+    if (m == NULL) {
+        pthread_mutex_unlock(&r->lock);
+        return TSDF_ENOT_FOUND;
+    }
+    size_t i = 0;
+    while (r->maps[i] != m)
+        i++;
+    memmove(&r->maps[i], &r->maps[i + 1], (r->count - i - 1) * sizeof *r->maps);
+    r->count--;
+    pthread_mutex_unlock(&r->lock);
+
+    /* Nothing new reaches the queue now; what is queued is not worth
+     * integrating into a map that is going away. */
+    atomic_store(&m->deleting, 1);
+    atomic_store(&m->abort_drain, 1);
+    queue_close(&m->queue);
+    int rc = worker_join(m, worker_now_ns() + (int64_t)stop_timeout_ms * 1000000LL);
+    queue_drain_frames(&m->queue, drop_deleted, m);
+    void *item;
+    int is_query;
+    while (queue_pop(&m->queue, &item, &is_query, 0) == TSDF_OK) {
+        if (is_query)
+            job_complete(item, TSDF_ENOT_FOUND);
+        else
+            drop_deleted(item, m);
+    }
+    if (rc != TSDF_OK) {
+        /* The worker still runs and may use everything of the map: keep
+         * the registry's reference, so the struct is never freed under it. */
+        TSDF_LOG(TSDF_LOG_ERROR, "map %s: deleted, but its worker is stuck: its memory stays held",
+                 name);
+        return TSDF_EBUSY;
+    }
+    TSDF_LOG(TSDF_LOG_INFO, "map %s: deleted", name);
+    maps_put(m); /* the registry's reference */
+    return TSDF_OK;
 }
 
 /* Shutdown drain: the frames left once the drain timed out are dropped and
@@ -321,13 +411,10 @@ int maps_fini(map_registry *r)
             return TSDF_EBUSY;
         }
     }
-    for (size_t i = 0; i < r->count; i++) {
-        dmap *m = r->maps[i];
-        tsdf_volume_destroy(m->vol);
-        queue_fini(&m->queue);
-        pthread_mutex_destroy(&m->stats_lock);
-        free(m);
-    }
+    /* Every other thread has stopped: the registry's references are the
+     * last ones. */
+    for (size_t i = 0; i < r->count; i++)
+        maps_put(r->maps[i]);
     pthread_mutex_destroy(&r->lock);
     queue_budget_fini(&r->budget);
     free(r->maps);

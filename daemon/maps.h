@@ -3,13 +3,16 @@
  * job queue + one integration worker thread (worker.h), so that maps of
  * different sites never mix and integrate concurrently.
  *
- * Maps are created at start (declared in the config) or on first use
- * (auto_create_maps), at most max_maps of them, and live until the daemon
- * stops: a dmap pointer obtained from the registry stays valid until
- * maps_fini, so callers need no reference counting.
+ * Maps are created at start (declared in the config), on first use
+ * (auto_create_maps) or by a load, at most max_maps of them, and live until
+ * a client deletes them (maps_delete) or the daemon stops. A dmap is
+ * reference counted: the registry holds one reference while the map is
+ * listed, and maps_get, maps_get_with and maps_list hand the caller one
+ * more per map, which the caller gives back with maps_put (maps_put_list)
+ * once it no longer touches the map. The last reference frees it.
  *
- * Threads: maps_get / maps_list / maps_count may be called from any
- * thread (one registry mutex). Only a map's worker touches its volume
+ * Threads: maps_get / maps_list / maps_count / maps_put / maps_delete may
+ * be called from any thread (one registry mutex). Only a map's worker touches its volume
  * between worker_start and worker_join.
  */
 #ifndef TSDFD_MAPS_H
@@ -43,6 +46,7 @@ typedef struct dmap {
     pthread_t thread;
     int thread_started;
     atomic_int abort_drain;            /* set: drop the frames left instead of integrating */
+    atomic_int deleting;               /* set by maps_delete before abort_drain */
     atomic_uint_least64_t version;     /* the volume's version after the worker's last job */
     atomic_uint_least64_t frames_done; /* frames integrated by this map */
     /* frames_done as it was when the map was last exported into a snapshot
@@ -52,6 +56,8 @@ typedef struct dmap {
     atomic_uint_least64_t frames_saved;
     /* Request contexts waiting on this map's worker now (handlers.c). */
     atomic_uint queries_waiting;
+    /* References (see the top of this file); the last maps_put frees. */
+    atomic_uint refs;
     /* The volume's statistics as last taken by the worker (after queries,
      * and after frames at most every MAPS_STATS_PERIOD_MS), for readers
      * that must not wait for the worker (the /metrics render). */
@@ -152,6 +158,7 @@ size_t maps_stop(map_registry *r, uint32_t drain_timeout_ms, uint32_t stop_timeo
 int maps_fini(map_registry *r);
 
 /* Finds map `name`; with create (and auto_create_maps) makes it when absent.
+ * On TSDF_OK *out carries a reference for the caller (maps_put).
  * TSDF_EINVAL (bad name), TSDF_ENOT_FOUND (absent, no create),
  * TSDF_ELIMIT (max_maps reached), engine errors of tsdf_volume_create. */
 int maps_get(map_registry *r, const char *name, int create, dmap **out);
@@ -160,8 +167,29 @@ int maps_get(map_registry *r, const char *name, int create, dmap **out);
  * maps_get with create, but params instead of the configured ones. */
 int maps_get_with(map_registry *r, const char *name, const tsdf_volume_params *params, dmap **out);
 
-/* Copies up to max map pointers (in creation order); returns the count. */
+/* Copies up to max map pointers (in creation order), each with a
+ * reference for the caller (maps_put_list); returns the count. */
 size_t maps_list(map_registry *r, dmap **out, size_t max);
+
+/* The number of maps now. */
+size_t maps_count(map_registry *r);
+
+/* Gives back a reference of maps_get / maps_get_with / maps_list. NULL is
+ * a no-op. */
+void maps_put(dmap *m);
+void maps_put_list(dmap **maps, size_t n);
+
+/* Deletes map `name`: it leaves the registry at once (its slot and name
+ * are free for a new map), its queue is closed, the frames still queued
+ * are dropped (counted as rejected "no_map", the outcome of a frame for a
+ * map that does not exist) and its queries answered NOT_FOUND, and the
+ * worker gets until stop_timeout_ms to finish the job it is on. Then its
+ * volume is destroyed, its memory leaves the budget, and the struct goes
+ * with the last reference. Returns TSDF_OK, TSDF_ENOT_FOUND, or
+ * TSDF_EBUSY when the worker did not finish in time (the map is gone from
+ * the registry all the same; its memory is freed when the worker ends,
+ * never, or at exit). Not on a map's worker. */
+int maps_delete(map_registry *r, const char *name, uint32_t stop_timeout_ms);
 
 #ifdef __cplusplus
 }

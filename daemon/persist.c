@@ -84,6 +84,8 @@ uint64_t handlers_frames_unsaved(daemon_ctx *d, dmap *m)
         uint64_t saved = atomic_load(&all[i]->frames_saved);
         unsaved += done > saved ? done - saved : 0;
     }
+    if (m == NULL)
+        maps_put_list(all, n);
     return unsaved;
 }
 
@@ -110,8 +112,10 @@ static int save_maps(daemon_ctx *d, const char *dir, const char *file, char *pat
 
     memset(jobs, 0, sizeof jobs);
     sm = calloc(n ? n : 1, sizeof *sm);
-    if (sm == NULL)
+    if (sm == NULL) {
+        maps_put_list(all, n);
         return TSDF_ENOMEM;
+    }
     /* Queue every export first so the maps export in parallel. */
     for (size_t i = 0; i < n && rc == TSDF_OK; i++) {
         jobs[i] = job_new(JOB_EXPORT, 1);
@@ -165,12 +169,37 @@ static int save_maps(daemon_ctx *d, const char *dir, const char *file, char *pat
     for (size_t i = 0; i < n; i++)
         job_free(jobs[i]); /* frees the block sets sm[] borrowed */
     free(sm);
+    maps_put_list(all, n);
     return rc;
 }
 
 int handlers_save_all(daemon_ctx *d, const char *dir, char *path_out, size_t path_len)
 {
     return save_maps(d, dir ? dir : d->cfg->state_dir, NULL, path_out, path_len);
+}
+
+/* Pours one map of a snapshot into m on m's worker and waits. The job takes
+ * the snapshot map's block set (left empty). */
+static int import_map(daemon_ctx *d, dmap *m, snap_map *sm, uint64_t *version_out)
+{
+    worker_job *j = job_new(JOB_IMPORT, 1);
+    if (j == NULL)
+        return TSDF_ENOMEM;
+    j->blocks = sm->blocks;
+    tsdf_block_set_init(&sm->blocks);
+    j->params = sm->params;
+    int rc = queue_push_query(&m->queue, j);
+    if (rc != TSDF_OK) {
+        job_free(j);
+        return rc;
+    }
+    if (job_wait(j, (int)d->cfg->request_timeout_ms) != TSDF_OK)
+        return TSDF_ETIMEOUT; /* the worker frees j */
+    rc = j->status;
+    if (rc == TSDF_OK && version_out != NULL)
+        *version_out = j->version;
+    job_free(j);
+    return rc;
 }
 
 int handlers_load(daemon_ctx *d, const char *path, const char *only_map, char *path_out,
@@ -199,32 +228,12 @@ int handlers_load(daemon_ctx *d, const char *path, const char *only_map, char *p
         rc = maps_get_with(d->maps, sm[i].name, &sm[i].params, &m);
         if (rc != TSDF_OK)
             break;
-        worker_job *j = job_new(JOB_IMPORT, 1);
-        if (j == NULL) {
-            rc = TSDF_ENOMEM;
-            break;
-        }
-        /* The job takes the block set; the snapshot's copy is emptied. */
-        j->blocks = sm[i].blocks;
-        tsdf_block_set_init(&sm[i].blocks);
-        j->params = sm[i].params;
-        rc = queue_push_query(&m->queue, j);
-        if (rc != TSDF_OK) {
-            job_free(j);
-            break;
-        }
-        if (job_wait(j, (int)d->cfg->request_timeout_ms) != TSDF_OK) {
-            rc = TSDF_ETIMEOUT;
-            break;
-        }
-        rc = j->status;
-        if (rc == TSDF_OK && version_out != NULL)
-            *version_out = j->version;
-        job_free(j);
+        rc = import_map(d, m, &sm[i], version_out);
         if (rc == TSDF_OK) {
             loaded++;
             TSDF_LOG(TSDF_LOG_INFO, "map %s: loaded from %s", m->name, found);
         }
+        maps_put(m);
     }
     snap_maps_free(sm, n);
     if (rc == TSDF_OK && only_map != NULL && loaded == 0)
@@ -264,9 +273,39 @@ void handlers_do_save(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
         return;
     }
     dmap *m;
-    if (maps_get(d->maps, req->map, 0, &m) == TSDF_OK)
+    if (maps_get(d->maps, req->map, 0, &m) == TSDF_OK) {
         rep->u.path.version = atomic_load(&m->version);
+        maps_put(m);
+    }
     TSDF_LOG(TSDF_LOG_INFO, "saved a snapshot to %s", rep->u.path.path);
+}
+
+void handlers_do_delete(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
+{
+    int rc = maps_delete(d->maps, req->map, d->cfg->stop_timeout_ms);
+    if (rc == TSDF_ENOT_FOUND) {
+        tsdf_reply_set_error(rep, rc, "delete: no map '%s'", req->map);
+        return;
+    }
+    if (rc != TSDF_OK) {
+        tsdf_reply_set_error(rep, rc,
+                             "delete: map '%s' is gone from the daemon, but its worker is still "
+                             "busy and holds its memory (see the log)",
+                             req->map);
+        return;
+    }
+    TSDF_LOG(TSDF_LOG_INFO, "map %s: deleted by a client", req->map);
+    /* A restart restores the newest snapshot, which still holds the map:
+     * write a new one at once, so that a deleted map stays deleted. */
+    if (!d->cfg->load_on_start)
+        return;
+    char path[PATH_MAX];
+    rc = handlers_save_all(d, NULL, path, sizeof path);
+    if (rc != TSDF_OK)
+        tsdf_reply_set_error(rep, rc,
+                             "delete: map '%s' is deleted, but the snapshot that keeps it "
+                             "deleted across a restart could not be written: %s",
+                             req->map, tsdf_strerror(rc));
 }
 
 void handlers_do_load(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
@@ -292,8 +331,10 @@ int handlers_save_on_stop(daemon_ctx *d)
     char path[PATH_MAX];
     int rc = TSDF_OK;
 
-    if (sm == NULL)
+    if (sm == NULL) {
+        maps_put_list(all, n);
         return TSDF_ENOMEM;
+    }
     size_t k = 0;
     for (size_t i = 0; i < n && rc == TSDF_OK; i++) {
         /* A stuck worker still owns its volume: reading it here would race
@@ -321,6 +362,7 @@ int handlers_save_on_stop(daemon_ctx *d)
     for (size_t i = 0; i < k; i++)
         tsdf_block_set_fini(&sm[i].blocks);
     free(sm);
+    maps_put_list(all, n);
     if (rc == TSDF_OK)
         TSDF_LOG(TSDF_LOG_INFO, "saved %zu maps to %s", k, path);
     else

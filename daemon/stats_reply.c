@@ -128,8 +128,7 @@ static void fill_daemon_stats(daemon_ctx *d, dmap *m, const job_counters *snap, 
     put_i(s, "queries.cancelled", (int64_t)t.queries_cancelled);
     put_i(s, "workers.stalled",
           (int64_t)watchdog_find_stalls(d->maps, worker_now_ns(), d->cfg->stall_timeout_ms, NULL));
-    dmap *all[TSDF_PROTO_MAX_MAPS];
-    put_i(s, "maps.count", (int64_t)maps_list(d->maps, all, TSDF_PROTO_MAX_MAPS));
+    put_i(s, "maps.count", (int64_t)maps_count(d->maps));
     /* Durability: an acknowledged frame is safe from a crash only once a
      * snapshot that the daemon restores at start holds it. */
     int64_t last_save = atomic_load(&d->last_save_ns);
@@ -198,8 +197,10 @@ void handlers_do_stats(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
     /* Stats of an absent map still carry the daemon's counters: a monitor
      * must see drops even before the first frame made a map. */
     if (maps_get(d->maps, req->map, 0, &m) == TSDF_OK) {
-        if (handlers_run_query(d, m, JOB_STATS, req, rep, &j) != TSDF_OK)
+        if (handlers_run_query(d, m, JOB_STATS, req, rep, &j) != TSDF_OK) {
+            maps_put(m);
             return;
+        }
         rep->u.stats.has_engine = 1;
         rep->u.stats.engine = j->vstats;
         rep->u.stats.timeline_count = (uint32_t)j->timeline_count;
@@ -212,6 +213,7 @@ void handlers_do_stats(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
         job_free(j);
     }
     fill_daemon_stats(d, m, m != NULL ? &snap : NULL, &rep->u.stats);
+    maps_put(m);
 }
 
 void handlers_status_line(daemon_ctx *d, char *out, size_t len)
@@ -227,6 +229,7 @@ void handlers_status_line(daemon_ctx *d, char *out, size_t len)
         queue_get_stats(&all[i]->queue, &q);
         depth += q.depth;
     }
+    maps_put_list(all, n);
     snprintf(out, len,
              "maps %zu, frames received %" PRIu64 " integrated %" PRIu64 " dropped %" PRIu64
              " rejected %" PRIu64 ", queued %zu",

@@ -34,5 +34,6 @@ size_t watchdog_find_stalls(map_registry *r, int64_t now_ns, uint32_t stall_time
             longest->busy_ms = worst / 1000000;
         }
     }
+    maps_put_list(all, n);
     return stalled;
 }

@@ -455,7 +455,9 @@ static void *worker_main(void *arg)
             int gone = job_abandoned(j);
             if (gone || atomic_load(&m->abort_drain)) {
                 dstats_query_abandoned(ds);
-                job_complete(j, gone ? TSDF_ETIMEOUT : TSDF_ESHUTDOWN);
+                job_complete(j, gone                        ? TSDF_ETIMEOUT
+                                : atomic_load(&m->deleting) ? TSDF_ENOT_FOUND
+                                                            : TSDF_ESHUTDOWN);
                 continue;
             }
             busy_begin(m, j->kind);
@@ -464,8 +466,10 @@ static void *worker_main(void *arg)
             continue;
         }
         if (atomic_load(&m->abort_drain)) {
-            dstats_frame_outcome(ds, j->sensor, DS_DROP_SHUTDOWN);
-            job_complete(j, TSDF_ESHUTDOWN);
+            /* A deleted map's frames count as frames for no map. */
+            int deleted = atomic_load(&m->deleting);
+            dstats_frame_outcome(ds, j->sensor, deleted ? DS_REJ_NO_MAP : DS_DROP_SHUTDOWN);
+            job_complete(j, deleted ? TSDF_ENOT_FOUND : TSDF_ESHUTDOWN);
             continue;
         }
         busy_begin(m, JOB_FRAME);

@@ -463,8 +463,8 @@ static void w_engine_stats(proto_writer *w, const tsdf_volume_stats *st)
 static int encode_reply_body(proto_writer *w, const void *src)
 {
     const tsdf_reply *r = src;
-    /* TSDF_MSG_ERROR is the last type (tsdf_proto.c asserts it). */
-    if (r->type == TSDF_MSG_NONE || r->type == TSDF_MSG_FRAME || (unsigned)r->type > TSDF_MSG_ERROR)
+    if (r->type == TSDF_MSG_NONE || r->type == TSDF_MSG_FRAME ||
+        (unsigned)r->type >= TSDF_MSG_TYPE_COUNT)
         return TSDF_EPROTO_TYPE;
     if (r->status > 0)
         return TSDF_EINVAL;

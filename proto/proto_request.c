@@ -405,6 +405,7 @@ static int encode_request_body(proto_writer *w, const void *src)
     }
     case TSDF_MSG_STATS:
     case TSDF_MSG_RESET:
+    case TSDF_MSG_DELETE:
     case TSDF_MSG_MAPS:
     case TSDF_MSG_PING:
         msgpack_pack_map(&w->pk, n);

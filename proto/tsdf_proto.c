@@ -26,12 +26,12 @@ static const char *const type_names[] = {
     [TSDF_MSG_RAYCAST] = "raycast", [TSDF_MSG_MESH] = "mesh",   [TSDF_MSG_STATS] = "stats",
     [TSDF_MSG_SAVE] = "save",       [TSDF_MSG_LOAD] = "load",   [TSDF_MSG_RESET] = "reset",
     [TSDF_MSG_MAPS] = "maps",       [TSDF_MSG_PING] = "ping",   [TSDF_MSG_ERROR] = "error",
+    [TSDF_MSG_DELETE] = "delete",
 };
 #define TYPE_COUNT (sizeof(type_names) / sizeof(type_names[0]))
 
-/* The reply encoder (proto_reply.c) takes TSDF_MSG_ERROR for the last type:
- * a type added after it must be named here and move that bound too. */
-_Static_assert(TYPE_COUNT == TSDF_MSG_ERROR + 1, "type_names must name every tsdf_msg_type");
+/* Every type has its wire name. */
+_Static_assert(TYPE_COUNT == TSDF_MSG_TYPE_COUNT, "type_names must name every tsdf_msg_type");
 
 const char *tsdf_msg_type_name(tsdf_msg_type t)
 {

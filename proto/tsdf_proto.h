@@ -100,6 +100,8 @@ typedef enum {
     TSDF_MSG_PING = 10,
     /* Reply-only: the answer to a request whose type could not be read. */
     TSDF_MSG_ERROR = 11,
+    TSDF_MSG_DELETE = 12, /* requests added later take the next numbers */
+    TSDF_MSG_TYPE_COUNT
 } tsdf_msg_type;
 
 /* The wire name ("frame", "integrate", ...); "none" for unknown values. */

@@ -37,6 +37,9 @@ if(TARGET tsdf_client)
     # state directory, CUDA asked for without a GPU.
     tsdf_add_test(NAME daemon_faults SOURCES test_daemon_faults.c
       LIBS tsdfd_testlib Threads::Threads LABELS daemon TIMEOUT 300)
+    # The life of a map: the limit, delete, no auto-create.
+    tsdf_add_test(NAME daemon_maps SOURCES test_daemon_maps.c
+      LIBS tsdfd_testlib Threads::Threads LABELS daemon TIMEOUT 300)
     # Compressed depth (png, zstd, rvl) end to end: the same volume as raw
     # frames, and payloads that do not decode refused and counted.
     tsdf_add_test(NAME daemon_depth SOURCES test_daemon_depth.c

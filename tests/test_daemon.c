@@ -1195,43 +1195,6 @@ static void test_connection_limit(void **state)
     free(st);
 }
 
-/* ---- 6. the map limit --------------------------------------------------- */
-
-static void test_max_maps_is_enforced(void **state)
-{
-    tsdfd_harness h;
-    frame_set fs;
-    tsdf_rep_stats *st = calloc(1, sizeof *st);
-    (void)state;
-
-    assert_non_null(st);
-    frames_make(&fs, "sphere", 64, 48, 1);
-    assert_int_equal(start_daemon(&h, "[volume]\nmax_maps = 2\n", NULL), 0);
-    tsdf_client *c = open_client(&h, 0);
-    static const char *const names[] = {"alpha", "beta", "gamma"};
-    int expect[] = {TSDF_OK, TSDF_ELIMIT, TSDF_ELIMIT};
-    for (int i = 0; i < 3; i++) {
-        tsdf_client_frame f;
-        memset(&f, 0, sizeof f);
-        f.map = names[i];
-        f.frame = &fs.frames[0];
-        assert_int_equal(tsdf_client_integrate(c, &f, 30000, NULL), expect[i]);
-    }
-    tsdf_rep_maps maps;
-    assert_int_equal(tsdf_client_maps(c, &maps, 10000), TSDF_OK);
-    assert_int_equal(maps.count, 2); /* default + alpha */
-    assert_int_equal(tsdf_client_stats(c, "alpha", st, 10000), TSDF_OK);
-    assert_reconciled(st);
-    assert_int_equal(stat_get(st, "rejected.no_map"), 2);
-    assert_int_equal(stat_get(st, "frames.integrated"), 1);
-    assert_int_equal(stat_get(st, "maps.count"), 2);
-    assert_int_equal(st->engine.frames_integrated, 1);
-    tsdf_client_close(c);
-    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
-    frames_free(&fs);
-    free(st);
-}
-
 /* ---- 7. mutated messages: every one answered, nothing crashes ----------- */
 
 static void test_mutated_messages(void **state)
@@ -1702,7 +1665,6 @@ int main(void)
         cmocka_unit_test(test_persistence_across_restarts),
         cmocka_unit_test(test_save_load_semantics),
         cmocka_unit_test(test_client_cannot_pin_the_restored_snapshot),
-        cmocka_unit_test(test_max_maps_is_enforced),
         cmocka_unit_test(test_connection_limit),
         cmocka_unit_test(test_mutated_messages),
         cmocka_unit_test(test_stats_keep_long_sensor_names),

@@ -35,7 +35,7 @@ for enc in lz4 png rvl; do
     $C replay --synthetic box --compress "$enc" >/dev/null 2>&1
     [ $? -eq 2 ] || fail "replay --synthetic --compress $enc should be a usage error (exit 2)"
 done
-for cmd in replay mesh raycast stats save load reset maps ping; do
+for cmd in replay mesh raycast stats save load reset delete maps ping; do
     $C $cmd --help | grep -q "tsdfctl $cmd" || fail "$cmd --help"
 done
 
@@ -107,6 +107,16 @@ $C load --map s >"$WORK/out" || fail "load: $(cat "$WORK/out")"
 $C stats --map s | grep -q "blocks_allocated *0$" && fail "load restored nothing"
 $C reset --map nosuchmap >"$WORK/out" 2>&1
 [ $? -eq 1 ] && grep -q NOT_FOUND "$WORK/out" || fail "reset of a missing map: $(cat "$WORK/out")"
+
+# delete: the map goes, a second delete finds nothing, no --map is refused.
+$C replay --synthetic box --map gone --max-frames 3 --ack >/dev/null || fail "replay into gone"
+$C maps | grep -qx gone || fail "map gone was not made"
+$C delete --map gone | grep -q "map gone deleted" || fail "delete"
+$C maps | grep -qx gone && fail "map gone survived its delete"
+$C delete --map gone >"$WORK/out" 2>&1
+[ $? -eq 1 ] && grep -q NOT_FOUND "$WORK/out" || fail "second delete: $(cat "$WORK/out")"
+$C delete >/dev/null 2>&1
+[ $? -eq 2 ] || fail "delete without --map should be a usage error (exit 2)"
 
 # The defaults: SIGTERM saves every map (save_on_stop), and a daemon started
 # again on the same state directory restores them (load_on_start).

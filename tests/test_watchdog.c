@@ -50,6 +50,10 @@ static void test_find_stalls(void **state)
     assert_int_equal(pthread_mutex_init(&r.lock, NULL), 0);
     r.maps = slots;
     r.count = 3;
+    /* The registry's reference of each map (maps.h): maps_list hands out
+     * one more, and its caller's maps_put gives it back. */
+    for (int i = 0; i < 3; i++)
+        atomic_store(&maps[i].refs, 1);
     snprintf(maps[0].name, sizeof maps[0].name, "idle");
     snprintf(maps[1].name, sizeof maps[1].name, "slow");
     atomic_store(&maps[1].busy_since_ns, now - 2000 * MS);
@@ -72,6 +76,8 @@ static void test_find_stalls(void **state)
     assert_int_equal(watchdog_find_stalls(&r, now, 1000, &w), 1);
     assert_string_equal(w.map, "slow");
     assert_string_equal(w.job, "raycast");
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(atomic_load(&maps[i].refs), 1);
     pthread_mutex_destroy(&r.lock);
 }
 

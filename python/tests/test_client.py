@@ -254,6 +254,16 @@ def test_save_load_round_trip(client, daemon):
     assert e.value.code is ErrorCode.INVAL
 
 
+def test_delete(client):
+    client.integrate("doomed", plane_depth(0.8), PLANE_K, IDENTITY)
+    assert "doomed" in client.maps()
+    client.delete("doomed")
+    assert "doomed" not in client.maps()
+    with pytest.raises(TsdfError) as e:
+        client.delete("doomed")
+    assert e.value.code is ErrorCode.NOT_FOUND
+
+
 def test_connection_refused(tmp_path):
     with pytest.raises(TsdfError) as e:
         tsdf.Client(f"ipc://{tmp_path}/nobody.sock")

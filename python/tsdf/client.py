@@ -301,3 +301,8 @@ class Client:
     def reset(self, map):
         """Drops every block of map (NOT_FOUND when it does not exist)."""
         self.request("reset", map=m.check_map(map))
+
+    def delete(self, map):
+        """Deletes map from the daemon: its blocks, its name and its slot
+        (NOT_FOUND when it does not exist)."""
+        self.request("delete", map=m.check_map(map))
