@@ -37,6 +37,13 @@ if(TARGET tsdf_client)
     # state directory, CUDA asked for without a GPU.
     tsdf_add_test(NAME daemon_faults SOURCES test_daemon_faults.c
       LIBS tsdfd_testlib Threads::Threads LABELS daemon TIMEOUT 300)
+    # The bad-input suite: every kind of hostile message while a good
+    # client streams.
+    tsdf_add_test(NAME daemon_hostile SOURCES test_daemon_hostile.c
+      LIBS tsdfd_testlib Threads::Threads LABELS daemon TIMEOUT 300)
+    # Alone on the machine: it compares the good client's rate with and
+    # without the attack, which another test running beside it would skew.
+    set_tests_properties(daemon_hostile PROPERTIES RUN_SERIAL TRUE)
     # The life of a map: the limit, delete, no auto-create.
     tsdf_add_test(NAME daemon_maps SOURCES test_daemon_maps.c
       LIBS tsdfd_testlib Threads::Threads LABELS daemon TIMEOUT 300)
