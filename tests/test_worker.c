@@ -119,6 +119,7 @@ static void test_abandoned_query_is_not_run(void **state)
     dstats_get_totals(&ds, &t);
     assert_int_equal(t.queries_abandoned, 1);
 
+    maps_put(m); /* maps_get's reference */
     assert_int_equal(maps_stop(&r, 1000, 1000), 0);
     assert_int_equal(maps_fini(&r), TSDF_OK);
     dstats_fini(&ds);
