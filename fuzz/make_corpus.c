@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
+#include "tsdf_depth_codec.h"
 #include "log.h"
 #include "snapshot.h"
 #include "tsdf_png.h"
@@ -434,6 +435,39 @@ static void make_poses(void)
 #undef APPEND
 }
 
+/* Depth payloads of every encoding, behind fuzz_depth's 6-byte header
+ * (encoding, format, width - 1, height - 1): the 8 x 4 test image, and a
+ * run of zeros (what RVL and zstd meet most: pixels without a measurement). */
+static void make_depth(void)
+{
+    static uint16_t zeros[8 * 4];
+    const void *images[2] = {g_u16, zeros};
+    for (int img = 0; img < 2; img++) {
+        for (int e = 0; e < TSDF_DEPTH_ENC_COUNT; e++) {
+            for (int f = 0; f < 2; f++) {
+                tsdf_depth_format fmt = f ? TSDF_DEPTH_F32 : TSDF_DEPTH_U16;
+                if (!tsdf_depth_encoding_allows((tsdf_depth_encoding)e, fmt))
+                    continue;
+                const void *src = f ? (const void *)g_f32 : images[img];
+                if (f && img == 1)
+                    continue;
+                tsdf_buf b;
+                tsdf_buf_init(&b);
+                const uint8_t hdr[6] = {(uint8_t)e, (uint8_t)f, 7, 0, 3, 0};
+                if (tsdf_buf_append(&b, hdr, sizeof hdr) != TSDF_OK ||
+                    tsdf_depth_encode((tsdf_depth_encoding)e, 0, fmt, 8, 4, src, &b) != TSDF_OK)
+                    die("depth seed");
+                char name[64];
+                snprintf(name, sizeof name, "%s-%s-%s.bin",
+                         tsdf_depth_encoding_name((tsdf_depth_encoding)e), f ? "f32" : "u16",
+                         img ? "zeros" : "ramp");
+                put("depth", name, b.data, b.len);
+                tsdf_buf_fini(&b);
+            }
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -458,5 +492,6 @@ int main(int argc, char **argv)
     make_snapshots();
     make_pngs();
     make_poses();
+    make_depth();
     return 0;
 }

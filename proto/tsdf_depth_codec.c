@@ -537,13 +537,17 @@ int tsdf_depth_decode(tsdf_depth_encoding e, tsdf_depth_format fmt, uint32_t wid
     size_t bytes = 0;
     if (err != NULL)
         memset(err, 0, sizeof *err);
+    /* Every refusal says why in err: the daemon quotes it in the reply. */
     if (src == NULL || dst == NULL)
-        return TSDF_EINVAL;
+        return proto_fail(err, TSDF_EINVAL, "depth", "depth: no payload or no buffer");
     int rc = check_image(e, fmt, width, height, &bytes);
     if (rc != TSDF_OK)
-        return rc;
+        return proto_fail(err, rc, "depth", "depth: %s depth of a %ux%u image: %s",
+                          tsdf_depth_encoding_name(e), width, height, tsdf_strerror(rc));
     if (dst_bytes != bytes)
-        return TSDF_EBAD_SIZE;
+        return proto_fail(err, TSDF_EBAD_SIZE, "depth",
+                          "depth: a buffer of %zu bytes for %zu bytes of samples", dst_bytes,
+                          bytes);
     switch (e) {
     case TSDF_DEPTH_ENC_RAW:
         if (n != bytes)
@@ -558,6 +562,6 @@ int tsdf_depth_decode(tsdf_depth_encoding e, tsdf_depth_format fmt, uint32_t wid
     case TSDF_DEPTH_ENC_RVL:
         return rvl_decode(width, height, src, n, dst, err);
     default:
-        return TSDF_EINVAL;
+        return proto_fail(err, TSDF_EINVAL, "depth", "depth: unknown encoding %d", (int)e);
     }
 }

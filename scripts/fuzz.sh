@@ -9,7 +9,7 @@
 #   --time S      seconds per target (default 20)
 #   --parallel N  targets that run at once (default 2, one per core of CI)
 #   --build DIR   the build folder (default build-fuzz)
-#   TARGET        request reply config snapshot png pose (default: all)
+#   TARGET        request reply config snapshot png pose depth (default: all)
 #   FLAGS         passed on to every libFuzzer run (e.g. -runs=100000)
 #
 # New inputs go to DIR/fuzz-work/TARGET, never into the repository; a crash,
@@ -20,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all_targets=(request reply config snapshot png pose)
+all_targets=(request reply config snapshot png pose depth)
 time_s=20
 parallel=2
 build=build-fuzz
