@@ -254,20 +254,20 @@ static int decode_request(const proto_reader *r, tsdf_request *out)
 {
     tsdf_msg_type type = TSDF_MSG_NONE;
     uint64_t id = 0;
-    int present = 0;
-    /* The id first, so that even a request with a bad version or type can
-     * be answered with its id. */
-    (void)proto_get_uint(r, "id", UINT64_MAX, &id, &present);
-    out->id = id;
+    /* The envelope sets type and id to what it could read even when it
+     * fails, so that the error reply can echo them. */
     int rc = proto_read_envelope(r, &type, &id, 0);
     out->type = type;
+    out->id = id;
     if (rc != TSDF_OK)
         return rc;
     if (type == TSDF_MSG_ERROR)
         return proto_fail(r->err, TSDF_EPROTO_TYPE, "type", "\"error\" is a reply type");
     tsdf_request_init(out, type);
     out->id = id;
-    if (!present && type != TSDF_MSG_FRAME)
+    /* Only a frame may leave the id out (the envelope read it otherwise). */
+    const msgpack_object *id_obj;
+    if (type != TSDF_MSG_FRAME && proto_find(r, "id", &id_obj) == 0)
         return proto_missing(r, "id");
 
     if (type != TSDF_MSG_MAPS && type != TSDF_MSG_PING)

@@ -340,7 +340,8 @@ int tsdf_proto_encode_reply(const tsdf_reply *rep, tsdf_buf *out);
 
 /* Reads only the envelope of a request: version, type and id. Useful to
  * answer a request the full decoder refuses. *type and *id are set to what
- * could be read (TSDF_MSG_NONE / 0 otherwise) even when an error is returned. */
+ * could be read (TSDF_MSG_NONE / 0 otherwise) even when an error is returned
+ * (a bad version too: the rule of PROTOCOL.md section 3). */
 int tsdf_proto_peek(const void *data, size_t len, tsdf_msg_type *type, uint64_t *id);
 
 /* Decodes and fully validates one request (including frame) from len bytes.
@@ -351,7 +352,7 @@ int tsdf_proto_peek(const void *data, size_t len, tsdf_msg_type *type, uint64_t 
  *                       deeper than TSDF_PROTO_MAX_DEPTH
  *   TSDF_EFORMAT        not exactly one well-formed msgpack value, or the top
  *                       value is not a map, or trailing bytes
- *   TSDF_EVERSION       "v" is not 1
+ *   TSDF_EVERSION       "v" is missing, not an unsigned integer, or not 1
  *   TSDF_EPROTO_TYPE    "type" unknown or a reply-only type
  *   TSDF_EPROTO_KEY     a required key is missing, a key has the wrong msgpack
  *                       type, a key appears twice, an unknown enum string
@@ -370,8 +371,9 @@ int tsdf_proto_peek(const void *data, size_t len, tsdf_msg_type *type, uint64_t 
  *                       finite
  *   TSDF_ENOMEM         the msgpack zone could not be allocated
  * On success payload pointers in *out point into data (see lifetimes above).
- * On failure out->type and out->id hold what could be read, so the caller can
- * still reply to the right request; err (optional) says which key failed. */
+ * On failure out->type and out->id hold what could be read (a known type
+ * name and an unsigned id, also when "v" is bad), so the caller can still
+ * reply to the right request; err (optional) says which key failed. */
 int tsdf_proto_decode_request(const void *data, size_t len, tsdf_request *out,
                               tsdf_proto_error *err);
 

@@ -595,8 +595,8 @@ static void test_malformed_messages(void **state)
     o = pk_defaults();
     o.type = "ping";
     o.version = 2;
-    expect_error(s, &o, 11, TSDF_EVERSION,
-                 TSDF_MSG_ERROR); /* another version: its type is not trusted */
+    /* Another version: type and id are still echoed (PROTOCOL.md 3). */
+    expect_error(s, &o, 11, TSDF_EVERSION, TSDF_MSG_PING);
     o = pk_defaults();
     o.type = "teleport";
     expect_error(s, &o, 12, TSDF_EPROTO_TYPE, TSDF_MSG_ERROR);

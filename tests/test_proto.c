@@ -739,10 +739,30 @@ static void test_validation_frame(void **state)
     assert_int_equal(req_with(&b, "rgb", v_nil, NULL), TSDF_OK);
     assert_int_equal(req_with(&b, "min_depth", v_nil, NULL), TSDF_OK);
 
-    /* Envelope. */
-    assert_int_equal(req_with(&b, "v", NULL, &err), TSDF_EPROTO_KEY);
+    /* Envelope: a missing or non-integer v is a version this side does
+     * not speak, and type and id are still read for the error reply. */
+    assert_int_equal(req_with(&b, "v", NULL, &err), TSDF_EVERSION);
     assert_string_equal(err.key, "v");
     assert_int_equal(req_with(&b, "v", v_u2, &err), TSDF_EVERSION);
+    assert_int_equal(req_with(&b, "v", v_str_f32, &err), TSDF_EVERSION);
+    assert_int_equal(req_with(&b, "v", v_f10, &err), TSDF_EVERSION);
+    assert_int_equal(req_with(&b, "v", v_neg, &err), TSDF_EVERSION);
+    rebuild(&b, "v", "v", v_str_f32);
+    assert_int_equal(tsdf_proto_decode_request(g_out, g_out_len, &d, &err), TSDF_EVERSION);
+    assert_int_equal(d.type, TSDF_MSG_INTEGRATE);
+    assert_int_equal(d.id, 42);
+    {
+        tsdf_msg_type pt;
+        uint64_t pid;
+        assert_int_equal(tsdf_proto_peek(g_out, g_out_len, &pt, &pid), TSDF_EVERSION);
+        assert_int_equal(pt, TSDF_MSG_INTEGRATE);
+        assert_int_equal(pid, 42);
+    }
+    /* An unknown type leaves the id readable. */
+    rebuild(&b, "type", "type", v_str_bogus);
+    assert_int_equal(tsdf_proto_decode_request(g_out, g_out_len, &d, &err), TSDF_EPROTO_TYPE);
+    assert_int_equal(d.type, TSDF_MSG_NONE);
+    assert_int_equal(d.id, 42);
     assert_int_equal(req_with(&b, "type", v_str_bogus, &err), TSDF_EPROTO_TYPE);
     assert_int_equal(req_with(&b, "type", v_u2, &err), TSDF_EPROTO_KEY);
     assert_int_equal(req_with(&b, "id", NULL, &err), TSDF_EPROTO_KEY);
