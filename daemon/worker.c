@@ -414,6 +414,13 @@ static void run_query(dmap *m, worker_job *j)
             lat_window_add(&m->reg->stats->lat_stage[DS_STAGE_RAYCAST], st.last_raycast_ms);
         if (j->kind == JOB_MESH)
             lat_window_add(&m->reg->stats->lat_stage[DS_STAGE_MESH], st.last_mesh_ms);
+        /* A raycast reply carries rgb only when the map has colour
+         * (PROTOCOL.md 6.2): otherwise it would be all zeros, which a client
+         * cannot tell from a black surface. */
+        if (j->kind == JOB_RAYCAST && !st.has_color) {
+            free(j->rgb);
+            j->rgb = NULL;
+        }
     }
     j->version = atomic_load(&m->version);
     if (j->kind == JOB_STATS && rc == TSDF_OK)

@@ -14,6 +14,85 @@
 #include <string.h>
 #include <unistd.h>
 
+static void integrate_all(tsdf_client *c, const char *map, frame_set *fs)
+{
+    for (uint32_t i = 0; i < fs->count; i++) {
+        tsdf_client_frame f;
+        memset(&f, 0, sizeof f);
+        f.map = map;
+        f.frame = &fs->frames[i];
+        assert_int_equal(tsdf_client_integrate(c, &f, 60000, NULL), TSDF_OK);
+    }
+}
+
+static tsdf_raycast_params view_of(const frame_set *fs)
+{
+    tsdf_raycast_params rp;
+    memset(&rp, 0, sizeof rp);
+    rp.width = fs->seq.width;
+    rp.height = fs->seq.height;
+    rp.K = fs->seq.K;
+    memcpy(rp.T_world_cam, fs->frames[0].T_world_cam, sizeof rp.T_world_cam);
+    rp.min_depth_m = 0.1f;
+    rp.max_depth_m = 5.0f;
+    return rp;
+}
+
+/* 6.2: "rgb ... present only when asked for and the map has colour". */
+static void test_raycast_rgb_only_with_colour(void **state)
+{
+    tsdfd_harness h;
+    frame_set fs;
+    (void)state;
+
+    frames_make(&fs, "sphere", 64, 48, 4);
+    assert_int_equal(start_daemon(&h, NULL, NULL), 0);
+    tsdf_client *c = open_client(&h, 0);
+    integrate_all(c, "grey", &fs);
+    /* The same frames with colour into another map. */
+    size_t px = (size_t)fs.seq.width * fs.seq.height;
+    uint8_t *rgb = malloc(px * 3);
+    assert_non_null(rgb);
+    memset(rgb, 200, px * 3);
+    for (uint32_t i = 0; i < fs.count; i++) {
+        tsdf_frame fr = fs.frames[i];
+        fr.rgb = rgb;
+        tsdf_client_frame f;
+        memset(&f, 0, sizeof f);
+        f.map = "colour";
+        f.frame = &fr;
+        assert_int_equal(tsdf_client_integrate(c, &f, 60000, NULL), TSDF_OK);
+    }
+
+    tsdf_raycast_params rp = view_of(&fs);
+    float *depth = malloc(px * sizeof(float));
+    uint8_t *out_rgb = malloc(px * 3);
+    assert_non_null(depth);
+    assert_non_null(out_rgb);
+    tsdf_raycast_output ro = {depth, NULL, out_rgb};
+    int has_rgb = -1;
+    assert_int_equal(tsdf_client_raycast(c, "grey", &rp, 1, &ro, &has_rgb, 60000), TSDF_OK);
+    assert_int_equal(has_rgb, 0);
+    has_rgb = -1;
+    assert_int_equal(tsdf_client_raycast(c, "colour", &rp, 1, &ro, &has_rgb, 60000), TSDF_OK);
+    assert_int_equal(has_rgb, 1);
+    size_t lit = 0;
+    for (size_t i = 0; i < px; i++)
+        lit += out_rgb[3 * i] != 0;
+    assert_true(lit > 0);
+    /* Not asked for: never sent. */
+    has_rgb = -1;
+    assert_int_equal(tsdf_client_raycast(c, "colour", &rp, 0, &ro, &has_rgb, 60000), TSDF_OK);
+    assert_int_equal(has_rgb, 0);
+
+    free(depth);
+    free(out_rgb);
+    free(rgb);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    frames_free(&fs);
+}
+
 /* How pack_head writes "v". */
 typedef enum { V_ABSENT, V_ONE, V_STR, V_FLOAT } v_form;
 
@@ -99,6 +178,7 @@ static void test_error_replies_echo_type_and_id(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_raycast_rgb_only_with_colour),
         cmocka_unit_test(test_error_replies_echo_type_and_id),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

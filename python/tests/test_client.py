@@ -103,7 +103,7 @@ def test_raycast_of_a_plane(client):
     r = client.raycast(name, 64, 48, PLANE_K, IDENTITY, rgb=True)
     assert r.depth.shape == (48, 64) and r.depth.dtype == np.float32
     assert r.normals.shape == (48, 64, 3) and r.normals.dtype == np.float32
-    assert r.rgb is not None and r.rgb.shape == (48, 64, 3) and r.rgb.dtype == np.uint8
+    assert r.has_rgb and r.rgb.shape == (48, 64, 3) and r.rgb.dtype == np.uint8
     inner = (slice(8, -8), slice(8, -8))
     assert np.all(np.isfinite(r.depth[inner]))
     assert np.abs(r.depth[inner] - 1.0).max() < 0.01
@@ -118,7 +118,9 @@ def test_raycast_of_the_sphere(client, sphere):
     T = look_at((0.0, -1.0, 0.3), (0.0, 0.0, 0.0))
     expected = render_sphere(T)
     r = client.raycast(sphere, WIDTH, HEIGHT, K, T)
-    assert r.rgb is None
+    assert r.rgb is None and not r.has_rgb
+    # Asked for, from a map without colour: none is sent (PROTOCOL.md 6.2).
+    assert not client.raycast(sphere, 16, 12, (FX / 8, FX / 8, 7.5, 5.5), T, rgb=True).has_rgb
     hit = expected > 0
     # Away from the silhouette, where rays graze the surface: the pixels
     # that still hit with a 10 % wider field of view.
