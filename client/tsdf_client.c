@@ -412,7 +412,7 @@ static int frame_request(const tsdf_client_frame *f, tsdf_msg_type type, tsdf_re
     tsdf_req_frame *r = &q->u.frame;
     if (f->sensor != NULL) {
         size_t n = strlen(f->sensor);
-        if (n == 0 || n > TSDF_PROTO_MAX_NAME_LEN)
+        if (n == 0 || n > TSDF_PROTO_MAX_SENSOR_NAME_LEN)
             return client_fail(n ? TSDF_ETOO_LARGE : TSDF_EINVAL, "bad sensor name");
         r->sensor.is_id = 0;
         memcpy(r->sensor.name, f->sensor, n + 1);

@@ -293,8 +293,8 @@ static int parse_list(const char *v, char *entries, size_t max, size_t entry_len
         }
         if (kind == 1 && tsdf_proto_check_name(tmp, strlen(tmp)) != TSDF_OK) {
             snprintf(why, why_len,
-                     "'%s' is not a map name (1..64 of [A-Za-z0-9_.-], not starting with '.')",
-                     tmp);
+                     "'%s' is not a map name (1..%u of [A-Za-z0-9_.-], not starting with '.')", tmp,
+                     TSDF_PROTO_MAX_NAME_LEN);
             return TSDF_EINVAL;
         }
         if (kind == 2 && check_cn(tmp) != TSDF_OK) {

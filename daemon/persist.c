@@ -18,6 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Every map name a client may create must fit a snapshot: else a map could
+ * exist that no save can write. */
+_Static_assert(TSDF_PROTO_MAX_NAME_LEN + 1 <= SNAP_NAME_LEN,
+               "a map name of the protocol must fit a snapshot's name field");
+_Static_assert(MAPS_NAME_MAX == TSDF_PROTO_MAX_NAME_LEN, "one limit on map names");
+
 /* Resolves a client's path inside the state dir: relative paths are taken
  * from there, absolute ones must lie below it, ".." is refused. A client
  * may thus not make the daemon write or read files elsewhere. */

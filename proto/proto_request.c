@@ -41,7 +41,7 @@ static int check_sensor_name(const char *name, size_t len)
 {
     if (len == 0)
         return TSDF_EINVAL;
-    if (len > TSDF_PROTO_MAX_NAME_LEN)
+    if (len > TSDF_PROTO_MAX_SENSOR_NAME_LEN)
         return TSDF_ETOO_LARGE;
     for (size_t i = 0; i < len; i++) {
         if (name[i] < 0x21 || name[i] > 0x7e)
@@ -134,7 +134,7 @@ static int read_frame(const proto_reader *r, tsdf_req_frame *f)
             if (rc != TSDF_OK)
                 return proto_fail(r->err, rc, "sensor",
                                   "sensor: name must be 1..%u printable characters without spaces",
-                                  TSDF_PROTO_MAX_NAME_LEN);
+                                  TSDF_PROTO_MAX_SENSOR_NAME_LEN);
             f->sensor.is_id = 0;
             memcpy(f->sensor.name, o->via.str.ptr, o->via.str.size);
             f->sensor.name[o->via.str.size] = '\0';

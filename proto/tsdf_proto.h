@@ -54,10 +54,16 @@ extern "C" {
 #define TSDF_PROTO_VERSION 1
 /* The largest message either side encodes or accepts, in bytes. */
 #define TSDF_PROTO_MAX_MESSAGE_BYTES (64u * 1024u * 1024u)
-/* Map names: 1..64 bytes of [A-Za-z0-9_.-], not starting with '.' (a map
- * name may become a file name). Sensor names: 1..64 printable ASCII bytes
- * without spaces (0x21..0x7e). */
-#define TSDF_PROTO_MAX_NAME_LEN 64u
+/* Map names: 1..63 bytes of [A-Za-z0-9_.-], not starting with '.' (a map
+ * name may become a file name). This is the one limit on map names: the
+ * daemon's registry, its configuration and its snapshot files (whose
+ * format v1 keeps a map's name in a 64-byte field with its NUL) all use
+ * it. */
+#define TSDF_PROTO_MAX_NAME_LEN 63u
+/* Sensor names: 1..64 printable ASCII bytes without spaces (0x21..0x7e).
+ * They are labels in stats and metrics only, never stored in a file, so
+ * they keep the limit they always had. */
+#define TSDF_PROTO_MAX_SENSOR_NAME_LEN 64u
 /* Paths in save/load: 1..1024 bytes of valid UTF-8, no NUL byte. */
 #define TSDF_PROTO_MAX_PATH_LEN 1024u
 /* Error messages in replies: longer ones are truncated on decode. */
@@ -163,7 +169,7 @@ int tsdf_depth_encoding_allows(tsdf_depth_encoding e, tsdf_depth_format f);
 typedef struct {
     int is_id;   /* 1: id is valid; 0: name is valid */
     uint64_t id; /* default 0 (is_id = 1) */
-    char name[TSDF_PROTO_MAX_NAME_LEN + 1];
+    char name[TSDF_PROTO_MAX_SENSOR_NAME_LEN + 1];
 } tsdf_proto_sensor;
 
 /* frame and integrate: one depth image with its pose. */
@@ -386,8 +392,8 @@ int tsdf_proto_decode_reply(const void *data, size_t len, tsdf_reply *out, tsdf_
 
 /* ---- small helpers shared with the daemon ------------------------------ */
 
-/* TSDF_OK if name is a valid map or sensor name of len bytes (1..64 of
- * [A-Za-z0-9_.-], not starting with '.'); TSDF_ETOO_LARGE or TSDF_EINVAL. */
+/* TSDF_OK if name is a valid map name of len bytes (1..TSDF_PROTO_MAX_NAME_LEN
+ * of [A-Za-z0-9_.-], not starting with '.'); TSDF_ETOO_LARGE or TSDF_EINVAL. */
 int tsdf_proto_check_name(const char *name, size_t len);
 
 #ifdef __cplusplus

@@ -93,6 +93,52 @@ static void test_raycast_rgb_only_with_colour(void **state)
     frames_free(&fs);
 }
 
+/* 2: the longest name the decoder accepts is a map that can be created,
+ * saved and loaded; one byte more is TOO_LARGE everywhere. */
+static void test_longest_map_name(void **state)
+{
+    tsdfd_harness h;
+    frame_set fs;
+    char name[TSDF_PROTO_MAX_NAME_LEN + 2];
+    tsdf_reply *rep = malloc(sizeof *rep);
+    (void)state;
+
+    assert_non_null(rep);
+    assert_int_equal(TSDF_PROTO_MAX_NAME_LEN, 63);
+    memset(name, 'n', TSDF_PROTO_MAX_NAME_LEN);
+    name[TSDF_PROTO_MAX_NAME_LEN] = '\0';
+    frames_make(&fs, "sphere", 64, 48, 2);
+    assert_int_equal(start_daemon(&h, NULL, NULL), 0);
+    tsdf_client *c = open_client(&h, 0);
+    integrate_all(c, name, &fs);
+    tsdf_rep_maps maps;
+    assert_int_equal(tsdf_client_maps(c, &maps, 10000), TSDF_OK);
+    assert_int_equal(maps.count, 2);
+    assert_string_equal(maps.names[1], name);
+    tsdf_rep_path saved, loaded;
+    assert_int_equal(tsdf_client_save(c, name, NULL, &saved, 60000), TSDF_OK);
+    assert_int_equal(tsdf_client_load(c, name, NULL, &loaded, 60000), TSDF_OK);
+
+    /* 64 bytes: the client refuses it, and so does the daemon when a raw
+     * peer sends it, with the request's type and id. */
+    strcat(name, "n");
+    tsdf_client_frame f;
+    memset(&f, 0, sizeof f);
+    f.map = name;
+    f.frame = &fs.frames[0];
+    assert_int_equal(tsdf_client_integrate(c, &f, 60000, NULL), TSDF_ETOO_LARGE);
+    nng_socket s = raw_req(&h);
+    pk_opts o = pk_defaults();
+    o.map = name;
+    expect_error(s, &o, 64, TSDF_ETOO_LARGE, TSDF_MSG_INTEGRATE);
+    nng_close(s);
+
+    free(rep);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    frames_free(&fs);
+}
+
 /* How pack_head writes "v". */
 typedef enum { V_ABSENT, V_ONE, V_STR, V_FLOAT } v_form;
 
@@ -179,6 +225,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_raycast_rgb_only_with_colour),
+        cmocka_unit_test(test_longest_map_name),
         cmocka_unit_test(test_error_replies_echo_type_and_id),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

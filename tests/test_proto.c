@@ -1433,8 +1433,9 @@ static void test_names_and_helpers(void **state)
     assert_int_equal(tsdf_proto_check_name("a b", 3), TSDF_EINVAL);
     char longname[70];
     memset(longname, 'x', sizeof(longname));
-    assert_int_equal(tsdf_proto_check_name(longname, 64), TSDF_OK);
-    assert_int_equal(tsdf_proto_check_name(longname, 65), TSDF_ETOO_LARGE);
+    /* 63 bytes: the longest name a snapshot file holds (with its NUL). */
+    assert_int_equal(tsdf_proto_check_name(longname, 63), TSDF_OK);
+    assert_int_equal(tsdf_proto_check_name(longname, 64), TSDF_ETOO_LARGE);
 
     float T[16];
     tsdf_pose_identity(T);

@@ -196,6 +196,19 @@ def test_daemon_side_codes(client):
     assert e.value.code is ErrorCode.BAD_DEPTH_RANGE
 
 
+def test_longest_map_name(client):
+    """63 bytes, the protocol's one limit on map names, is a map; 64 is
+    refused before it is sent."""
+    header = (SOURCE_DIR / "proto" / "tsdf_proto.h").read_text()
+    assert f"#define TSDF_PROTO_MAX_NAME_LEN {tsdf._messages.MAX_MAP_NAME_LEN}u" in header
+    name = "m" * tsdf._messages.MAX_MAP_NAME_LEN
+    client.integrate(name, plane_depth(1.0), PLANE_K, IDENTITY)
+    assert name in client.maps()
+    with pytest.raises(ArgumentError) as e:
+        client.integrate(name + "m", plane_depth(1.0), PLANE_K, IDENTITY)
+    assert e.value.code is ErrorCode.TOO_LARGE
+
+
 @pytest.mark.parametrize("kwargs, code", [
     (dict(depth=np.zeros((4, 4, 1), np.float32)), ErrorCode.BAD_SIZE),
     (dict(depth=np.zeros((4, 4), np.int32)), ErrorCode.INVAL),

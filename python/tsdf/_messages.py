@@ -17,9 +17,20 @@ from .errors import ArgumentError, ErrorCode, TsdfError
 from .results import Mesh, Raycast
 
 
+# The longest map name, in bytes (TSDF_PROTO_MAX_NAME_LEN, PROTOCOL.md
+# section 2): a snapshot file keeps a name with its NUL in 64 bytes.
+MAX_MAP_NAME_LEN = 63
+
+
 def check_map(name):
+    """A map name as a str; its characters are the daemon's to check, but a
+    name too long for any map is refused here, as libtsdf refuses it."""
     if not isinstance(name, str):
         raise ArgumentError(ErrorCode.INVAL, f"map must be a str, not {type(name).__name__}")
+    if len(name.encode("utf-8")) > MAX_MAP_NAME_LEN:
+        raise ArgumentError(ErrorCode.TOO_LARGE,
+                            f"map name of {len(name.encode('utf-8'))} bytes: at most "
+                            f"{MAX_MAP_NAME_LEN}")
     return name
 
 
