@@ -354,6 +354,11 @@ int ctl_stats(const global_opts *g, int argc, char **argv)
                 printf("%s%llu", i ? ", " : "", (unsigned long long)st->probe_hist[i]);
             printf("]}");
         }
+        if (s->has_params)
+            printf(", \"params\": {\"voxel_size_m\": %.9g, \"trunc_vox\": %.9g, "
+                   "\"max_weight\": %.9g, \"memory_cap_bytes\": %llu}",
+                   (double)s->params.voxel_size_m, (double)s->params.trunc_vox,
+                   (double)s->params.max_weight, (unsigned long long)s->params.memory_cap_bytes);
         printf(", \"daemon\": {");
         for (uint32_t i = 0; i < s->extra_count; i++) {
             const tsdf_stat_entry *e = &s->extra[i];
@@ -405,6 +410,13 @@ int ctl_stats(const global_opts *g, int argc, char **argv)
         } else {
             printf("engine: (no such map yet)\n");
         }
+        /* What the map was created with or a load gave it. */
+        if (s->has_params)
+            printf("params:\n  %-24s %g\n  %-24s %g\n  %-24s %g\n  %-24s %llu%s\n", "voxel_size_m",
+                   (double)s->params.voxel_size_m, "trunc_vox", (double)s->params.trunc_vox,
+                   "max_weight", (double)s->params.max_weight, "memory_cap_bytes",
+                   (unsigned long long)s->params.memory_cap_bytes,
+                   s->params.memory_cap_bytes == 0 ? " (no cap)" : "");
         printf("daemon:\n");
         for (uint32_t i = 0; i < s->extra_count; i++) {
             const tsdf_stat_entry *e = &s->extra[i];

@@ -202,6 +202,11 @@ void handlers_do_stats(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
             return;
         rep->u.stats.has_engine = 1;
         rep->u.stats.engine = j->vstats;
+        rep->u.stats.has_params = 1;
+        rep->u.stats.params.voxel_size_m = j->params.voxel_size_m;
+        rep->u.stats.params.trunc_vox = j->params.trunc_vox;
+        rep->u.stats.params.max_weight = j->params.max_weight;
+        rep->u.stats.params.memory_cap_bytes = j->params.memory_cap_bytes;
         rep->u.stats.timeline_count = (uint32_t)j->timeline_count;
         memcpy(rep->u.stats.timeline, j->timeline,
                j->timeline_count * sizeof rep->u.stats.timeline[0]);

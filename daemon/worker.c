@@ -383,6 +383,10 @@ static void run_query(dmap *m, worker_job *j)
         j->counters.queue_bytes = queue_budget_bytes(&m->reg->budget);
         j->counters.volume_bytes = atomic_load(&m->reg->vbudget.used_bytes);
         j->counters.budget_refused = atomic_load(&m->reg->vbudget.refused_frames);
+        /* The map's voxel parameters (a load may have changed them) and
+         * its own cap, as a snapshot keeps them. */
+        j->params = *tsdf_volume_get_params(m->vol);
+        j->params.memory_cap_bytes = m->own_cap_bytes;
         break;
     case JOB_RESET:
         rc = tsdf_volume_reset(m->vol);

@@ -267,9 +267,21 @@ typedef struct {
     double f;
 } tsdf_stat_entry;
 
+/* The voxel parameters of a map (stats reply "params"): what it was created
+ * with, or what a load gave it (a snapshot keeps them). */
+typedef struct {
+    float voxel_size_m;        /* edge of one voxel, metres */
+    float trunc_vox;           /* truncation distance, voxels */
+    float max_weight;          /* weights clamp here */
+    uint64_t memory_cap_bytes; /* the map's own volume cap; 0 = none (the cap in force,
+                                * engine.memory_cap_bytes, may be lower: the budget) */
+} tsdf_map_params;
+
 typedef struct {
     int has_engine; /* 1 when the reply carried an "engine" map */
     tsdf_volume_stats engine;
+    int has_params; /* 1 when the reply carried a "params" map (not from older daemons) */
+    tsdf_map_params params;
     uint32_t extra_count; /* entries of "daemon", in wire order */
     tsdf_stat_entry extra[TSDF_PROTO_MAX_STATS_EXTRA];
     /* "timeline": device event times of the map's last integrated frames,

@@ -221,12 +221,70 @@ static void test_error_replies_echo_type_and_id(void **state)
     assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
 }
 
+static void expect_params(tsdf_client *c, const char *map, tsdf_rep_stats *st, tsdf_map_params want)
+{
+    assert_int_equal(tsdf_client_stats(c, map, st, 30000), TSDF_OK);
+    assert_true(st->has_params);
+    assert_true(st->params.voxel_size_m == want.voxel_size_m);
+    assert_true(st->params.trunc_vox == want.trunc_vox);
+    assert_true(st->params.max_weight == want.max_weight);
+    assert_int_equal(st->params.memory_cap_bytes, want.memory_cap_bytes);
+}
+
+/* 6.6 "params": what a map was made with, and what a load gave it. */
+static void test_stats_report_map_params(void **state)
+{
+    tsdfd_harness a, b;
+    frame_set fs;
+    tsdf_rep_stats *st = calloc(1, sizeof *st);
+    char ini[1024];
+    (void)state;
+
+    assert_non_null(st);
+    frames_make(&fs, "sphere", 64, 48, 2);
+    assert_int_equal(start_daemon(&a,
+                                  "[volume]\nvoxel_size_m = 0.02\ntrunc_vox = 3\nmax_weight = 50\n"
+                                  "memory_cap_mb = 64\n",
+                                  NULL),
+                     0);
+    tsdf_client *c = open_client(&a, 0);
+    integrate_all(c, "coarse", &fs);
+    expect_params(c, "coarse", st, (tsdf_map_params){0.02f, 3.0f, 50.0f, 64ull << 20});
+    assert_int_equal(tsdf_client_save(c, "coarse", NULL, NULL, 60000), TSDF_OK);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&a, 30000), 0);
+
+    /* A daemon of default parameters on the same state dir: the loaded map
+     * keeps the snapshot's voxel parameters, but the cap is the daemon's
+     * own ([volume] memory_cap_mb, 4096 by default) as for every map; a
+     * new map gets the daemon's parameters. */
+    snprintf(ini, sizeof ini, "[server]\nstate_dir = %s\n", a.state_dir);
+    assert_int_equal(start_daemon(&b, ini, NULL), 0);
+    c = open_client(&b, 0);
+    assert_int_equal(tsdf_client_load(c, "coarse", NULL, NULL, 60000), TSDF_OK);
+    expect_params(c, "coarse", st, (tsdf_map_params){0.02f, 3.0f, 50.0f, 4096ull << 20});
+    tsdf_volume_params def;
+    tsdf_volume_params_default(&def);
+    expect_params(
+        c, "default", st,
+        (tsdf_map_params){def.voxel_size_m, def.trunc_vox, def.max_weight, 4096ull << 20});
+    /* No such map: neither engine nor params. */
+    assert_int_equal(tsdf_client_stats(c, "nosuchmap", st, 30000), TSDF_OK);
+    assert_false(st->has_engine);
+    assert_false(st->has_params);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&b, 30000), 0);
+    frames_free(&fs);
+    free(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_raycast_rgb_only_with_colour),
         cmocka_unit_test(test_longest_map_name),
         cmocka_unit_test(test_error_replies_echo_type_and_id),
+        cmocka_unit_test(test_stats_report_map_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

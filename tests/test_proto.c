@@ -341,7 +341,23 @@ static void test_roundtrip_replies(void **state)
     /* Without a backend timeline the key is absent and decodes as none. */
     assert_int_equal(d->u.stats.timeline_count, 0);
     assert_false(buf_contains(&b, "timeline"));
+    /* Without params neither (an older daemon's reply). */
+    assert_int_equal(d->u.stats.has_params, 0);
+    assert_false(buf_contains(&b, "voxel_size_m"));
     tsdf_buf_fini(&b);
+
+    /* The map's voxel parameters travel in "params". */
+    r->u.stats.has_params = 1;
+    r->u.stats.params = (tsdf_map_params){0.02f, 3.0f, 100.0f, 1ull << 30};
+    roundtrip_reply(r, d, &b);
+    assert_int_equal(d->u.stats.has_params, 1);
+    assert_true(d->u.stats.params.voxel_size_m == 0.02f);
+    assert_true(d->u.stats.params.trunc_vox == 3.0f);
+    assert_true(d->u.stats.params.max_weight == 100.0f);
+    assert_int_equal(d->u.stats.params.memory_cap_bytes, 1ull << 30);
+    assert_memory_equal(&d->u.stats.engine, st, sizeof(*st));
+    tsdf_buf_fini(&b);
+    r->u.stats.has_params = 0;
 
     /* The CUDA backend's frame timelines travel as an array of maps. */
     r->u.stats.timeline_count = TSDF_PROTO_MAX_TIMELINE;

@@ -67,6 +67,11 @@ grep -qx s "$WORK/maps" && grep -qx b "$WORK/maps" || fail "maps: $(cat "$WORK/m
 $C stats --map s >"$WORK/stats" || fail "stats"
 grep -q "frames_integrated *48" "$WORK/stats" || fail "stats table: $(cat "$WORK/stats")"
 $C stats --map s --json | grep -q '"engine": {"backend": "cpu"' || fail "stats --json"
+# The map's voxel parameters (the daemon's defaults here).
+grep -q "voxel_size_m *0.01$" "$WORK/stats" && grep -q "trunc_vox *4$" "$WORK/stats" ||
+    fail "stats shows no params: $(cat "$WORK/stats")"
+$C stats --map s --json | grep -q '"params": {"voxel_size_m": 0.00999999978' ||
+    fail "stats --json params: $($C stats --map s --json)"
 
 # The mesh of the sphere: a closed surface has T = 2V - 4.
 $C mesh "$WORK/s.ply" --map s >"$WORK/out" || fail "mesh: $(cat "$WORK/out")"

@@ -92,6 +92,16 @@ def test_send_frame_is_integrated_later(client):
 def test_stats_of_a_missing_map_has_no_engine(client):
     stats = client.stats("never-made")
     assert "engine" not in stats and "frames.received" in stats["daemon"]
+    assert "params" not in stats
+
+
+def test_stats_report_the_map_params(client):
+    client.integrate("params", plane_depth(1.0), PLANE_K, IDENTITY)
+    params = client.stats("params")["params"]
+    # The daemon's defaults (conftest starts it without [volume] settings).
+    assert abs(params["voxel_size_m"] - 0.01) < 1e-6
+    assert params["trunc_vox"] == 4.0 and params["max_weight"] == 64.0
+    assert params["memory_cap_bytes"] == 4096 << 20
 
 
 def test_raycast_of_a_plane(client):

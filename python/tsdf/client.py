@@ -212,8 +212,11 @@ class Client:
 
     def stats(self, map):
         """The stats reply as a dict: "engine" (the map's volume statistics;
-        absent when the map does not exist), "daemon" (the daemon's
-        counters) and, on the CUDA backend, "timeline" (PROTOCOL.md 6.6)."""
+        absent when the map does not exist), "params" (the map's
+        voxel_size_m, trunc_vox, max_weight and memory_cap_bytes, which a
+        load may have changed; absent when the map does not exist),
+        "daemon" (the daemon's counters) and, on the CUDA backend,
+        "timeline" (PROTOCOL.md 6.6)."""
         r = self.request("stats", map=m.check_map(map))
         return {k: v for k, v in r.items() if k not in ("v", "type", "id", "status")}
 
