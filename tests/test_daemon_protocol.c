@@ -278,6 +278,45 @@ static void test_stats_report_map_params(void **state)
     free(st);
 }
 
+static void expect_path_refused(tsdf_client *c, int load, const char *path, int code,
+                                const char *why)
+{
+    int rc = load ? tsdf_client_load(c, "default", path, NULL, 30000)
+                  : tsdf_client_save(c, "default", path, NULL, 30000);
+    if (rc != code)
+        fail_msg("%s %s: %s, expected %s", load ? "load" : "save", path, tsdf_errname(rc),
+                 tsdf_errname(code));
+    const char *msg = tsdf_client_last_message();
+    if (strstr(msg, why) == NULL)
+        fail_msg("%s %s: message \"%s\" does not say \"%s\"", load ? "load" : "save", path, msg,
+                 why);
+}
+
+/* 6.4: a path the daemon refuses says which rule it broke. */
+static void test_refused_paths_say_why(void **state)
+{
+    tsdfd_harness h;
+    char path[1024], link[1024];
+    (void)state;
+
+    assert_int_equal(start_daemon(&h, NULL, NULL), 0);
+    tsdf_client *c = open_client(&h, 0);
+    expect_path_refused(c, 0, "../x.tsdf", TSDF_EINVAL, "'..' is not allowed");
+    expect_path_refused(c, 1, "a/../b.tsdf", TSDF_EINVAL, "'..' is not allowed");
+    expect_path_refused(c, 0, "/etc/x.tsdf", TSDF_EINVAL, "outside the state directory");
+    snprintf(link, sizeof link, "%s/out", h.state_dir);
+    assert_int_equal(symlink("/tmp", link), 0);
+    expect_path_refused(c, 0, "out/x.tsdf", TSDF_EINVAL, "symbolic link");
+    snprintf(path, sizeof path, "%s/out/x.tsdf", h.state_dir);
+    expect_path_refused(c, 1, path, TSDF_EINVAL, "symbolic link");
+    /* Load without a path looks at the daemon's own snapshots only. */
+    assert_int_equal(tsdf_client_save(c, "default", "mine.tsdf", NULL, 30000), TSDF_OK);
+    expect_path_refused(c, 1, NULL, TSDF_ENOT_FOUND, "snap-*.tsdfsnap");
+    expect_path_refused(c, 1, "nosuch.tsdf", TSDF_ENOT_FOUND, "no file");
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -285,6 +324,7 @@ int main(void)
         cmocka_unit_test(test_longest_map_name),
         cmocka_unit_test(test_error_replies_echo_type_and_id),
         cmocka_unit_test(test_stats_report_map_params),
+        cmocka_unit_test(test_refused_paths_say_why),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
