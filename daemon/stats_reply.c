@@ -151,8 +151,10 @@ static void fill_daemon_stats(daemon_ctx *d, dmap *m, const job_counters *snap, 
     put_latency(s, "request.mesh", &d->stats->lat_request[TSDF_MSG_MESH]);
 
     /* Per sensor, as far as the reply's entry limit allows; the count says
-     * how many there are, so a reader knows when the list was cut. */
-    put_i(s, "sensors.count", (int64_t)t.sensor_count);
+     * how many real sensors have their own counters (not the "(no sensor)"
+     * and "(other sensors)" buckets), so a reader knows when the list was
+     * cut. */
+    put_i(s, "sensors.count", (int64_t)(t.sensor_count - DS_SENSOR_FIRST));
     put_i(s, "sensors.overflow_frames", (int64_t)t.sensors_overflow);
     for (size_t i = 0; i < t.sensor_count; i++) {
         ds_sensor sn;
