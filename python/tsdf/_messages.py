@@ -13,6 +13,7 @@ import operator
 
 import numpy as np
 
+from . import _depth
 from .errors import ArgumentError, ErrorCode, TsdfError
 from .results import Mesh, Raycast
 
@@ -127,8 +128,9 @@ def rgb_bytes(rgb, width, height):
 
 
 def frame_fields(map_name, depth, K, T_world_cam, rgb, sensor, seq, stamp_ns, depth_scale,
-                 min_depth, max_depth):
-    """The keys of a "frame" or "integrate" request (section 6.1)."""
+                 min_depth, max_depth, depth_encoding="raw", compress_level=None):
+    """The keys of a "frame" or "integrate" request (section 6.1), the
+    depth encoded as depth_encoding asks (tsdf._depth)."""
     fields = {"map": check_map(map_name)}
     if sensor is not None:
         if isinstance(sensor, str):
@@ -139,6 +141,7 @@ def frame_fields(map_name, depth, K, T_world_cam, rgb, sensor, seq, stamp_ns, de
     if stamp_ns is not None:
         fields["stamp_ns"] = uint(stamp_ns, "stamp_ns")
     fields.update(depth_fields(depth, depth_scale))
+    fields = _depth.encode(fields, depth, depth_encoding, compress_level)
     fields.update(intrinsics(K))
     fields["min_depth"] = num(min_depth, "min_depth")
     fields["max_depth"] = num(max_depth, "max_depth")
