@@ -11,6 +11,7 @@
 #include "tsdf_depth_codec.h"
 #include "tsdf_transport.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -412,7 +413,7 @@ static int frame_request(const tsdf_client_frame *f, tsdf_msg_type type, tsdf_re
     tsdf_req_frame *r = &q->u.frame;
     if (f->sensor != NULL) {
         size_t n = strlen(f->sensor);
-        if (n == 0 || n > TSDF_PROTO_MAX_NAME_LEN)
+        if (n == 0 || n > TSDF_PROTO_MAX_SENSOR_NAME_LEN)
             return client_fail(n ? TSDF_ETOO_LARGE : TSDF_EINVAL, "bad sensor name");
         r->sensor.is_id = 0;
         memcpy(r->sensor.name, f->sensor, n + 1);
@@ -563,6 +564,15 @@ int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *pa
         q.u.mesh.use_box = params->use_box ? 1 : 0;
         q.u.mesh.box = params->box;
         q.u.mesh.since_version = params->since_version;
+        /* The encoder would refuse it as a bare INVAL: say what is wrong. */
+        for (int k = 0; k < 3 && q.u.mesh.use_box; k++) {
+            const tsdf_aabb *b = &params->box;
+            if (!isfinite(b->min[k]) || !isfinite(b->max[k]))
+                return client_fail(TSDF_EINVAL, "box: %c is not finite", "xyz"[k]);
+            if (b->max[k] < b->min[k])
+                return client_fail(TSDF_EINVAL, "box is inverted: max %c %g is below min %c %g",
+                                   "xyz"[k], (double)b -> max[k], "xyz"[k], (double)b -> min[k]);
+        }
     }
     tsdf_reply *rep;
     nng_msg *m;

@@ -41,6 +41,17 @@ int ctl_usage_error(const char *cmd, const char *fmt, const char *arg);
  * explanation when it sent one; returns EXIT_FAILURE. */
 int ctl_call_error(const char *cmd, int rc);
 
+/* Prints why a local file could not be used: for a file that cannot be
+ * opened or read (rc TSDF_ENOT_FOUND, TSDF_EIO) the system's reason
+ * (strerror), for TSDF_EFORMAT "expected <expect>", else the code's
+ * message. what names the file's role ("pose file"). Returns EXIT_FAILURE. */
+int ctl_file_error(const char *cmd, const char *what, const char *path, int rc, const char *expect);
+
+/* 0 when a file can be created at path (its directory exists and is
+ * writable, and path is no directory); else prints why and returns
+ * EXIT_FAILURE. For commands that fetch something large first. */
+int ctl_check_writable(const char *cmd, const char *path);
+
 /* Strict number parsers: 0 on success, -1 for anything but the whole string
  * being a number in range. */
 int ctl_parse_float(const char *s, float *out);

@@ -42,6 +42,14 @@ int ctl_mesh(const global_opts *g, int argc, char **argv)
             for (int k = 0; k < 3; k++) {
                 mp.box.min[k] = b[k];
                 mp.box.max[k] = b[k + 3];
+                if (b[k + 3] < b[k]) {
+                    char why[128];
+                    snprintf(why, sizeof why,
+                             "--box is inverted: max%c %g is below min%c %g (the order is X0 "
+                             "Y0 Z0 X1 Y1 Z1, min corner first)",
+                             "xyz"[k], (double)b[k + 3], "xyz"[k], (double)b[k]);
+                    return ctl_usage_error("mesh", "%s", why);
+                }
             }
             mp.use_box = 1;
             i += 6;
@@ -59,6 +67,9 @@ int ctl_mesh(const global_opts *g, int argc, char **argv)
     }
     if (out == NULL)
         return ctl_usage_error("mesh", "missing OUT.ply%s", "");
+    /* Before the mesh is fetched, which for a large map takes a while. */
+    if (ctl_check_writable("mesh", out) != 0)
+        return EXIT_FAILURE;
     tsdf_client *c;
     if (ctl_open_client(g, 0, &c) != TSDF_OK)
         return EXIT_FAILURE;
@@ -80,6 +91,13 @@ int ctl_mesh(const global_opts *g, int argc, char **argv)
     printf("%s: %zu vertices, %zu triangles%s, map version %llu (%.0f ms)\n", out, m.vertex_count,
            m.triangle_count, m.colors ? ", coloured" : "", (unsigned long long)version,
            dt * 1000.0);
+    /* An empty file is a valid PLY, and with --since the normal answer;
+     * otherwise the user most likely meshed the wrong map. */
+    if (m.vertex_count == 0 && mp.since_version == 0)
+        fprintf(stderr,
+                "tsdfctl: mesh: warning: the mesh is empty: map '%s' has no surface%s yet "
+                "(wrong --map? frames still queued?)\n",
+                map ? map : TSDF_PROTO_DEFAULT_MAP, mp.use_box ? " in the box" : "");
     tsdf_client_mesh_release(&m);
     return EXIT_SUCCESS;
 }
@@ -93,11 +111,14 @@ static const char raycast_help[] =
     "  --pose FILE          4x4 row-major camera-to-world matrix (16 numbers; 7-Scenes\n"
     "                       .pose.txt files work)\n"
     "  --width W, --height H   image size (default 640 x 480)\n"
-    "  --fx F --fy F --cx C --cy C   intrinsics (default fx = fy = 525 * W / 640,\n"
-    "                       principal point at the image centre)\n"
+    "  --intrinsics FILE    the camera's intrinsics: a 3x3 K (7-Scenes\n"
+    "                       camera-intrinsics.txt) or \"fx fy cx cy\", for a W x H image\n"
+    "  --fx F --fy F --cx C --cy C   intrinsics (override --intrinsics; default\n"
+    "                       fx = fy = 525 * W / 640, principal point at the image centre)\n"
     "  --min-depth M --max-depth M   ray range in metres (default 0.1, 5.0)\n"
     "  --map NAME           (default \"default\")\n"
-    "  --color              write the fused colour instead of shading (when the map has it)\n";
+    "  --color              write the fused colour instead of shading (a map without\n"
+    "                       colour gets shading and a warning)\n";
 
 static void shade(const float *depth, const float *normals, const float T[16], uint32_t w,
                   uint32_t h, const tsdf_intrinsics *K, uint8_t *rgb)
@@ -134,7 +155,7 @@ static void shade(const float *depth, const float *normals, const float T[16], u
 
 int ctl_raycast(const global_opts *g, int argc, char **argv)
 {
-    const char *pose_file = NULL, *out = NULL, *map = NULL;
+    const char *pose_file = NULL, *out = NULL, *map = NULL, *intrinsics_file = NULL;
     tsdf_raycast_params p;
     memset(&p, 0, sizeof(p));
     p.width = 640;
@@ -157,6 +178,10 @@ int ctl_raycast(const global_opts *g, int argc, char **argv)
             continue;
         } else if (strcmp(a, "--map") == 0 && v) {
             map = v;
+            i++;
+            continue;
+        } else if (strcmp(a, "--intrinsics") == 0 && v) {
+            intrinsics_file = v;
             i++;
             continue;
         } else if (strcmp(a, "--color") == 0) {
@@ -197,16 +222,25 @@ int ctl_raycast(const global_opts *g, int argc, char **argv)
     if (p.width == 0 || p.height == 0 || p.width > TSDF_MAX_IMAGE_DIM ||
         p.height > TSDF_MAX_IMAGE_DIM)
         return ctl_usage_error("raycast", "image size out of range%s", "");
-    p.K.fx = fx > 0 ? fx : 525.0f * (float)p.width / 640.0f;
-    p.K.fy = fy > 0 ? fy : 525.0f * (float)p.height / 480.0f;
-    p.K.cx = isfinite(cx) ? cx : 0.5f * (float)(p.width - 1);
-    p.K.cy = isfinite(cy) ? cy : 0.5f * (float)(p.height - 1);
-    int rc = tsdf_dataset_read_pose_file(pose_file, p.T_world_cam);
-    if (rc != TSDF_OK) {
-        fprintf(stderr, "tsdfctl: raycast: pose file %s: %s (%s)\n", pose_file, tsdf_strerror(rc),
-                tsdf_errname(rc));
-        return EXIT_FAILURE;
+    tsdf_intrinsics K = {525.0f * (float)p.width / 640.0f, 525.0f * (float)p.height / 480.0f,
+                         0.5f * (float)(p.width - 1), 0.5f * (float)(p.height - 1)};
+    int rc;
+    if (intrinsics_file != NULL) {
+        rc = tsdf_dataset_read_intrinsics_file(intrinsics_file, &K);
+        if (rc != TSDF_OK)
+            return ctl_file_error("raycast", "intrinsics file", intrinsics_file, rc,
+                                  "a 3x3 matrix K (9 numbers) or the 4 numbers fx fy cx cy");
     }
+    p.K.fx = fx > 0 ? fx : K.fx;
+    p.K.fy = fy > 0 ? fy : K.fy;
+    p.K.cx = isfinite(cx) ? cx : K.cx;
+    p.K.cy = isfinite(cy) ? cy : K.cy;
+    rc = tsdf_dataset_read_pose_file(pose_file, p.T_world_cam);
+    if (rc != TSDF_OK)
+        return ctl_file_error("raycast", "pose file", pose_file, rc,
+                              "16 numbers, a 4x4 row-major camera-to-world matrix");
+    if (ctl_check_writable("raycast", out) != 0)
+        return EXIT_FAILURE;
 
     size_t px = (size_t)p.width * p.height;
     float *depth = malloc(px * sizeof(float));
@@ -232,7 +266,10 @@ int ctl_raycast(const global_opts *g, int argc, char **argv)
     for (size_t i = 0; i < px; i++)
         hits += isfinite(depth[i]) ? 1 : 0;
     if (color && !has_rgb)
-        fprintf(stderr, "tsdfctl: raycast: the map has no colour; writing shading instead\n");
+        fprintf(stderr,
+                "tsdfctl: raycast: warning: --color, but map '%s' has no colour (its "
+                "frames came without rgb): writing shading instead\n",
+                map ? map : TSDF_PROTO_DEFAULT_MAP);
     if (color && has_rgb)
         memcpy(img, rgb, px * 3);
     else
@@ -354,6 +391,11 @@ int ctl_stats(const global_opts *g, int argc, char **argv)
                 printf("%s%llu", i ? ", " : "", (unsigned long long)st->probe_hist[i]);
             printf("]}");
         }
+        if (s->has_params)
+            printf(", \"params\": {\"voxel_size_m\": %.9g, \"trunc_vox\": %.9g, "
+                   "\"max_weight\": %.9g, \"memory_cap_bytes\": %llu}",
+                   (double)s->params.voxel_size_m, (double)s->params.trunc_vox,
+                   (double)s->params.max_weight, (unsigned long long)s->params.memory_cap_bytes);
         printf(", \"daemon\": {");
         for (uint32_t i = 0; i < s->extra_count; i++) {
             const tsdf_stat_entry *e = &s->extra[i];
@@ -405,6 +447,13 @@ int ctl_stats(const global_opts *g, int argc, char **argv)
         } else {
             printf("engine: (no such map yet)\n");
         }
+        /* What the map was created with or a load gave it. */
+        if (s->has_params)
+            printf("params:\n  %-24s %g\n  %-24s %g\n  %-24s %g\n  %-24s %llu%s\n", "voxel_size_m",
+                   (double)s->params.voxel_size_m, "trunc_vox", (double)s->params.trunc_vox,
+                   "max_weight", (double)s->params.max_weight, "memory_cap_bytes",
+                   (unsigned long long)s->params.memory_cap_bytes,
+                   s->params.memory_cap_bytes == 0 ? " (no cap)" : "");
         printf("daemon:\n");
         for (uint32_t i = 0; i < s->extra_count; i++) {
             const tsdf_stat_entry *e = &s->extra[i];

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -123,6 +124,47 @@ static uint64_t wait_for_map(tsdf_client *c, const char *map, int64_t before, ui
     return done > 0 ? (uint64_t)done : 0;
 }
 
+/* 1 when dir/name exists. */
+static int has_entry(const char *dir, const char *name)
+{
+    char path[4096];
+    struct stat st;
+    return snprintf(path, sizeof path, "%s/%s", dir, name) < (int)sizeof path &&
+           stat(path, &st) == 0;
+}
+
+/* Says why dir did not open as a sequence: the reader's NOT_FOUND covers a
+ * missing folder, a folder of neither layout and a file the sequence lists
+ * but lacks, which want different fixes. Returns EXIT_FAILURE. */
+static int dataset_error(const char *dir, int rc)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        fprintf(stderr, "tsdfctl: replay: %s: %s\n", dir, strerror(errno));
+    } else if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "tsdfctl: replay: %s is not a folder (DIR is a sequence's folder)\n", dir);
+    } else if (rc == TSDF_ENOT_FOUND && has_entry(dir, "depth.txt") &&
+               has_entry(dir, "groundtruth.txt")) {
+        fprintf(stderr,
+                "tsdfctl: replay: %s: a TUM RGB-D sequence, but a depth image that depth.txt "
+                "lists is missing\n",
+                dir);
+    } else if (rc == TSDF_ENOT_FOUND) {
+        fprintf(stderr,
+                "tsdfctl: replay: %s is not a sequence tsdfctl reads: expected a 7-Scenes "
+                "folder (frame-XXXXXX.depth.png with frame-XXXXXX.pose.txt, in it or in its "
+                "frames/ folder) or a TUM RGB-D folder (depth.txt and groundtruth.txt)%s\n",
+                dir,
+                has_entry(dir, "depth.txt") || has_entry(dir, "groundtruth.txt")
+                    ? "; it has only one of depth.txt and groundtruth.txt"
+                    : "");
+    } else {
+        fprintf(stderr, "tsdfctl: replay: cannot read the sequence in %s: %s (%s)\n", dir,
+                tsdf_strerror(rc), tsdf_errname(rc));
+    }
+    return EXIT_FAILURE;
+}
+
 int ctl_replay(const global_opts *g, int argc, char **argv)
 {
     replay_opts o = {0};
@@ -217,11 +259,8 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
     memset(&info, 0, sizeof(info));
     if (o.dir != NULL) {
         rc = tsdf_dataset_open(o.dir, &ds);
-        if (rc != TSDF_OK) {
-            fprintf(stderr, "tsdfctl: replay: cannot open %s: %s (%s)\n", o.dir, tsdf_strerror(rc),
-                    tsdf_errname(rc));
-            return EXIT_FAILURE;
-        }
+        if (rc != TSDF_OK)
+            return dataset_error(o.dir, rc);
         tsdf_dataset_get_info(ds, &info);
         total = info.frame_count;
         depth_u16 = malloc((size_t)info.width * info.height * sizeof(uint16_t));

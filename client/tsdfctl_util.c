@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tsdfctl.h"
 
@@ -32,6 +34,52 @@ int ctl_call_error(const char *cmd, int rc)
     if (rc == TSDF_ECONNREFUSED || rc == TSDF_ETIMEOUT)
         fprintf(stderr, "tsdfctl: is tsdfd running and listening there? (--url, --push-url)\n");
     return EXIT_FAILURE;
+}
+
+int ctl_file_error(const char *cmd, const char *what, const char *path, int rc, const char *expect)
+{
+    if (rc == TSDF_ENOT_FOUND || rc == TSDF_EIO) {
+        /* The reader reports codes only: ask the system again for its
+         * reason, which names what the user can fix. */
+        FILE *f = fopen(path, "rb");
+        const char *why = f == NULL ? strerror(errno) : "read error";
+        if (f != NULL)
+            fclose(f);
+        fprintf(stderr, "tsdfctl: %s: %s %s: %s\n", cmd, what, path, why);
+    } else if (rc == TSDF_EFORMAT && expect != NULL) {
+        fprintf(stderr, "tsdfctl: %s: %s %s: not what it should hold: %s\n", cmd, what, path,
+                expect);
+    } else {
+        fprintf(stderr, "tsdfctl: %s: %s %s: %s (%s)\n", cmd, what, path, tsdf_strerror(rc),
+                tsdf_errname(rc));
+    }
+    return EXIT_FAILURE;
+}
+
+int ctl_check_writable(const char *cmd, const char *path)
+{
+    char dir[4096];
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "tsdfctl: %s: cannot write %s: it is a directory\n", cmd, path);
+        return EXIT_FAILURE;
+    }
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) {
+        fprintf(stderr, "tsdfctl: %s: cannot write %s: path too long\n", cmd, path);
+        return EXIT_FAILURE;
+    }
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    if (access(dir, W_OK) != 0) {
+        fprintf(stderr, "tsdfctl: %s: cannot write %s: %s: %s\n", cmd, path, dir, strerror(errno));
+        return EXIT_FAILURE;
+    }
+    return 0;
 }
 
 int ctl_parse_float(const char *s, float *out)

@@ -293,8 +293,8 @@ static int parse_list(const char *v, char *entries, size_t max, size_t entry_len
         }
         if (kind == 1 && tsdf_proto_check_name(tmp, strlen(tmp)) != TSDF_OK) {
             snprintf(why, why_len,
-                     "'%s' is not a map name (1..64 of [A-Za-z0-9_.-], not starting with '.')",
-                     tmp);
+                     "'%s' is not a map name (1..%u of [A-Za-z0-9_.-], not starting with '.')", tmp,
+                     TSDF_PROTO_MAX_NAME_LEN);
             return TSDF_EINVAL;
         }
         if (kind == 2 && check_cn(tmp) != TSDF_OK) {
@@ -723,6 +723,17 @@ static const flag_map cfg_flags[] = {
     {"--queue-policy", "queue", "policy"},
 };
 
+/* 1 when a is a flag that takes a value. */
+static int cfg_flag_known(const char *a)
+{
+    if (strcmp(a, "--metrics") == 0 || strcmp(a, "--set") == 0)
+        return 1;
+    for (size_t f = 0; f < sizeof cfg_flags / sizeof cfg_flags[0]; f++)
+        if (strcmp(a, cfg_flags[f].flag) == 0)
+            return 1;
+    return 0;
+}
+
 /* --metrics HOST:PORT or off. */
 static int apply_metrics_flag(tsdfd_config *c, const char *v, char *err, size_t err_len)
 {
@@ -820,7 +831,8 @@ int cfg_from_args(int argc, char **argv, tsdfd_config *c, cfg_action *action, ch
         if (strcmp(a, "--foreground") == 0 || strcmp(a, "-f") == 0)
             continue;
         if (i + 1 >= argc) {
-            cfg_err(err, err_len, "%s: unknown option or missing value", a);
+            cfg_err(err, err_len, "%s: %s (`tsdfd --help` lists the options)", a,
+                    cfg_flag_known(a) ? "needs a value" : "unknown option");
             return TSDF_EINVAL;
         }
         const char *v = argv[++i];
@@ -840,7 +852,7 @@ int cfg_from_args(int argc, char **argv, tsdfd_config *c, cfg_action *action, ch
                 }
             }
             if (rc == TSDF_ENOT_FOUND) {
-                cfg_err(err, err_len, "%s: unknown option", a);
+                cfg_err(err, err_len, "%s: unknown option (`tsdfd --help` lists the options)", a);
                 return TSDF_EINVAL;
             }
         }

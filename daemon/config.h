@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tsdf_proto.h"
 #include "tsdf_volume.h"
 
 #ifdef __cplusplus
@@ -29,7 +30,8 @@ extern "C" {
 #define CFG_URL_LEN 256
 #define CFG_PATH_LEN 1024
 #define CFG_MAX_DECLARED_MAPS 16
-#define CFG_NAME_LEN 65 /* 64 bytes of name + NUL, as the wire's names */
+#define CFG_NAME_LEN (TSDF_PROTO_MAX_NAME_LEN + 1) /* a wire map name + NUL */
+#define CFG_GROUP_LEN 65                           /* a group name + NUL */
 #define CFG_ERR_LEN 512
 #define CFG_MAX_WRITERS 32
 #define CFG_CN_LEN 65 /* an X.509 common name: at most 64 characters + NUL */
@@ -63,9 +65,9 @@ typedef struct {
     uint32_t stop_timeout_ms;    /* at shutdown, after the drain: a worker's last job */
     uint32_t stall_timeout_ms;   /* a worker on one job longer is stalled; 0 = never */
     char state_dir[CFG_PATH_LEN];
-    int allow_insecure_remote;    /* plain tcp:// beyond loopback: allowed, with a warning */
-    uint32_t ipc_mode;            /* mode of ipc:// socket files (octal in the file) */
-    char ipc_group[CFG_NAME_LEN]; /* group of ipc:// socket files; "": the daemon's */
+    int allow_insecure_remote;     /* plain tcp:// beyond loopback: allowed, with a warning */
+    uint32_t ipc_mode;             /* mode of ipc:// socket files (octal in the file) */
+    char ipc_group[CFG_GROUP_LEN]; /* group of ipc:// socket files; "": the daemon's */
 
     /* [tls] ("" = not set; the three files go together) */
     char tls_cert_file[CFG_PATH_LEN];              /* server certificate (PEM) */

@@ -100,7 +100,7 @@ int dstats_init(dstats *s, size_t max_sensors, size_t latency_window)
     }
     snprintf(s->sensors[DS_SENSOR_UNKNOWN].name, DS_SENSOR_NAME_LEN, "(no sensor)");
     snprintf(s->sensors[DS_SENSOR_OTHER].name, DS_SENSOR_NAME_LEN, "(other sensors)");
-    s->sensor_count = 2;
+    s->sensor_count = DS_SENSOR_FIRST;
     return TSDF_OK;
 
 fail_lock:
@@ -135,7 +135,7 @@ uint32_t dstats_sensor_index(dstats *s, const tsdf_proto_sensor *sensor)
     dstats_sensor_name(sensor, name, sizeof name);
     pthread_mutex_lock(&s->lock);
     /* Linear search: bounded by max_sensors, and fleets are tens of robots. */
-    for (size_t i = 2; i < s->sensor_count; i++) {
+    for (size_t i = DS_SENSOR_FIRST; i < s->sensor_count; i++) {
         if (strcmp(s->sensors[i].name, name) == 0) {
             idx = (uint32_t)i;
             goto out;

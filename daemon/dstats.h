@@ -63,7 +63,8 @@ ds_outcome dstats_outcome_for_error(int err);
 
 #define DS_SENSOR_UNKNOWN 0u /* index of "(no sensor)" */
 #define DS_SENSOR_OTHER 1u   /* index of "(other sensors)" */
-#define DS_SENSOR_NAME_LEN (TSDF_PROTO_MAX_NAME_LEN + 2)
+#define DS_SENSOR_FIRST 2u   /* index of the first real sensor */
+#define DS_SENSOR_NAME_LEN (TSDF_PROTO_MAX_SENSOR_NAME_LEN + 2)
 
 typedef struct {
     char name[DS_SENSOR_NAME_LEN];

@@ -135,14 +135,11 @@ static int queue_frame(daemon_ctx *d, dmap *m, worker_job *j, int timeout_ms)
         rc = queue_push_frame_sized(&m->queue, j, j->sensor, bytes, timeout_ms < 0 ? 0 : timeout_ms,
                                     drop_victim, d, &why);
     } else {
-        for (;;) {
-            rc = queue_push_frame_sized(&m->queue, j, j->sensor, bytes, FRAME_PUSH_SLICE_MS,
-                                        drop_victim, d, &why);
-            if (rc != TSDF_EQUEUE_FULL || atomic_load(&d->stopping))
-                break;
-        }
-        if (rc == TSDF_EQUEUE_FULL)
-            rc = TSDF_ESHUTDOWN; /* gave up only because the daemon stops */
+        /* Waiting for room is the block policy at work, not a timeout: the
+         * queue counts none for the slices (queue.push_timeouts used to
+         * rise through a plain replay that dropped nothing). */
+        rc = queue_push_frame_until(&m->queue, j, j->sensor, bytes, FRAME_PUSH_SLICE_MS,
+                                    &d->stopping, drop_victim, d, &why);
     }
     if (rc != TSDF_OK) {
         ds_outcome o = dstats_outcome_for_error(rc);

@@ -169,24 +169,24 @@ static int render_metrics(void *arg, prom_buf *b)
     dstats_get_totals(&m->stats, &t);
 
     /* Per sensor: the "(no sensor)" bucket holds frames whose sensor could
-     * not be read, so the series sum to the daemon's totals. */
+     * not be read, so the series sum to the daemon's totals. Like every
+     * bucket it has a series only once it received a frame (an always-zero
+     * series confuses more than it tells); the families are declared first
+     * so that they exist from the first scrape on. */
+    static const char *const sensor_families[2][2] = {
+        {"tsdfd_frames_received_total", "Frames received (pushed frames and integrate requests)."},
+        {"tsdfd_frames_integrated_total", "Frames fused into a volume."},
+    };
     for (int pass = 0; pass < 2; pass++) {
+        prom_family(b, sensor_families[pass][0], "counter", sensor_families[pass][1]);
         for (size_t i = 0; i < t.sensor_count; i++) {
             ds_sensor sn;
-            /* "(no sensor)" is always there, so both families exist from
-             * the first scrape on. */
-            if (!dstats_sensor_at(&m->stats, i, &sn) ||
-                (sn.received == 0 && i != DS_SENSOR_UNKNOWN))
+            if (!dstats_sensor_at(&m->stats, i, &sn) || sn.received == 0)
                 continue;
             prom_label_escape(esc, sizeof esc, sn.name);
             snprintf(labels, sizeof labels, "sensor=\"%s\"", esc);
-            if (pass == 0)
-                prom_counter(b, "tsdfd_frames_received_total",
-                             "Frames received (pushed frames and integrate requests).", labels,
-                             (double)sn.received);
-            else
-                prom_counter(b, "tsdfd_frames_integrated_total", "Frames fused into a volume.",
-                             labels, (double)sn.outcome[DS_INTEGRATED]);
+            prom_counter(b, sensor_families[pass][0], sensor_families[pass][1], labels,
+                         pass == 0 ? (double)sn.received : (double)sn.outcome[DS_INTEGRATED]);
         }
     }
     for (int o = DS_FIRST_DROP; o < DS_FIRST_REJECT; o++) {

@@ -26,15 +26,16 @@
 #include "config.h"
 #include "dstats.h"
 #include "queue.h"
+#include "tsdf_proto.h"
 #include "tsdf_volume.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Map names are wire names (tsdf_proto_check_name) of at most 63 bytes, the
- * longest a snapshot file can hold. */
-#define MAPS_NAME_MAX 63
+/* Map names are wire names (tsdf_proto_check_name): the protocol's one
+ * limit, which a snapshot file's name field is sized for. */
+#define MAPS_NAME_MAX TSDF_PROTO_MAX_NAME_LEN
 
 struct map_registry;
 

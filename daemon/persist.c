@@ -17,49 +17,84 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-/* Resolves a client's path inside the state dir: relative paths are taken
- * from there, absolute ones must lie below it, ".." is refused. A client
- * may thus not make the daemon write or read files elsewhere. */
+/* Every map name a client may create must fit a snapshot: else a map could
+ * exist that no save can write. */
+_Static_assert(TSDF_PROTO_MAX_NAME_LEN + 1 <= SNAP_NAME_LEN,
+               "a map name of the protocol must fit a snapshot's name field");
+_Static_assert(MAPS_NAME_MAX == TSDF_PROTO_MAX_NAME_LEN, "one limit on map names");
+
 /* TSDF_OK when path, with symbolic links resolved, lies inside dir: the
  * deepest ancestor of path that exists (path itself when it exists) must
  * resolve to dir or below it, so a link planted in the state directory
- * cannot lead a save or load elsewhere. */
-static int inside_real_dir(const char *dir, const char *path)
+ * cannot lead a save or load elsewhere. why (why_len bytes) says what was
+ * wrong, for the client's error reply. */
+static int inside_real_dir(const char *dir, const char *path, char *why, size_t why_len)
 {
     char real_dir[PATH_MAX], probe[PATH_MAX], real[PATH_MAX];
-    if (realpath(dir, real_dir) == NULL)
+    if (realpath(dir, real_dir) == NULL) {
+        snprintf(why, why_len, "the state directory %s: %s", dir, strerror(errno));
         return TSDF_EIO;
-    if ((size_t)snprintf(probe, sizeof probe, "%s", path) >= sizeof probe)
+    }
+    if ((size_t)snprintf(probe, sizeof probe, "%s", path) >= sizeof probe) {
+        snprintf(why, why_len, "path '%.200s...' is longer than %d bytes", path, PATH_MAX - 1);
         return TSDF_ETOO_LARGE;
+    }
     while (realpath(probe, real) == NULL) {
         char *slash = strrchr(probe, '/');
-        if (errno != ENOENT || slash == NULL || slash == probe)
+        if (errno != ENOENT || slash == NULL || slash == probe) {
+            snprintf(why, why_len, "path '%.200s': %s", probe, strerror(errno));
             return TSDF_EINVAL;
+        }
         *slash = '\0';
     }
     size_t n = strlen(real_dir);
-    if (strncmp(real, real_dir, n) != 0 || (real[n] != '\0' && real[n] != '/' && n > 1))
+    if (strncmp(real, real_dir, n) != 0 || (real[n] != '\0' && real[n] != '/' && n > 1)) {
+        snprintf(why, why_len,
+                 "path '%.200s' resolves to '%.200s', outside the state directory %.200s "
+                 "(a symbolic link?)",
+                 path, real, real_dir);
         return TSDF_EINVAL;
+    }
     return TSDF_OK;
 }
 
-static int resolve_path(daemon_ctx *d, const char *path, char *out, size_t len)
+/* Resolves a client's path inside the state dir: relative paths are taken
+ * from there, absolute ones must lie below it, ".." is refused. A client
+ * may thus not make the daemon write or read files elsewhere. On failure
+ * why says which rule the path broke. */
+static int resolve_path(daemon_ctx *d, const char *path, char *out, size_t len, char *why,
+                        size_t why_len)
 {
     const char *dir = d->cfg->state_dir;
     size_t dl = strlen(dir);
 
-    if (strstr(path, "..") != NULL)
+    if (strstr(path, "..") != NULL) {
+        snprintf(why, why_len,
+                 "path '%.200s': '..' is not allowed (paths are relative to the state directory "
+                 "%.200s, or absolute inside it)",
+                 path, dir);
         return TSDF_EINVAL;
+    }
     if (path[0] == '/') {
-        if (strncmp(path, dir, dl) != 0 || (path[dl] != '/' && dir[dl - 1] != '/'))
+        if (strncmp(path, dir, dl) != 0 || (path[dl] != '/' && dir[dl - 1] != '/')) {
+            snprintf(why, why_len,
+                     "path '%.200s' is outside the state directory %.200s (give a path "
+                     "relative to it, or absolute inside it)",
+                     path, dir);
             return TSDF_EINVAL;
-        if ((size_t)snprintf(out, len, "%s", path) >= len)
+        }
+        if ((size_t)snprintf(out, len, "%s", path) >= len) {
+            snprintf(why, why_len, "path '%.200s...' is longer than %zu bytes", path, len - 1);
             return TSDF_ETOO_LARGE;
+        }
     } else if ((size_t)snprintf(out, len, "%s/%s", dir, path) >= len) {
+        snprintf(why, why_len, "path '%.200s...' in %.200s is longer than %zu bytes", path, dir,
+                 len - 1);
         return TSDF_ETOO_LARGE;
     }
-    return inside_real_dir(dir, out);
+    return inside_real_dir(dir, out, why, why_len);
 }
 
 /* Marks map m's first `frames` frames as held by a snapshot the daemon
@@ -245,7 +280,7 @@ int handlers_load(daemon_ctx *d, const char *path, const char *only_map, char *p
 
 void handlers_do_save(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
 {
-    char file[PATH_MAX];
+    char file[PATH_MAX], why[1024];
     int rc;
 
     if (req->u.path.path[0] != '\0') {
@@ -260,11 +295,19 @@ void handlers_do_save(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
                                  base);
             return;
         }
-        rc = resolve_path(d, req->u.path.path, file, sizeof file);
-        if (rc == TSDF_OK && strlen(file) >= sizeof rep->u.path.path)
-            rc = TSDF_ETOO_LARGE;
-        if (rc == TSDF_OK)
-            rc = save_maps(d, NULL, file, rep->u.path.path, sizeof rep->u.path.path);
+        rc = resolve_path(d, req->u.path.path, file, sizeof file, why, sizeof why);
+        if (rc != TSDF_OK) {
+            tsdf_reply_set_error(rep, rc, "save: %s", why);
+            return;
+        }
+        if (strlen(file) >= sizeof rep->u.path.path) {
+            tsdf_reply_set_error(rep, TSDF_ETOO_LARGE,
+                                 "save: path '%.200s...' is longer than %zu "
+                                 "bytes",
+                                 file, sizeof rep->u.path.path - 1);
+            return;
+        }
+        rc = save_maps(d, NULL, file, rep->u.path.path, sizeof rep->u.path.path);
     } else {
         rc = handlers_save_all(d, NULL, rep->u.path.path, sizeof rep->u.path.path);
     }
@@ -310,15 +353,34 @@ void handlers_do_delete(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
 
 void handlers_do_load(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
 {
-    char file[PATH_MAX];
-    int rc = TSDF_OK;
+    char file[PATH_MAX], why[1024];
+    int has_path = req->u.path.path[0] != '\0';
+    int rc;
 
-    if (req->u.path.path[0] != '\0')
-        rc = resolve_path(d, req->u.path.path, file, sizeof file);
-    if (rc == TSDF_OK)
-        rc = handlers_load(d, req->u.path.path[0] ? file : NULL, req->map, rep->u.path.path,
-                           sizeof rep->u.path.path, &rep->u.path.version);
-    if (rc != TSDF_OK)
+    if (has_path) {
+        rc = resolve_path(d, req->u.path.path, file, sizeof file, why, sizeof why);
+        if (rc != TSDF_OK) {
+            tsdf_reply_set_error(rep, rc, "load of map '%s': %s", req->map, why);
+            return;
+        }
+    }
+    rc = handlers_load(d, has_path ? file : NULL, req->map, rep->u.path.path,
+                       sizeof rep->u.path.path, &rep->u.path.version);
+    /* Without a path only the daemon's own snapshots are looked at
+     * (snap-*.tsdfsnap of the state directory, PROTOCOL.md 6.4): say so,
+     * since a client's saved file is never one of them. */
+    if (rc == TSDF_ENOT_FOUND && !has_path)
+        tsdf_reply_set_error(rep, rc,
+                             "load of map '%s': no valid snapshot of the daemon's own "
+                             "(snap-*.tsdfsnap in %s) holds it; a file saved with a path is "
+                             "loaded only with that path",
+                             req->map, d->cfg->state_dir);
+    else if (rc == TSDF_ENOT_FOUND && access(file, F_OK) != 0)
+        tsdf_reply_set_error(rep, rc, "load of map '%s': no file %s", req->map, file);
+    else if (rc == TSDF_ENOT_FOUND)
+        tsdf_reply_set_error(rep, rc, "load of map '%s': %s holds no map of that name", req->map,
+                             file);
+    else if (rc != TSDF_OK)
         tsdf_reply_set_error(rep, rc, "load of map '%s': %s", req->map, tsdf_strerror(rc));
 }
 

@@ -179,6 +179,16 @@ static int sample(prom_buf *b, const char *name, const char *suffix, const char 
                    has_labels && has_extra ? "," : "", has_extra ? extra : "", val);
 }
 
+int prom_family(prom_buf *b, const char *name, const char *type, const char *help)
+{
+    if (!type || (strcmp(type, "counter") != 0 && strcmp(type, "gauge") != 0 &&
+                  strcmp(type, "summary") != 0 && strcmp(type, "histogram") != 0))
+        return fail(b, TSDF_EINVAL);
+    if (strcmp(type, "counter") == 0 && !ends_with(name, "_total"))
+        return fail(b, TSDF_EINVAL);
+    return open_family(b, name, type, help);
+}
+
 int prom_counter(prom_buf *b, const char *name, const char *help, const char *labels, double value)
 {
     if (b->err)

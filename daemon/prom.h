@@ -92,6 +92,12 @@ int prom_histogram(prom_buf *b, const char *name, const char *help, const char *
                    const double *le, const uint64_t *counts, size_t n, uint64_t overflow,
                    double sum);
 
+/* Declares the family `name` of `type` ("counter", "gauge", ...) with its
+ * HELP and TYPE lines but no sample yet, so that a family whose series
+ * appear later (per sensor) exists from the first scrape on; samples of
+ * the same family may follow at once. Same returns as prom_counter. */
+int prom_family(prom_buf *b, const char *name, const char *type, const char *help);
+
 /* Appends a raw, already formatted line (a newline is added). For the rare
  * case the helpers above do not cover; no family bookkeeping. */
 int prom_raw_line(prom_buf *b, const char *line);

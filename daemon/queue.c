@@ -254,9 +254,13 @@ static void *evict_for_memory(frame_queue *q, uint64_t sensor_key)
     return item;
 }
 
-int queue_push_frame_sized(frame_queue *q, void *item, uint64_t sensor_key, size_t bytes,
-                           int timeout_ms, queue_drop_fn on_drop, void *arg,
-                           queue_drop_reason *refused_why)
+/* queue_push_frame_sized, and with stop != NULL queue_push_frame_until:
+ * then timeout_ms is the slice after which *stop is looked at, and a slice
+ * that passes without room is no timeout (the push waits on, or gives up
+ * with TSDF_ESHUTDOWN once *stop is set, counting nothing). */
+static int push_frame(frame_queue *q, void *item, uint64_t sensor_key, size_t bytes, int timeout_ms,
+                      const atomic_int *stop, queue_drop_fn on_drop, void *arg,
+                      queue_drop_reason *refused_why)
 {
     struct timespec deadline;
     int have_deadline = 0, counted_wait = 0, rc = TSDF_OK;
@@ -299,6 +303,14 @@ int queue_push_frame_sized(frame_queue *q, void *item, uint64_t sensor_key, size
             }
             if (wait_until(&q->not_full, q->mu, timeout_ms, &deadline, &have_deadline) &&
                 !q->closed && q->count == q->capacity) {
+                if (stop != NULL && !atomic_load(stop)) {
+                    have_deadline = 0; /* the next slice */
+                    continue;
+                }
+                if (stop != NULL) {
+                    rc = TSDF_ESHUTDOWN;
+                    goto out;
+                }
                 q->stats.push_timeouts++;
                 rc = TSDF_EQUEUE_FULL;
                 if (refused_why != NULL)
@@ -331,6 +343,14 @@ int queue_push_frame_sized(frame_queue *q, void *item, uint64_t sensor_key, size
             }
             if (wait_until(&b->room, q->mu, timeout_ms, &deadline, &have_deadline) && !q->closed &&
                 b->bytes + bytes > b->limit_bytes) {
+                if (stop != NULL && !atomic_load(stop)) {
+                    have_deadline = 0;
+                    continue;
+                }
+                if (stop != NULL) {
+                    rc = TSDF_ESHUTDOWN;
+                    goto out;
+                }
                 q->stats.refused_memory++;
                 rc = TSDF_EQUEUE_FULL;
                 goto refused_memory;
@@ -361,6 +381,22 @@ out:
     if (full_victim != NULL && on_drop != NULL)
         on_drop(full_victim, QUEUE_DROP_FULL, arg);
     return rc;
+}
+
+int queue_push_frame_sized(frame_queue *q, void *item, uint64_t sensor_key, size_t bytes,
+                           int timeout_ms, queue_drop_fn on_drop, void *arg,
+                           queue_drop_reason *refused_why)
+{
+    return push_frame(q, item, sensor_key, bytes, timeout_ms, NULL, on_drop, arg, refused_why);
+}
+
+int queue_push_frame_until(frame_queue *q, void *item, uint64_t sensor_key, size_t bytes,
+                           int slice_ms, const atomic_int *stop, queue_drop_fn on_drop, void *arg,
+                           queue_drop_reason *refused_why)
+{
+    if (stop == NULL || slice_ms <= 0)
+        return TSDF_EINVAL;
+    return push_frame(q, item, sensor_key, bytes, slice_ms, stop, on_drop, arg, refused_why);
 }
 
 /* queue_push_frame's drop callback: keeps the one victim it can have. */

@@ -37,6 +37,7 @@
 #define TSDFD_QUEUE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -178,6 +179,21 @@ int queue_attach_budget(frame_queue *q, queue_budget *b);
  */
 int queue_push_frame_sized(frame_queue *q, void *item, uint64_t sensor_key, size_t bytes,
                            int timeout_ms, queue_drop_fn on_drop, void *arg,
+                           queue_drop_reason *refused_why);
+
+/*
+ * queue_push_frame_sized for a sender that waits as long as it takes: under
+ * QUEUE_BLOCK it waits for room in slices of slice_ms (> 0), looking at
+ * *stop after each, until the frame is queued (TSDF_OK) or *stop is set
+ * (TSDF_ESHUTDOWN, the item stays with the caller). A slice that ends
+ * without room is not a timeout: push_timeouts and refused_memory count
+ * only pushes that gave up on a deadline, and blocked_waits counts this
+ * push once however many slices it waited. Everything else (drop_oldest,
+ * the budget, on_drop, refused_why, a closed queue) is as for
+ * queue_push_frame_sized. TSDF_EINVAL for a NULL stop or slice_ms <= 0.
+ */
+int queue_push_frame_until(frame_queue *q, void *item, uint64_t sensor_key, size_t bytes,
+                           int slice_ms, const atomic_int *stop, queue_drop_fn on_drop, void *arg,
                            queue_drop_reason *refused_why);
 
 /* Appends a query; never waits. TSDF_EBUSY when the query lane is full,

@@ -59,7 +59,10 @@ extern "C" {
 /* Snapshot files considered in a directory (newest first); more are ignored
  * with a warning (snap_prune keeps the directory far below this). */
 #define SNAP_MAX_FILES 4096u
-#define SNAP_NAME_LEN 64 /* map names: up to 63 bytes + NUL */
+/* The map name field of format v1: 64 bytes, the name and at least one
+ * NUL, so names of at most 63 bytes: the protocol's limit
+ * (TSDF_PROTO_MAX_NAME_LEN) is sized for it, which persist.c asserts. */
+#define SNAP_NAME_LEN 64
 
 typedef struct {
     char name[SNAP_NAME_LEN]; /* NUL-terminated, non-empty */

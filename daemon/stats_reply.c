@@ -150,8 +150,10 @@ static void fill_daemon_stats(daemon_ctx *d, dmap *m, const job_counters *snap, 
     put_latency(s, "request.mesh", &d->stats->lat_request[TSDF_MSG_MESH]);
 
     /* Per sensor, as far as the reply's entry limit allows; the count says
-     * how many there are, so a reader knows when the list was cut. */
-    put_i(s, "sensors.count", (int64_t)t.sensor_count);
+     * how many real sensors have their own counters (not the "(no sensor)"
+     * and "(other sensors)" buckets), so a reader knows when the list was
+     * cut. */
+    put_i(s, "sensors.count", (int64_t)(t.sensor_count - DS_SENSOR_FIRST));
     put_i(s, "sensors.overflow_frames", (int64_t)t.sensors_overflow);
     for (size_t i = 0; i < t.sensor_count; i++) {
         ds_sensor sn;
@@ -203,6 +205,11 @@ void handlers_do_stats(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
         }
         rep->u.stats.has_engine = 1;
         rep->u.stats.engine = j->vstats;
+        rep->u.stats.has_params = 1;
+        rep->u.stats.params.voxel_size_m = j->params.voxel_size_m;
+        rep->u.stats.params.trunc_vox = j->params.trunc_vox;
+        rep->u.stats.params.max_weight = j->params.max_weight;
+        rep->u.stats.params.memory_cap_bytes = j->params.memory_cap_bytes;
         rep->u.stats.timeline_count = (uint32_t)j->timeline_count;
         memcpy(rep->u.stats.timeline, j->timeline,
                j->timeline_count * sizeof rep->u.stats.timeline[0]);

@@ -383,6 +383,10 @@ static void run_query(dmap *m, worker_job *j)
         j->counters.queue_bytes = queue_budget_bytes(&m->reg->budget);
         j->counters.volume_bytes = atomic_load(&m->reg->vbudget.used_bytes);
         j->counters.budget_refused = atomic_load(&m->reg->vbudget.refused_frames);
+        /* The map's voxel parameters (a load may have changed them) and
+         * its own cap, as a snapshot keeps them. */
+        j->params = *tsdf_volume_get_params(m->vol);
+        j->params.memory_cap_bytes = m->own_cap_bytes;
         break;
     case JOB_RESET:
         rc = tsdf_volume_reset(m->vol);
@@ -414,6 +418,13 @@ static void run_query(dmap *m, worker_job *j)
             lat_window_add(&m->reg->stats->lat_stage[DS_STAGE_RAYCAST], st.last_raycast_ms);
         if (j->kind == JOB_MESH)
             lat_window_add(&m->reg->stats->lat_stage[DS_STAGE_MESH], st.last_mesh_ms);
+        /* A raycast reply carries rgb only when the map has colour
+         * (PROTOCOL.md 6.2): otherwise it would be all zeros, which a client
+         * cannot tell from a black surface. */
+        if (j->kind == JOB_RAYCAST && !st.has_color) {
+            free(j->rgb);
+            j->rgb = NULL;
+        }
     }
     j->version = atomic_load(&m->version);
     if (j->kind == JOB_STATS && rc == TSDF_OK)

@@ -49,7 +49,7 @@ typedef enum {
     JOB_FRAME = 0, /* integrate req.u.frame */
     JOB_RAYCAST,   /* req.u.raycast -> depth_m, normals, rgb */
     JOB_MESH,      /* req.u.mesh -> mesh, version */
-    JOB_STATS,     /* -> vstats, timeline, counters */
+    JOB_STATS,     /* -> vstats, timeline, counters, params */
     JOB_RESET,     /* drop every block */
     JOB_EXPORT,    /* -> blocks, params, version */
     JOB_IMPORT,    /* blocks, params -> the volume (recreated when params differ) */

@@ -451,15 +451,42 @@ int proto_read_size(const proto_reader *r, uint32_t *w, uint32_t *h)
 
 /* ---- envelope ----------------------------------------------------------- */
 
+/* Reads "type" and "id" without reporting anything, so that an error reply
+ * can echo them whatever else is wrong with the message (PROTOCOL.md
+ * section 3): *type and *id are left as they are when unreadable. */
+static void read_identity(const proto_reader *r, tsdf_msg_type *type, uint64_t *id)
+{
+    proto_reader quiet = {r->m, NULL};
+    const msgpack_object *o;
+    uint64_t v = 0;
+    int present = 0;
+    if (proto_find(&quiet, "type", &o) == 1 && o->type == MSGPACK_OBJECT_STR)
+        (void)tsdf_msg_type_parse(o->via.str.ptr, o->via.str.size, type);
+    if (proto_get_uint(&quiet, "id", UINT64_MAX, &v, &present) == TSDF_OK && present)
+        *id = v;
+}
+
 int proto_read_envelope(const proto_reader *r, tsdf_msg_type *type, uint64_t *id, int id_required)
 {
-    uint64_t v;
-    PROTO_TRY(proto_get_uint(r, "v", UINT64_MAX, &v, NULL));
-    if (v != TSDF_PROTO_VERSION)
-        return proto_fail(r->err, TSDF_EVERSION, "v", "protocol version %llu, this side speaks %d",
-                          (unsigned long long)v, TSDF_PROTO_VERSION);
+    read_identity(r, type, id);
+    /* A missing "v", or one that is no unsigned integer, is a peer of no
+     * version this side speaks: VERSION, like a wrong number. */
     const msgpack_object *o;
-    int f = proto_find_field(r, "type", NULL, &o);
+    int f = proto_find(r, "v", &o);
+    if (f < 0)
+        return f;
+    if (f == 0)
+        return proto_fail(r->err, TSDF_EVERSION, "v",
+                          "v: missing (the protocol version; this side speaks %d)",
+                          TSDF_PROTO_VERSION);
+    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return proto_fail(r->err, TSDF_EVERSION, "v",
+                          "v: not an unsigned integer (the protocol version; this side speaks %d)",
+                          TSDF_PROTO_VERSION);
+    if (o->via.u64 != TSDF_PROTO_VERSION)
+        return proto_fail(r->err, TSDF_EVERSION, "v", "protocol version %llu, this side speaks %d",
+                          (unsigned long long)o->via.u64, TSDF_PROTO_VERSION);
+    f = proto_find_field(r, "type", NULL, &o);
     if (f != 1)
         return f;
     if (o->type != MSGPACK_OBJECT_STR)
@@ -485,10 +512,6 @@ int tsdf_proto_peek(const void *data, size_t len, tsdf_msg_type *type, uint64_t 
     int rc = unpack_map(data, len, &res, NULL);
     if (rc == TSDF_OK) {
         proto_reader r = {&res.data.via.map, NULL};
-        /* Read the id first so that an error reply can echo it even when
-         * the version or type is bad. */
-        int present = 0;
-        (void)proto_get_uint(&r, "id", UINT64_MAX, id, &present);
         rc = proto_read_envelope(&r, type, id, 0);
     }
     msgpack_unpacked_destroy(&res);

@@ -57,8 +57,11 @@ int proto_fail(tsdf_proto_error *err, int code, const char *key, const char *fmt
 int proto_decode_message(const void *data, size_t len, void *out, size_t out_size,
                          tsdf_proto_error *err, int (*body)(const proto_reader *r, void *out));
 
-/* The envelope: "v" must be TSDF_PROTO_VERSION, "type" a known type name;
- * "id" is read into *id and must be present when id_required. */
+/* The envelope: "v" must be TSDF_PROTO_VERSION (missing, not an unsigned
+ * integer or another number: TSDF_EVERSION), "type" a known type name;
+ * "id" is read into *id and must be present when id_required. Whatever
+ * fails, *type and *id hold the type and id when they could be read (left
+ * unchanged otherwise), so that an error reply can echo them. */
 int proto_read_envelope(const proto_reader *r, tsdf_msg_type *type, uint64_t *id, int id_required);
 
 /* Finds key; 1 found (*out set), 0 absent (nil counts as absent), or a

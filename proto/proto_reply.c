@@ -237,6 +237,17 @@ static int read_timeline(const proto_reader *r, tsdf_rep_stats *s)
     return TSDF_OK;
 }
 
+/* "params": every key optional for a reader (an absent one reads 0). */
+static int read_map_params(const proto_reader *r, tsdf_map_params *p)
+{
+    int present = 0;
+    PROTO_TRY(proto_get_float(r, "voxel_size_m", TSDF_EPROTO_KEY, &p->voxel_size_m, &present));
+    PROTO_TRY(proto_get_float(r, "trunc_vox", TSDF_EPROTO_KEY, &p->trunc_vox, &present));
+    PROTO_TRY(proto_get_float(r, "max_weight", TSDF_EPROTO_KEY, &p->max_weight, &present));
+    PROTO_TRY(proto_get_uint(r, "memory_cap_bytes", UINT64_MAX, &p->memory_cap_bytes, &present));
+    return TSDF_OK;
+}
+
 static int read_stats_rep(const proto_reader *r, tsdf_rep_stats *s)
 {
     proto_reader sub;
@@ -245,6 +256,11 @@ static int read_stats_rep(const proto_reader *r, tsdf_rep_stats *s)
     if (present) {
         s->has_engine = 1;
         PROTO_TRY(read_engine_stats(&sub, &s->engine));
+    }
+    PROTO_TRY(proto_get_submap(r, "params", &sub, &present));
+    if (present) {
+        s->has_params = 1;
+        PROTO_TRY(read_map_params(&sub, &s->params));
     }
     PROTO_TRY(proto_get_submap(r, "daemon", &sub, &present));
     if (present)
@@ -505,6 +521,7 @@ static int encode_reply_body(proto_writer *w, const void *src)
         if (r->u.stats.timeline_count > TSDF_PROTO_MAX_TIMELINE)
             return TSDF_ETOO_LARGE;
         msgpack_pack_map(&w->pk, env + 1 + (r->u.stats.has_engine ? 1 : 0) +
+                                     (r->u.stats.has_params ? 1 : 0) +
                                      (r->u.stats.timeline_count > 0 ? 1 : 0));
         break;
     case TSDF_MSG_SAVE:
@@ -572,6 +589,16 @@ static int encode_reply_body(proto_writer *w, const void *src)
             return TSDF_ETOO_LARGE;
         if (s->has_engine)
             w_engine_stats(w, &s->engine);
+        /* A key of its own rather than more engine keys: the engine's
+         * statistics are the volume's, these are the map's settings. */
+        if (s->has_params) {
+            proto_w_key(w, "params");
+            msgpack_pack_map(&w->pk, 4);
+            proto_w_float(w, "voxel_size_m", s->params.voxel_size_m);
+            proto_w_float(w, "trunc_vox", s->params.trunc_vox);
+            proto_w_float(w, "max_weight", s->params.max_weight);
+            proto_w_uint(w, "memory_cap_bytes", s->params.memory_cap_bytes);
+        }
         proto_w_key(w, "daemon");
         msgpack_pack_map(&w->pk, s->extra_count);
         for (uint32_t i = 0; i < s->extra_count; i++) {

@@ -41,7 +41,7 @@ static int check_sensor_name(const char *name, size_t len)
 {
     if (len == 0)
         return TSDF_EINVAL;
-    if (len > TSDF_PROTO_MAX_NAME_LEN)
+    if (len > TSDF_PROTO_MAX_SENSOR_NAME_LEN)
         return TSDF_ETOO_LARGE;
     for (size_t i = 0; i < len; i++) {
         if (name[i] < 0x21 || name[i] > 0x7e)
@@ -134,7 +134,7 @@ static int read_frame(const proto_reader *r, tsdf_req_frame *f)
             if (rc != TSDF_OK)
                 return proto_fail(r->err, rc, "sensor",
                                   "sensor: name must be 1..%u printable characters without spaces",
-                                  TSDF_PROTO_MAX_NAME_LEN);
+                                  TSDF_PROTO_MAX_SENSOR_NAME_LEN);
             f->sensor.is_id = 0;
             memcpy(f->sensor.name, o->via.str.ptr, o->via.str.size);
             f->sensor.name[o->via.str.size] = '\0';
@@ -254,20 +254,20 @@ static int decode_request(const proto_reader *r, tsdf_request *out)
 {
     tsdf_msg_type type = TSDF_MSG_NONE;
     uint64_t id = 0;
-    int present = 0;
-    /* The id first, so that even a request with a bad version or type can
-     * be answered with its id. */
-    (void)proto_get_uint(r, "id", UINT64_MAX, &id, &present);
-    out->id = id;
+    /* The envelope sets type and id to what it could read even when it
+     * fails, so that the error reply can echo them. */
     int rc = proto_read_envelope(r, &type, &id, 0);
     out->type = type;
+    out->id = id;
     if (rc != TSDF_OK)
         return rc;
     if (type == TSDF_MSG_ERROR)
         return proto_fail(r->err, TSDF_EPROTO_TYPE, "type", "\"error\" is a reply type");
     tsdf_request_init(out, type);
     out->id = id;
-    if (!present && type != TSDF_MSG_FRAME)
+    /* Only a frame may leave the id out (the envelope read it otherwise). */
+    const msgpack_object *id_obj;
+    if (type != TSDF_MSG_FRAME && proto_find(r, "id", &id_obj) == 0)
         return proto_missing(r, "id");
 
     if (type != TSDF_MSG_MAPS && type != TSDF_MSG_PING)

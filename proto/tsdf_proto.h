@@ -54,10 +54,16 @@ extern "C" {
 #define TSDF_PROTO_VERSION 1
 /* The largest message either side encodes or accepts, in bytes. */
 #define TSDF_PROTO_MAX_MESSAGE_BYTES (64u * 1024u * 1024u)
-/* Map names: 1..64 bytes of [A-Za-z0-9_.-], not starting with '.' (a map
- * name may become a file name). Sensor names: 1..64 printable ASCII bytes
- * without spaces (0x21..0x7e). */
-#define TSDF_PROTO_MAX_NAME_LEN 64u
+/* Map names: 1..63 bytes of [A-Za-z0-9_.-], not starting with '.' (a map
+ * name may become a file name). This is the one limit on map names: the
+ * daemon's registry, its configuration and its snapshot files (whose
+ * format v1 keeps a map's name in a 64-byte field with its NUL) all use
+ * it. */
+#define TSDF_PROTO_MAX_NAME_LEN 63u
+/* Sensor names: 1..64 printable ASCII bytes without spaces (0x21..0x7e).
+ * They are labels in stats and metrics only, never stored in a file, so
+ * they keep the limit they always had. */
+#define TSDF_PROTO_MAX_SENSOR_NAME_LEN 64u
 /* Paths in save/load: 1..1024 bytes of valid UTF-8, no NUL byte. */
 #define TSDF_PROTO_MAX_PATH_LEN 1024u
 /* Error messages in replies: longer ones are truncated on decode. */
@@ -165,7 +171,7 @@ int tsdf_depth_encoding_allows(tsdf_depth_encoding e, tsdf_depth_format f);
 typedef struct {
     int is_id;   /* 1: id is valid; 0: name is valid */
     uint64_t id; /* default 0 (is_id = 1) */
-    char name[TSDF_PROTO_MAX_NAME_LEN + 1];
+    char name[TSDF_PROTO_MAX_SENSOR_NAME_LEN + 1];
 } tsdf_proto_sensor;
 
 /* frame and integrate: one depth image with its pose. */
@@ -263,9 +269,21 @@ typedef struct {
     double f;
 } tsdf_stat_entry;
 
+/* The voxel parameters of a map (stats reply "params"): what it was created
+ * with, or what a load gave it (a snapshot keeps them). */
+typedef struct {
+    float voxel_size_m;        /* edge of one voxel, metres */
+    float trunc_vox;           /* truncation distance, voxels */
+    float max_weight;          /* weights clamp here */
+    uint64_t memory_cap_bytes; /* the map's own volume cap; 0 = none (the cap in force,
+                                * engine.memory_cap_bytes, may be lower: the budget) */
+} tsdf_map_params;
+
 typedef struct {
     int has_engine; /* 1 when the reply carried an "engine" map */
     tsdf_volume_stats engine;
+    int has_params; /* 1 when the reply carried a "params" map (not from older daemons) */
+    tsdf_map_params params;
     uint32_t extra_count; /* entries of "daemon", in wire order */
     tsdf_stat_entry extra[TSDF_PROTO_MAX_STATS_EXTRA];
     /* "timeline": device event times of the map's last integrated frames,
@@ -342,7 +360,8 @@ int tsdf_proto_encode_reply(const tsdf_reply *rep, tsdf_buf *out);
 
 /* Reads only the envelope of a request: version, type and id. Useful to
  * answer a request the full decoder refuses. *type and *id are set to what
- * could be read (TSDF_MSG_NONE / 0 otherwise) even when an error is returned. */
+ * could be read (TSDF_MSG_NONE / 0 otherwise) even when an error is returned
+ * (a bad version too: the rule of PROTOCOL.md section 3). */
 int tsdf_proto_peek(const void *data, size_t len, tsdf_msg_type *type, uint64_t *id);
 
 /* Decodes and fully validates one request (including frame) from len bytes.
@@ -353,7 +372,7 @@ int tsdf_proto_peek(const void *data, size_t len, tsdf_msg_type *type, uint64_t 
  *                       deeper than TSDF_PROTO_MAX_DEPTH
  *   TSDF_EFORMAT        not exactly one well-formed msgpack value, or the top
  *                       value is not a map, or trailing bytes
- *   TSDF_EVERSION       "v" is not 1
+ *   TSDF_EVERSION       "v" is missing, not an unsigned integer, or not 1
  *   TSDF_EPROTO_TYPE    "type" unknown or a reply-only type
  *   TSDF_EPROTO_KEY     a required key is missing, a key has the wrong msgpack
  *                       type, a key appears twice, an unknown enum string
@@ -372,8 +391,9 @@ int tsdf_proto_peek(const void *data, size_t len, tsdf_msg_type *type, uint64_t 
  *                       finite
  *   TSDF_ENOMEM         the msgpack zone could not be allocated
  * On success payload pointers in *out point into data (see lifetimes above).
- * On failure out->type and out->id hold what could be read, so the caller can
- * still reply to the right request; err (optional) says which key failed. */
+ * On failure out->type and out->id hold what could be read (a known type
+ * name and an unsigned id, also when "v" is bad), so the caller can still
+ * reply to the right request; err (optional) says which key failed. */
 int tsdf_proto_decode_request(const void *data, size_t len, tsdf_request *out,
                               tsdf_proto_error *err);
 
@@ -386,8 +406,8 @@ int tsdf_proto_decode_reply(const void *data, size_t len, tsdf_reply *out, tsdf_
 
 /* ---- small helpers shared with the daemon ------------------------------ */
 
-/* TSDF_OK if name is a valid map or sensor name of len bytes (1..64 of
- * [A-Za-z0-9_.-], not starting with '.'); TSDF_ETOO_LARGE or TSDF_EINVAL. */
+/* TSDF_OK if name is a valid map name of len bytes (1..TSDF_PROTO_MAX_NAME_LEN
+ * of [A-Za-z0-9_.-], not starting with '.'); TSDF_ETOO_LARGE or TSDF_EINVAL. */
 int tsdf_proto_check_name(const char *name, size_t len);
 
 #ifdef __cplusplus

@@ -272,19 +272,13 @@ int tsdf_dataset_pose_from_tum(const double t[3], const double q_xyzw[4], float 
 
 /* ---- intrinsics -------------------------------------------------------- */
 
-/* Reads dir/camera-intrinsics.txt if it exists (a 3x3 K or "fx fy cx cy");
- * keeps *K (the layout's default) when it does not. */
-static int read_intrinsics(const char *dir, tsdf_intrinsics *K)
+int tsdf_dataset_read_intrinsics_file(const char *path, tsdf_intrinsics *K)
 {
-    char path[DS_PATH_MAX];
-    int rc = path_join(path, dir, "camera-intrinsics.txt");
-    if (rc != TSDF_OK)
-        return rc;
-    if (!is_file(path))
-        return TSDF_OK;
+    if (!path || !K)
+        return TSDF_EINVAL;
     double v[9];
     int n = 0;
-    rc = read_numbers_file(path, v, 9, &n);
+    int rc = read_numbers_file(path, v, 9, &n);
     if (rc != TSDF_OK)
         return rc;
     tsdf_intrinsics k;
@@ -309,6 +303,19 @@ static int read_intrinsics(const char *dir, tsdf_intrinsics *K)
         return TSDF_EBAD_INTRINSICS;
     *K = k;
     return TSDF_OK;
+}
+
+/* Reads dir/camera-intrinsics.txt if it exists (a 3x3 K or "fx fy cx cy");
+ * keeps *K (the layout's default) when it does not. */
+static int read_intrinsics(const char *dir, tsdf_intrinsics *K)
+{
+    char path[DS_PATH_MAX];
+    int rc = path_join(path, dir, "camera-intrinsics.txt");
+    if (rc != TSDF_OK)
+        return rc;
+    if (!is_file(path))
+        return TSDF_OK;
+    return tsdf_dataset_read_intrinsics_file(path, K);
 }
 
 /* ---- 7-Scenes ---------------------------------------------------------- */

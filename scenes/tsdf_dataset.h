@@ -108,6 +108,13 @@ void tsdf_dataset_frame_to_tsdf(const tsdf_dataset_frame *f, const uint16_t *dep
  * TSDF_ENOT_FOUND. Exposed for the CLI and the tests. */
 int tsdf_dataset_read_pose_file(const char *path, float T[16]);
 
+/* Parses pinhole intrinsics from the text file at path: a 3x3 K (9 numbers,
+ * row-major, no skew, last row 0 0 1: 7-Scenes' camera-intrinsics.txt) or
+ * the 4 numbers "fx fy cx cy", and checks fx, fy > 0 and all finite.
+ * TSDF_EFORMAT (another count of numbers), TSDF_EBAD_INTRINSICS,
+ * TSDF_EIO, TSDF_ENOT_FOUND. Exposed for the CLI. */
+int tsdf_dataset_read_intrinsics_file(const char *path, tsdf_intrinsics *K);
+
 /* A camera-to-world pose from a translation and a quaternion (x, y, z, w;
  * normalised here). TSDF_EBAD_POSE when not finite or when the quaternion's
  * norm is not within 1e-2 of 1 (a file that is not a rotation). */

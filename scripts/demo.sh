@@ -7,6 +7,8 @@
 # streams a synthetic room through tsdfctl (and the 7-Scenes kitchen into a
 # second map when ../shared/data/7scenes-redkitchen is present), writes
 # meshes and a raycast image, prints the stats and stops the daemon cleanly.
+# /metrics goes to $TSDF_DEMO_METRICS_PORT, else the first free port from
+# 9464 on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -22,9 +24,26 @@ tsdfd=$root/$build/daemon/tsdfd
 tsdfctl=$root/$build/client/tsdfctl
 export TSDF_URL=ipc://$out/tsdfd.sock TSDF_PUSH_URL=ipc://$out/frames.sock
 
+# The metrics port: $TSDF_DEMO_METRICS_PORT, else the first free one from
+# 9464 (the default) on, so that a daemon already running there, or any
+# other server, does not stop the demo.
+port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+metrics_port=${TSDF_DEMO_METRICS_PORT:-}
+if [ -z "$metrics_port" ]; then
+    metrics_port=9464
+    while port_taken "$metrics_port"; do
+        metrics_port=$((metrics_port + 1))
+        [ "$metrics_port" -lt 9564 ] || { echo "demo: no free port in 9464..9563 for /metrics (set TSDF_DEMO_METRICS_PORT)" >&2; exit 1; }
+    done
+elif port_taken "$metrics_port"; then
+    echo "demo: TSDF_DEMO_METRICS_PORT=$metrics_port is taken" >&2
+    exit 1
+fi
+echo "== metrics on http://127.0.0.1:$metrics_port/metrics =="
+
 "$tsdfd" --check-config config/tsdfd.conf
 "$tsdfd" --config config/tsdfd.conf --listen "$TSDF_URL" --frames-listen "$TSDF_PUSH_URL" \
-    --state-dir "$out/state" --metrics 127.0.0.1:9464 2>"$out/tsdfd.log" &
+    --state-dir "$out/state" --metrics "127.0.0.1:$metrics_port" 2>"$out/tsdfd.log" &
 pid=$!
 stop_daemon() {
     if kill -0 "$pid" 2>/dev/null; then
@@ -59,8 +78,10 @@ if [ -d "$data/frames" ]; then
     echo "== streaming the 7-Scenes kitchen ($data) into map 'kitchen' =="
     "$tsdfctl" replay "$data/frames" --map kitchen --max-depth 4.0
     "$tsdfctl" mesh --map kitchen "$out/kitchen.ply"
+    intrinsics=$data/camera-intrinsics.txt
+    [ -f "$intrinsics" ] || { printf '585 0 320\n0 585 240\n0 0 1\n' >"$out/K.txt"; intrinsics=$out/K.txt; }
     "$tsdfctl" raycast --map kitchen --pose "$data/frames/frame-000200.pose.txt" \
-        --fx 585 --fy 585 --cx 320 --cy 240 "$out/kitchen-raycast.png"
+        --intrinsics "$intrinsics" "$out/kitchen-raycast.png"
 else
     echo "== 7-Scenes data not found at $data: skipping the kitchen =="
 fi
@@ -68,7 +89,7 @@ fi
 echo "== stats =="
 "$tsdfctl" stats
 if command -v curl >/dev/null; then
-    curl -fsS http://127.0.0.1:9464/metrics | grep -E '^tsdfd_(frames_integrated_total|hash_load_factor)' || true
+    curl -fsS "http://127.0.0.1:$metrics_port/metrics" | grep -E '^tsdfd_(frames_integrated_total|hash_load_factor)' || true
 fi
 
 stop_daemon

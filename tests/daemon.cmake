@@ -51,6 +51,10 @@ if(TARGET tsdf_client)
     # frames, and payloads that do not decode refused and counted.
     tsdf_add_test(NAME daemon_depth SOURCES test_daemon_depth.c
       LIBS tsdfd_testlib LABELS daemon TIMEOUT 300)
+    # The daemon against proto/PROTOCOL.md, on the points where a client
+    # written from the document alone found the two apart.
+    tsdf_add_test(NAME daemon_protocol SOURCES test_daemon_protocol.c
+      LIBS tsdfd_testlib LABELS daemon TIMEOUT 300)
     # The same end-to-end suite against a daemon on the CUDA backend (the
     # reference volume in the test on CUDA too); skipped (77) without a GPU.
     add_test(NAME daemon_cuda COMMAND test_daemon)

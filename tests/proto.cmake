@@ -17,3 +17,9 @@ tsdf_add_test(NAME client SOURCES test_client.c LIBS tsdf_client_static Threads:
 add_test(NAME tsdfctl
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_tsdfctl.sh $<TARGET_FILE:tsdfd> $<TARGET_FILE:tsdfctl>)
 set_tests_properties(tsdfctl PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+
+# proto/PROTOCOL.md lists every error code, and by request every code the
+# codec and the daemon's request path name.
+add_test(NAME protocol_codes
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_protocol_codes.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(protocol_codes PROPERTIES TIMEOUT 60)

@@ -524,6 +524,19 @@ static void test_flags_override_file(void **state)
     rc = cfg_from_args(5, unknown, &c, &action, used, sizeof used, err, sizeof err);
     assert_int_equal(rc, TSDF_EINVAL);
     assert_non_null(strstr(err, "--frobnicate"));
+    assert_non_null(strstr(err, "unknown option"));
+    assert_non_null(strstr(err, "tsdfd --help"));
+    /* Alone at the end: still unknown, not "missing value"; a known flag
+     * at the end needs its value. */
+    char *unknown_last[] = {"tsdfd", "--config", file, "--bogus", NULL};
+    rc = cfg_from_args(4, unknown_last, &c, &action, used, sizeof used, err, sizeof err);
+    assert_int_equal(rc, TSDF_EINVAL);
+    assert_non_null(strstr(err, "--bogus: unknown option"));
+    assert_non_null(strstr(err, "tsdfd --help"));
+    char *no_value[] = {"tsdfd", "--config", file, "--listen", NULL};
+    rc = cfg_from_args(4, no_value, &c, &action, used, sizeof used, err, sizeof err);
+    assert_int_equal(rc, TSDF_EINVAL);
+    assert_non_null(strstr(err, "--listen: needs a value"));
 
     char *missing[] = {"tsdfd", "--config", "/nonexistent/x.conf", NULL};
     rc = cfg_from_args(3, missing, &c, &action, used, sizeof used, err, sizeof err);

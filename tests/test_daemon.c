@@ -193,6 +193,10 @@ static void test_concurrent_streams_block(void **state)
         assert_int_equal(stat_get(st, key), 0);
     }
     assert_int_equal(stat_get(st, "sensor.(no sensor).rejected"), 3);
+    /* Only real sensors count, not the "(no sensor)" bucket. */
+    assert_int_equal(stat_get(st, "sensors.count"), STREAM_THREADS);
+    /* Blocked streams waited for room; none gave up (nothing failed). */
+    assert_int_equal(stat_get(st, "queue.push_timeouts"), 0);
     /* The engine agrees with the daemon's count. */
     assert_true(st->has_engine);
     assert_int_equal(st->engine.frames_integrated, (uint64_t)(STREAM_THREADS * frames));
@@ -595,8 +599,8 @@ static void test_malformed_messages(void **state)
     o = pk_defaults();
     o.type = "ping";
     o.version = 2;
-    expect_error(s, &o, 11, TSDF_EVERSION,
-                 TSDF_MSG_ERROR); /* another version: its type is not trusted */
+    /* Another version: type and id are still echoed (PROTOCOL.md 3). */
+    expect_error(s, &o, 11, TSDF_EVERSION, TSDF_MSG_PING);
     o = pk_defaults();
     o.type = "teleport";
     expect_error(s, &o, 12, TSDF_EPROTO_TYPE, TSDF_MSG_ERROR);

@@ -159,6 +159,10 @@ if [ -n "$tsdfd" ]; then
     if [ $ok = 1 ]; then
         check_text "tsdfd's /metrics" "$tmp/daemon.txt"
         check_families "tsdfd's /metrics" "$tmp/daemon.txt" "$daemon_families"
+        # An idle daemon has the per-sensor families, but no always-zero
+        # series of a bucket that received nothing.
+        grep -q 'sensor="(no sensor)"' "$tmp/daemon.txt" &&
+            fail "an idle daemon shows a sensor=\"(no sensor)\" series"
 
         # The numbers must move as frames are integrated.
         nframes=6
@@ -180,6 +184,8 @@ if [ -n "$tsdfd" ]; then
         # counters, reason on drops and rejects, map on the per-map families.
         grep -q '^tsdfd_frames_integrated_total{sensor="cam0"} ' "$tmp/daemon2.txt" ||
             fail "tsdfd_frames_integrated_total has no {sensor=\"cam0\"} series"
+        grep -q 'sensor="(no sensor)"' "$tmp/daemon2.txt" &&
+            fail "good frames alone made a sensor=\"(no sensor)\" series"
         for r in queue_full shutdown memory; do
             grep -q "^tsdfd_frames_dropped_total{reason=\"$r\"} " "$tmp/daemon2.txt" ||
                 fail "tsdfd_frames_dropped_total lacks reason=\"$r\""

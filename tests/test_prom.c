@@ -30,6 +30,31 @@ static void test_counter_and_gauge_text(void **state)
     prom_buf_fini(&b);
 }
 
+/* A family declared before its first series (the per-sensor families of an
+ * idle daemon): HELP and TYPE alone, and samples may follow under them. */
+static void test_family_without_samples(void **state)
+{
+    prom_buf b;
+    (void)state;
+    prom_buf_init(&b);
+    assert_int_equal(prom_family(&b, "tsdfd_frames_received_total", "counter", "Frames."), TSDF_OK);
+    assert_int_equal(prom_family(&b, "tsdfd_frames_integrated_total", "counter", "Fused."),
+                     TSDF_OK);
+    assert_int_equal(prom_counter(&b, "tsdfd_frames_integrated_total", "Fused.", "sensor=\"a\"", 2),
+                     TSDF_OK);
+    assert_string_equal(b.data, "# HELP tsdfd_frames_received_total Frames.\n"
+                                "# TYPE tsdfd_frames_received_total counter\n"
+                                "# HELP tsdfd_frames_integrated_total Fused.\n"
+                                "# TYPE tsdfd_frames_integrated_total counter\n"
+                                "tsdfd_frames_integrated_total{sensor=\"a\"} 2\n");
+    /* A counter's name ends in _total; the type must be one of the four. */
+    prom_buf_reset(&b);
+    assert_int_equal(prom_family(&b, "tsdfd_frames", "counter", "x"), TSDF_EINVAL);
+    prom_buf_reset(&b);
+    assert_int_equal(prom_family(&b, "tsdfd_x", "untyped", "x"), TSDF_EINVAL);
+    prom_buf_fini(&b);
+}
+
 static int count_substr(const char *s, const char *needle)
 {
     int n = 0;
@@ -310,6 +335,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counter_and_gauge_text),
+        cmocka_unit_test(test_family_without_samples),
         cmocka_unit_test(test_help_and_type_once_per_family),
         cmocka_unit_test(test_reopening_a_family_is_refused_and_sticky),
         cmocka_unit_test(test_bad_names_refused),

@@ -342,7 +342,23 @@ static void test_roundtrip_replies(void **state)
     /* Without a backend timeline the key is absent and decodes as none. */
     assert_int_equal(d->u.stats.timeline_count, 0);
     assert_false(buf_contains(&b, "timeline"));
+    /* Without params neither (an older daemon's reply). */
+    assert_int_equal(d->u.stats.has_params, 0);
+    assert_false(buf_contains(&b, "voxel_size_m"));
     tsdf_buf_fini(&b);
+
+    /* The map's voxel parameters travel in "params". */
+    r->u.stats.has_params = 1;
+    r->u.stats.params = (tsdf_map_params){0.02f, 3.0f, 100.0f, 1ull << 30};
+    roundtrip_reply(r, d, &b);
+    assert_int_equal(d->u.stats.has_params, 1);
+    assert_true(d->u.stats.params.voxel_size_m == 0.02f);
+    assert_true(d->u.stats.params.trunc_vox == 3.0f);
+    assert_true(d->u.stats.params.max_weight == 100.0f);
+    assert_int_equal(d->u.stats.params.memory_cap_bytes, 1ull << 30);
+    assert_memory_equal(&d->u.stats.engine, st, sizeof(*st));
+    tsdf_buf_fini(&b);
+    r->u.stats.has_params = 0;
 
     /* The CUDA backend's frame timelines travel as an array of maps. */
     r->u.stats.timeline_count = TSDF_PROTO_MAX_TIMELINE;
@@ -740,10 +756,30 @@ static void test_validation_frame(void **state)
     assert_int_equal(req_with(&b, "rgb", v_nil, NULL), TSDF_OK);
     assert_int_equal(req_with(&b, "min_depth", v_nil, NULL), TSDF_OK);
 
-    /* Envelope. */
-    assert_int_equal(req_with(&b, "v", NULL, &err), TSDF_EPROTO_KEY);
+    /* Envelope: a missing or non-integer v is a version this side does
+     * not speak, and type and id are still read for the error reply. */
+    assert_int_equal(req_with(&b, "v", NULL, &err), TSDF_EVERSION);
     assert_string_equal(err.key, "v");
     assert_int_equal(req_with(&b, "v", v_u2, &err), TSDF_EVERSION);
+    assert_int_equal(req_with(&b, "v", v_str_f32, &err), TSDF_EVERSION);
+    assert_int_equal(req_with(&b, "v", v_f10, &err), TSDF_EVERSION);
+    assert_int_equal(req_with(&b, "v", v_neg, &err), TSDF_EVERSION);
+    rebuild(&b, "v", "v", v_str_f32);
+    assert_int_equal(tsdf_proto_decode_request(g_out, g_out_len, &d, &err), TSDF_EVERSION);
+    assert_int_equal(d.type, TSDF_MSG_INTEGRATE);
+    assert_int_equal(d.id, 42);
+    {
+        tsdf_msg_type pt;
+        uint64_t pid;
+        assert_int_equal(tsdf_proto_peek(g_out, g_out_len, &pt, &pid), TSDF_EVERSION);
+        assert_int_equal(pt, TSDF_MSG_INTEGRATE);
+        assert_int_equal(pid, 42);
+    }
+    /* An unknown type leaves the id readable. */
+    rebuild(&b, "type", "type", v_str_bogus);
+    assert_int_equal(tsdf_proto_decode_request(g_out, g_out_len, &d, &err), TSDF_EPROTO_TYPE);
+    assert_int_equal(d.type, TSDF_MSG_NONE);
+    assert_int_equal(d.id, 42);
     assert_int_equal(req_with(&b, "type", v_str_bogus, &err), TSDF_EPROTO_TYPE);
     assert_int_equal(req_with(&b, "type", v_u2, &err), TSDF_EPROTO_KEY);
     assert_int_equal(req_with(&b, "id", NULL, &err), TSDF_EPROTO_KEY);
@@ -1415,8 +1451,9 @@ static void test_names_and_helpers(void **state)
     assert_int_equal(tsdf_proto_check_name("a b", 3), TSDF_EINVAL);
     char longname[70];
     memset(longname, 'x', sizeof(longname));
-    assert_int_equal(tsdf_proto_check_name(longname, 64), TSDF_OK);
-    assert_int_equal(tsdf_proto_check_name(longname, 65), TSDF_ETOO_LARGE);
+    /* 63 bytes: the longest name a snapshot file holds (with its NUL). */
+    assert_int_equal(tsdf_proto_check_name(longname, 63), TSDF_OK);
+    assert_int_equal(tsdf_proto_check_name(longname, 64), TSDF_ETOO_LARGE);
 
     float T[16];
     tsdf_pose_identity(T);

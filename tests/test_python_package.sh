@@ -38,10 +38,12 @@ fi
 # Already satisfied requirements are not looked up again, so this needs
 # the network only the first time. hatchling is the package's build
 # backend: having it here lets the package build without the network.
+# zstandard is the package's optional dependency for depth_encoding="zstd"
+# (the extra tsdf-client[zstd]); the tests use it.
 if ! timeout 600 $PIP install --quiet "pynng>=0.7" "msgpack>=1.0" "numpy>=1.21" "pytest>=7" \
-    "hatchling>=1.10" >"$LOG" 2>&1; then
+    "hatchling>=1.10" "zstandard>=0.18" >"$LOG" 2>&1; then
     tail -n 5 "$LOG"
-    skip "cannot install pynng, msgpack, numpy, pytest, hatchling from PyPI (no network?); see $LOG"
+    skip "cannot install pynng, msgpack, numpy, pytest, hatchling, zstandard from PyPI (no network?); see $LOG"
 fi
 # Always reinstalled: the source may have changed since the last run.
 if ! $PIP install --quiet --no-build-isolation --force-reinstall --no-deps "$SRC/python" \

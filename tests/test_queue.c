@@ -133,6 +133,69 @@ static void test_block_waits_for_room(void **state)
     queue_fini(&q);
 }
 
+typedef struct {
+    atomic_int *stop;
+    int delay_ms;
+} stopper_arg;
+
+static void *stopper(void *arg)
+{
+    stopper_arg *a = arg;
+    struct timespec ts = {0, (long)a->delay_ms * 1000000L};
+    nanosleep(&ts, NULL);
+    atomic_store(a->stop, 1);
+    return NULL;
+}
+
+/* The block policy's sender waits in slices (to notice a stop): slices
+ * that pass without room are waiting, not timeouts. A plain replay used to
+ * raise queue.push_timeouts with nothing dropped. */
+static void test_block_until_counts_no_timeouts(void **state)
+{
+    frame_queue q;
+    void *dropped, *item;
+    int is_query;
+    pthread_t t;
+    popper_arg a;
+    stopper_arg sa;
+    atomic_int stop = 0;
+    queue_stats st;
+    (void)state;
+
+    assert_int_equal(queue_init(&q, 1, 1, QUEUE_BLOCK), TSDF_OK);
+    assert_int_equal(queue_push_frame(&q, ITEM(1), 0, 0, &dropped), TSDF_OK);
+    assert_int_equal(queue_push_frame_until(&q, ITEM(2), 0, 0, 10, NULL, NULL, NULL, NULL),
+                     TSDF_EINVAL);
+    assert_int_equal(queue_push_frame_until(&q, ITEM(2), 0, 0, 0, &stop, NULL, NULL, NULL),
+                     TSDF_EINVAL);
+    /* Room comes after ~120 ms, a dozen 10 ms slices. */
+    a.q = &q;
+    a.delay_ms = 120;
+    a.popped = 0;
+    assert_int_equal(pthread_create(&t, NULL, popper, &a), 0);
+    assert_int_equal(queue_push_frame_until(&q, ITEM(2), 0, 0, 10, &stop, NULL, NULL, NULL),
+                     TSDF_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(a.popped, 1);
+    queue_get_stats(&q, &st);
+    assert_int_equal(st.push_timeouts, 0);
+    assert_int_equal(st.blocked_waits, 1);
+    /* Still full: a stop ends the wait, and that is no timeout either. */
+    sa.stop = &stop;
+    sa.delay_ms = 60;
+    assert_int_equal(pthread_create(&t, NULL, stopper, &sa), 0);
+    assert_int_equal(queue_push_frame_until(&q, ITEM(3), 0, 0, 10, &stop, NULL, NULL, NULL),
+                     TSDF_ESHUTDOWN);
+    pthread_join(t, NULL);
+    queue_get_stats(&q, &st);
+    assert_int_equal(st.push_timeouts, 0);
+    assert_int_equal(st.blocked_waits, 2);
+    assert_int_equal(st.frames_pushed, 2);
+    assert_int_equal(queue_pop(&q, &item, &is_query, 0), TSDF_OK);
+    assert_int_equal(VAL(item), 2);
+    queue_fini(&q);
+}
+
 static void test_drop_oldest_same_sensor(void **state)
 {
     frame_queue q;
@@ -836,6 +899,7 @@ int main(void)
         cmocka_unit_test(test_fifo_and_bound_block),
         cmocka_unit_test(test_block_times_out),
         cmocka_unit_test(test_block_waits_for_room),
+        cmocka_unit_test(test_block_until_counts_no_timeouts),
         cmocka_unit_test(test_drop_oldest_same_sensor),
         cmocka_unit_test(test_queries_first_and_bounded),
         cmocka_unit_test(test_close_and_drain),

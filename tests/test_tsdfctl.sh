@@ -67,6 +67,11 @@ grep -qx s "$WORK/maps" && grep -qx b "$WORK/maps" || fail "maps: $(cat "$WORK/m
 $C stats --map s >"$WORK/stats" || fail "stats"
 grep -q "frames_integrated *48" "$WORK/stats" || fail "stats table: $(cat "$WORK/stats")"
 $C stats --map s --json | grep -q '"engine": {"backend": "cpu"' || fail "stats --json"
+# The map's voxel parameters (the daemon's defaults here).
+grep -q "voxel_size_m *0.01$" "$WORK/stats" && grep -q "trunc_vox *4$" "$WORK/stats" ||
+    fail "stats shows no params: $(cat "$WORK/stats")"
+$C stats --map s --json | grep -q '"params": {"voxel_size_m": 0.00999999978' ||
+    fail "stats --json params: $($C stats --map s --json)"
 
 # The mesh of the sphere: a closed surface has T = 2V - 4.
 $C mesh "$WORK/s.ply" --map s >"$WORK/out" || fail "mesh: $(cat "$WORK/out")"
@@ -98,6 +103,41 @@ grep -q "surface in" "$WORK/out" || fail "raycast output"
 printf '2 0 0 0\n0 2 0 0\n0 0 2 0\n0 0 0 1\n' >"$WORK/bad.txt"
 $C raycast --pose "$WORK/bad.txt" "$WORK/x.png" >/dev/null 2>&1
 [ $? -eq 1 ] || fail "a non-rigid pose file should fail"
+# A missing local file is named, with the system's reason (not the
+# daemon's NOT_FOUND).
+$C raycast --pose "$WORK/frame-000200.pose.txt" "$WORK/x.png" >"$WORK/out" 2>&1
+[ $? -eq 1 ] && grep -q "pose file $WORK/frame-000200.pose.txt: No such file or directory" \
+    "$WORK/out" || fail "raycast of a missing pose file: $(cat "$WORK/out")"
+# The intrinsics in 7-Scenes' camera-intrinsics.txt form (a 3x3 K).
+printf '1.5e+02 0 7.95e+01\n0 1.5e+02 5.95e+01\n0 0 1\n' >"$WORK/K.txt"
+$C raycast --pose "$WORK/pose.txt" --map s --width 160 --height 120 --intrinsics "$WORK/K.txt" \
+    "$WORK/rk.png" >"$WORK/out" 2>&1 || fail "raycast --intrinsics: $(cat "$WORK/out")"
+echo "1 2 3" >"$WORK/K3.txt"
+$C raycast --pose "$WORK/pose.txt" --intrinsics "$WORK/K3.txt" "$WORK/x.png" >"$WORK/out" 2>&1
+[ $? -eq 1 ] && grep -q "3x3 matrix" "$WORK/out" || fail "a bad intrinsics file: $(cat "$WORK/out")"
+# --color: the synthetic sphere has colour; the empty default map has
+# none, which gives shading and a warning.
+$C raycast --pose "$WORK/pose.txt" --map s --width 160 --height 120 --color "$WORK/rc.png" \
+    >"$WORK/out" 2>&1 || fail "raycast --color: $(cat "$WORK/out")"
+grep -q "has no colour" "$WORK/out" && fail "raycast --color of a coloured map: $(cat "$WORK/out")"
+$C raycast --pose "$WORK/pose.txt" --width 160 --height 120 --color "$WORK/rc.png" \
+    >"$WORK/out" 2>&1 || fail "raycast --color: $(cat "$WORK/out")"
+grep -q "map 'default' has no colour" "$WORK/out" ||
+    fail "raycast --color without colour: $(cat "$WORK/out")"
+# Mesh: an inverted box, an output folder that does not exist (refused
+# before anything is fetched), and an empty map (a warning).
+$C mesh "$WORK/x.ply" --box 1 1 1 0 0 0 >"$WORK/out" 2>&1
+[ $? -eq 2 ] && grep -q "inverted" "$WORK/out" || fail "mesh --box inverted: $(cat "$WORK/out")"
+$C mesh "$WORK/no/such/dir/x.ply" --map s >"$WORK/out" 2>&1
+[ $? -eq 1 ] && grep -q "cannot write.*No such file or directory" "$WORK/out" ||
+    fail "mesh into a missing folder: $(cat "$WORK/out")"
+$C mesh "$WORK/empty.ply" >"$WORK/out" 2>&1 || fail "mesh of an empty map: $(cat "$WORK/out")"
+grep -q "the mesh is empty" "$WORK/out" || fail "mesh of an empty map: $(cat "$WORK/out")"
+# Replay of a folder that is no sequence says what it expected.
+mkdir -p "$WORK/notaseq"
+$C replay "$WORK/notaseq" >"$WORK/out" 2>&1
+[ $? -eq 1 ] && grep -q "expected a 7-Scenes folder" "$WORK/out" ||
+    fail "replay of a folder of no sequence: $(cat "$WORK/out")"
 
 # Snapshots: save, reset, load.
 $C save --map s >"$WORK/out" || fail "save: $(cat "$WORK/out")"

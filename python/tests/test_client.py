@@ -92,6 +92,16 @@ def test_send_frame_is_integrated_later(client):
 def test_stats_of_a_missing_map_has_no_engine(client):
     stats = client.stats("never-made")
     assert "engine" not in stats and "frames.received" in stats["daemon"]
+    assert "params" not in stats
+
+
+def test_stats_report_the_map_params(client):
+    client.integrate("params", plane_depth(1.0), PLANE_K, IDENTITY)
+    params = client.stats("params")["params"]
+    # The daemon's defaults (conftest starts it without [volume] settings).
+    assert abs(params["voxel_size_m"] - 0.01) < 1e-6
+    assert params["trunc_vox"] == 4.0 and params["max_weight"] == 64.0
+    assert params["memory_cap_bytes"] == 4096 << 20
 
 
 def test_raycast_of_a_plane(client):
@@ -103,7 +113,7 @@ def test_raycast_of_a_plane(client):
     r = client.raycast(name, 64, 48, PLANE_K, IDENTITY, rgb=True)
     assert r.depth.shape == (48, 64) and r.depth.dtype == np.float32
     assert r.normals.shape == (48, 64, 3) and r.normals.dtype == np.float32
-    assert r.rgb is not None and r.rgb.shape == (48, 64, 3) and r.rgb.dtype == np.uint8
+    assert r.has_rgb and r.rgb.shape == (48, 64, 3) and r.rgb.dtype == np.uint8
     inner = (slice(8, -8), slice(8, -8))
     assert np.all(np.isfinite(r.depth[inner]))
     assert np.abs(r.depth[inner] - 1.0).max() < 0.01
@@ -118,7 +128,9 @@ def test_raycast_of_the_sphere(client, sphere):
     T = look_at((0.0, -1.0, 0.3), (0.0, 0.0, 0.0))
     expected = render_sphere(T)
     r = client.raycast(sphere, WIDTH, HEIGHT, K, T)
-    assert r.rgb is None
+    assert r.rgb is None and not r.has_rgb
+    # Asked for, from a map without colour: none is sent (PROTOCOL.md 6.2).
+    assert not client.raycast(sphere, 16, 12, (FX / 8, FX / 8, 7.5, 5.5), T, rgb=True).has_rgb
     hit = expected > 0
     # Away from the silhouette, where rays graze the surface: the pixels
     # that still hit with a 10 % wider field of view.
@@ -192,6 +204,19 @@ def test_daemon_side_codes(client):
     with pytest.raises(TsdfError) as e:
         client.integrate("errors", plane_depth(1.0), PLANE_K, IDENTITY, min_depth=2, max_depth=1)
     assert e.value.code is ErrorCode.BAD_DEPTH_RANGE
+
+
+def test_longest_map_name(client):
+    """63 bytes, the protocol's one limit on map names, is a map; 64 is
+    refused before it is sent."""
+    header = (SOURCE_DIR / "proto" / "tsdf_proto.h").read_text()
+    assert f"#define TSDF_PROTO_MAX_NAME_LEN {tsdf._messages.MAX_MAP_NAME_LEN}u" in header
+    name = "m" * tsdf._messages.MAX_MAP_NAME_LEN
+    client.integrate(name, plane_depth(1.0), PLANE_K, IDENTITY)
+    assert name in client.maps()
+    with pytest.raises(ArgumentError) as e:
+        client.integrate(name + "m", plane_depth(1.0), PLANE_K, IDENTITY)
+    assert e.value.code is ErrorCode.TOO_LARGE
 
 
 @pytest.mark.parametrize("kwargs, code", [

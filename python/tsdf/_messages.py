@@ -13,13 +13,25 @@ import operator
 
 import numpy as np
 
+from . import _depth
 from .errors import ArgumentError, ErrorCode, TsdfError
 from .results import Mesh, Raycast
 
 
+# The longest map name, in bytes (TSDF_PROTO_MAX_NAME_LEN, PROTOCOL.md
+# section 2): a snapshot file keeps a name with its NUL in 64 bytes.
+MAX_MAP_NAME_LEN = 63
+
+
 def check_map(name):
+    """A map name as a str; its characters are the daemon's to check, but a
+    name too long for any map is refused here, as libtsdf refuses it."""
     if not isinstance(name, str):
         raise ArgumentError(ErrorCode.INVAL, f"map must be a str, not {type(name).__name__}")
+    if len(name.encode("utf-8")) > MAX_MAP_NAME_LEN:
+        raise ArgumentError(ErrorCode.TOO_LARGE,
+                            f"map name of {len(name.encode('utf-8'))} bytes: at most "
+                            f"{MAX_MAP_NAME_LEN}")
     return name
 
 
@@ -116,8 +128,9 @@ def rgb_bytes(rgb, width, height):
 
 
 def frame_fields(map_name, depth, K, T_world_cam, rgb, sensor, seq, stamp_ns, depth_scale,
-                 min_depth, max_depth):
-    """The keys of a "frame" or "integrate" request (section 6.1)."""
+                 min_depth, max_depth, depth_encoding="raw", compress_level=None):
+    """The keys of a "frame" or "integrate" request (section 6.1), the
+    depth encoded as depth_encoding asks (tsdf._depth)."""
     fields = {"map": check_map(map_name)}
     if sensor is not None:
         if isinstance(sensor, str):
@@ -128,6 +141,7 @@ def frame_fields(map_name, depth, K, T_world_cam, rgb, sensor, seq, stamp_ns, de
     if stamp_ns is not None:
         fields["stamp_ns"] = uint(stamp_ns, "stamp_ns")
     fields.update(depth_fields(depth, depth_scale))
+    fields = _depth.encode(fields, depth, depth_encoding, compress_level)
     fields.update(intrinsics(K))
     fields["min_depth"] = num(min_depth, "min_depth")
     fields["max_depth"] = num(max_depth, "max_depth")

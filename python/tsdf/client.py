@@ -212,13 +212,17 @@ class Client:
 
     def stats(self, map):
         """The stats reply as a dict: "engine" (the map's volume statistics;
-        absent when the map does not exist), "daemon" (the daemon's
-        counters) and, on the CUDA backend, "timeline" (PROTOCOL.md 6.6)."""
+        absent when the map does not exist), "params" (the map's
+        voxel_size_m, trunc_vox, max_weight and memory_cap_bytes, which a
+        load may have changed; absent when the map does not exist),
+        "daemon" (the daemon's counters) and, on the CUDA backend,
+        "timeline" (PROTOCOL.md 6.6)."""
         r = self.request("stats", map=m.check_map(map))
         return {k: v for k, v in r.items() if k not in ("v", "type", "id", "status")}
 
     def integrate(self, map, depth, K, T_world_cam, rgb=None, sensor=None, seq=0, stamp_ns=None,
-                  depth_scale=0.001, min_depth=0.1, max_depth=5.0):
+                  depth_scale=0.001, min_depth=0.1, max_depth=5.0, depth_encoding="raw",
+                  compress_level=None):
         """Integrates one frame and waits until the daemon has done so.
 
         depth: (H, W) uint16 (metres = value x depth_scale) or float (metres);
@@ -226,17 +230,25 @@ class Client:
         K: a 3x3 pinhole matrix or (fx, fy, cx, cy), pixels.
         T_world_cam: the 4x4 rigid camera-to-world transform (x right,
         y down, z forward). rgb: optional (H, W, 3) uint8 registered to depth.
-        sensor: a str or int naming the camera. Returns Integrated; raises
-        TsdfError with the frame's code (BAD_POSE, CAPACITY, QUEUE_FULL...).
+        sensor: a str or int naming the camera.
+        depth_encoding: how the depth travels, losslessly (PROTOCOL.md
+        6.1): "raw" (default), "png" (uint16 depth only; a 16-bit PNG
+        written with zlib) or "zstd" (uint16 or float; needs the optional
+        zstandard package, pip install 'tsdf-client[zstd]', else
+        ArgumentError NOT_BUILT). compress_level: png 0..9 (default 1),
+        zstd 1..22 (default 3). Returns Integrated; raises TsdfError with
+        the frame's code (BAD_POSE, CAPACITY, QUEUE_FULL, DEPTH_DECODE...).
         """
         fields = m.frame_fields(map, depth, K, T_world_cam, rgb, sensor, seq, stamp_ns,
-                                depth_scale, min_depth, max_depth)
+                                depth_scale, min_depth, max_depth, depth_encoding,
+                                compress_level)
         r = self.request("integrate", **fields)
         return Integrated(seq=r.get("seq", 0), version=r.get("version", 0),
                           integrate_ms=float(r.get("integrate_ms", 0.0)))
 
     def send_frame(self, map, depth, K, T_world_cam, rgb=None, sensor=None, seq=0,
-                   stamp_ns=None, depth_scale=0.001, min_depth=0.1, max_depth=5.0, block=True):
+                   stamp_ns=None, depth_scale=0.001, min_depth=0.1, max_depth=5.0, block=True,
+                   depth_encoding="raw", compress_level=None):
         """Queues a frame on the PUSH socket (arguments as integrate) and
         returns once nng took it; the daemon's result is not reported (see
         stats). When the send buffer is full: block=True waits up to
@@ -246,7 +258,8 @@ class Client:
         if self._push is None:
             raise ArgumentError(ErrorCode.INVAL, "send_frame needs a client opened with push_url")
         fields = m.frame_fields(map, depth, K, T_world_cam, rgb, sensor, seq, stamp_ns,
-                                depth_scale, min_depth, max_depth)
+                                depth_scale, min_depth, max_depth, depth_encoding,
+                                compress_level)
         data = self._pack({"v": PROTOCOL_VERSION, "type": "frame", **fields})
         try:
             self._push.send(data, block=block)

@@ -25,6 +25,12 @@ class Raycast:
     normals: np.ndarray  # (H, W, 3) float32 unit normals, world frame, NaN where no surface
     rgb: Optional[np.ndarray]  # (H, W, 3) uint8, only when asked for and the map has colour
 
+    @property
+    def has_rgb(self) -> bool:
+        """True when the daemon sent colour: asked for, and the map has
+        colour (a map without it sends none rather than black pixels)."""
+        return self.rgb is not None
+
 
 @dataclass(frozen=True)
 class Mesh:
