@@ -44,7 +44,7 @@
 
 #include "tsdf_error.h"
 #include "tsdf_proto.h"
-#include "tsdf_volume.h"
+#include "tsdf_types.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -166,7 +166,8 @@ int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_raycast_para
 int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *params,
                      tsdf_mesh *out, uint64_t *version, int timeout_ms);
 
-/* Frees the arrays of a mesh filled by tsdf_client_mesh and zeroes it. */
+/* Frees the arrays of a mesh filled by tsdf_client_mesh and zeroes it: the
+ * same as tsdf_mesh_fini, kept so that existing callers still link. */
 void tsdf_client_mesh_release(tsdf_mesh *m);
 
 /* Engine statistics of map (NULL: "default") and the daemon's counters. */
