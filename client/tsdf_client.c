@@ -9,6 +9,7 @@
 #include "tsdf_client.h"
 
 #include "tsdf_depth_codec.h"
+#include "tsdf_proto.h"
 #include "tsdf_transport.h"
 
 #include <stdarg.h>

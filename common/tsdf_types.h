@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tsdf_api.h"
 #include "tsdf_error.h"
 
 #ifdef __cplusplus
@@ -59,7 +60,7 @@ typedef struct {
  * volumes of empty space (a 16x16 image with fx = 0.05 spans 179.6
  * degrees). Used by tsdf_frame_check, the raycast's checks and the wire
  * codec; implemented in common/ so the codec needs no engine. Any thread. */
-int tsdf_intrinsics_check(const tsdf_intrinsics *K, uint32_t width, uint32_t height);
+TSDF_API int tsdf_intrinsics_check(const tsdf_intrinsics *K, uint32_t width, uint32_t height);
 
 typedef enum {
     TSDF_DEPTH_U16 = 0, /* uint16 samples, metres = value * depth_scale */
@@ -148,8 +149,8 @@ typedef struct {
     uint32_t *indices; /* 3 * triangle_count, counter-clockwise seen from outside */
 } tsdf_mesh;
 
-void tsdf_mesh_init(tsdf_mesh *m);
-void tsdf_mesh_fini(tsdf_mesh *m); /* frees the arrays and re-inits */
+TSDF_API void tsdf_mesh_init(tsdf_mesh *m);
+TSDF_API void tsdf_mesh_fini(tsdf_mesh *m); /* frees the arrays and re-inits */
 
 typedef struct {
     float min[3], max[3]; /* metres, world frame */
