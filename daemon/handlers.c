@@ -310,7 +310,7 @@ static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_r
 }
 
 _Static_assert(JOB_IMPORT < sizeof(((daemon_ctx *)0)->queries_waiting_kind) /
-                                 sizeof(((daemon_ctx *)0)->queries_waiting_kind[0]),
+                                sizeof(((daemon_ctx *)0)->queries_waiting_kind[0]),
                "daemon_ctx.queries_waiting_kind must have a slot per job_kind");
 
 /* Takes one of n slots of *waiting; 0 when all are taken. */
