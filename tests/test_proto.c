@@ -1352,6 +1352,7 @@ static void test_utf8(void **state)
     strcpy(q.u.path.path, "/tmp/\xe0\x9f\xbf");
     assert_int_equal(tsdf_proto_encode_request(&q, &b), TSDF_EINVAL);
     assert_int_equal(b.len, 0);
+    tsdf_buf_fini(&b);
 
     /* The decoder refuses identifiers that are not UTF-8 (so they cannot
      * be echoed into replies), and its error detail is printable even when
