@@ -9,6 +9,7 @@
 #include "tsdf_client.h"
 
 #include "tsdf_depth_codec.h"
+#include "tsdf_proto.h"
 #include "tsdf_transport.h"
 
 #include <math.h>
@@ -542,13 +543,7 @@ int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_raycast_para
 
 void tsdf_client_mesh_release(tsdf_mesh *m)
 {
-    if (m == NULL)
-        return;
-    free(m->positions);
-    free(m->normals);
-    free(m->colors);
-    free(m->indices);
-    memset(m, 0, sizeof(*m));
+    tsdf_mesh_fini(m);
 }
 
 int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *params,
@@ -582,7 +577,7 @@ int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *pa
     const tsdf_rep_mesh *rm = &rep->u.mesh;
     size_t vb = (size_t)rm->vertex_count * 12u, ib = (size_t)rm->triangle_count * 12u;
     tsdf_mesh mesh;
-    memset(&mesh, 0, sizeof(mesh));
+    tsdf_mesh_init(&mesh);
     /* malloc(0) may return NULL: allocate at least one byte so that NULL
      * always means failure. */
     mesh.positions = malloc(vb ? vb : 1);
@@ -592,7 +587,7 @@ int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *pa
         mesh.colors = malloc(rm->vertex_count ? (size_t)rm->vertex_count * 3u : 1);
     if (mesh.positions == NULL || mesh.normals == NULL || mesh.indices == NULL ||
         (rm->colors != NULL && mesh.colors == NULL)) {
-        tsdf_client_mesh_release(&mesh);
+        tsdf_mesh_fini(&mesh);
         call_free(rep, m);
         return TSDF_ENOMEM;
     }
@@ -605,7 +600,7 @@ int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *pa
     mesh.triangle_count = (size_t)rm->triangle_count;
     if (version != NULL)
         *version = rm->version;
-    tsdf_client_mesh_release(out);
+    tsdf_mesh_fini(out);
     *out = mesh;
     call_free(rep, m);
     return TSDF_OK;

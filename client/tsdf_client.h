@@ -35,6 +35,10 @@
  * Ownership: the client never keeps pointers to caller memory after a call
  * returns; outputs are written into caller-provided structs and buffers, or
  * malloc'ed arrays (mesh) that the caller frees.
+ *
+ * ABI: libtsdf.so exports exactly the functions marked TSDF_API, here and
+ * in tsdf_types.h, tsdf_error.h and tsdf_pose.h; the wire codec and the
+ * transport it is built on are compiled in but stay internal.
  */
 #ifndef TSDF_CLIENT_H
 #define TSDF_CLIENT_H
@@ -42,9 +46,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tsdf_api.h"
 #include "tsdf_error.h"
-#include "tsdf_proto.h"
-#include "tsdf_volume.h"
+#include "tsdf_proto_types.h"
+#include "tsdf_types.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -86,7 +91,7 @@ typedef struct {
 } tsdf_client_options;
 
 /* Fills *o with the defaults above. */
-void tsdf_client_options_default(tsdf_client_options *o);
+TSDF_API void tsdf_client_options_default(tsdf_client_options *o);
 
 /* Opens a client. req_url is the daemon's REQ/REP address (NULL:
  * TSDF_PROTO_DEFAULT_REQ_URL); push_url its PUSH/PULL address (NULL: no
@@ -100,21 +105,21 @@ void tsdf_client_options_default(tsdf_client_options *o);
  * that accepts but never answers (TSDF_ETIMEOUT) and up to the OS's connect
  * timeout (minutes) for a host that drops packets. Callers that must not
  * block that long set lazy_connect = 1; their calls then time out instead. */
-int tsdf_client_open(const char *req_url, const char *push_url, const tsdf_client_options *opts,
-                     tsdf_client **out);
+TSDF_API int tsdf_client_open(const char *req_url, const char *push_url,
+                              const tsdf_client_options *opts, tsdf_client **out);
 
 /* Closes the sockets and frees the client. Frames still in the PUSH buffer
  * may be lost. NULL is a no-op. */
-void tsdf_client_close(tsdf_client *c);
+TSDF_API void tsdf_client_close(tsdf_client *c);
 
 /* The daemon's message of the last failed call on the calling thread (or a
  * local explanation for local failures); "" when none. Valid until the next
  * call on this thread. */
-const char *tsdf_client_last_message(void);
+TSDF_API const char *tsdf_client_last_message(void);
 
 /* Maps an nng error number to a tsdf code (0 -> TSDF_OK): the one mapping
  * the daemon uses too (common/tsdf_transport.h, tsdf_transport_error). */
-int tsdf_client_nng_error(int nng_err);
+TSDF_API int tsdf_client_nng_error(int nng_err);
 
 /* One frame to send: a tsdf_frame plus its addressing and how its depth
  * travels. Zero-initialised fields are the defaults. */
@@ -126,14 +131,15 @@ typedef struct {
     uint64_t stamp_ns;
     const tsdf_frame *frame; /* required; buffers are read during the call only */
     /* TSDF_DEPTH_ENC_RAW (0, the default) sends frame->depth as it is. PNG,
-     * ZSTD or RVL compress it losslessly first (tsdf_depth_codec.h), on the
+     * ZSTD or RVL compress it losslessly first (PROTOCOL.md 6.1), on the
      * calling thread, into a buffer of the call that is freed before it
      * returns; png and rvl take u16 depth only (TSDF_EINVAL otherwise).
      * The daemon decodes it to the same samples, so the frame integrates
      * exactly as a raw one would. A daemon older than the encodings refuses
      * such a frame (BAD_SIZE). */
     tsdf_depth_encoding depth_encoding;
-    /* Compression level (0: the encoding's default; see tsdf_depth_codec.h). */
+    /* Compression level: png 1..9 (zlib; default 1), zstd 1..19 (default
+     * 3), ignored by raw and rvl; 0: the default, out of range: clamped. */
     int depth_level;
 } tsdf_client_frame;
 
@@ -142,20 +148,21 @@ typedef struct {
  * and timeout_ms is 0; TSDF_ETIMEOUT when it stayed full for timeout_ms.
  * Validation errors (TSDF_EBAD_POSE, TSDF_EBAD_SIZE, ...) are returned
  * before anything is sent. The daemon's result is not reported (see stats). */
-int tsdf_client_send_frame(tsdf_client *c, const tsdf_client_frame *f, int timeout_ms);
+TSDF_API int tsdf_client_send_frame(tsdf_client *c, const tsdf_client_frame *f, int timeout_ms);
 
 /* Sends a frame as an "integrate" request and waits until the daemon has
  * integrated or rejected it. Returns the frame's status. out (optional)
  * receives seq, the map version after the frame and the integration time. */
-int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, int timeout_ms,
-                          tsdf_rep_integrate *out);
+TSDF_API int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, int timeout_ms,
+                                   tsdf_rep_integrate *out);
 
 /* Renders map (NULL: "default") from p. out->depth_m (width*height floats)
  * is required; out->normals (width*height*3) and out->rgb (width*height*3)
  * are optional. With want_rgb, *has_rgb (optional) says whether the map had
  * colour; when it had none, out->rgb is zeroed. */
-int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_raycast_params *p, int want_rgb,
-                        tsdf_raycast_output *out, int *has_rgb, int timeout_ms);
+TSDF_API int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_raycast_params *p,
+                                 int want_rgb, tsdf_raycast_output *out, int *has_rgb,
+                                 int timeout_ms);
 
 /* Extracts the mesh of map (NULL: "default"); params NULL: the whole map.
  * On success the old arrays of *out (initialised by the caller, e.g. with
@@ -163,36 +170,38 @@ int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_raycast_para
  * that the caller frees with tsdf_client_mesh_release (or tsdf_mesh_fini).
  * *version (optional) receives the map version of the mesh. On error *out
  * is unchanged. */
-int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *params,
-                     tsdf_mesh *out, uint64_t *version, int timeout_ms);
+TSDF_API int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *params,
+                              tsdf_mesh *out, uint64_t *version, int timeout_ms);
 
-/* Frees the arrays of a mesh filled by tsdf_client_mesh and zeroes it. */
-void tsdf_client_mesh_release(tsdf_mesh *m);
+/* Frees the arrays of a mesh filled by tsdf_client_mesh and zeroes it: the
+ * same as tsdf_mesh_fini, kept so that existing callers still link. */
+TSDF_API void tsdf_client_mesh_release(tsdf_mesh *m);
 
 /* Engine statistics of map (NULL: "default") and the daemon's counters. */
-int tsdf_client_stats(tsdf_client *c, const char *map, tsdf_rep_stats *out, int timeout_ms);
+TSDF_API int tsdf_client_stats(tsdf_client *c, const char *map, tsdf_rep_stats *out,
+                               int timeout_ms);
 
 /* Saves / loads map to / from path (NULL: the daemon's snapshot file).
  * out (optional) receives the path used and the map version. */
-int tsdf_client_save(tsdf_client *c, const char *map, const char *path, tsdf_rep_path *out,
-                     int timeout_ms);
-int tsdf_client_load(tsdf_client *c, const char *map, const char *path, tsdf_rep_path *out,
-                     int timeout_ms);
+TSDF_API int tsdf_client_save(tsdf_client *c, const char *map, const char *path, tsdf_rep_path *out,
+                              int timeout_ms);
+TSDF_API int tsdf_client_load(tsdf_client *c, const char *map, const char *path, tsdf_rep_path *out,
+                              int timeout_ms);
 
 /* Drops every block of map (NULL: "default"). */
-int tsdf_client_reset(tsdf_client *c, const char *map, int timeout_ms);
+TSDF_API int tsdf_client_reset(tsdf_client *c, const char *map, int timeout_ms);
 
 /* Deletes map (NULL: "default") from the daemon: its blocks, its name and
  * its slot of max_maps (PROTOCOL.md, "delete"). TSDF_ENOT_FOUND when there
  * is no such map. */
-int tsdf_client_delete(tsdf_client *c, const char *map, int timeout_ms);
+TSDF_API int tsdf_client_delete(tsdf_client *c, const char *map, int timeout_ms);
 
 /* The names of the daemon's maps. */
-int tsdf_client_maps(tsdf_client *c, tsdf_rep_maps *out, int timeout_ms);
+TSDF_API int tsdf_client_maps(tsdf_client *c, tsdf_rep_maps *out, int timeout_ms);
 
 /* Round trip to the daemon; out (optional) receives its version string and
  * uptime. */
-int tsdf_client_ping(tsdf_client *c, tsdf_rep_ping *out, int timeout_ms);
+TSDF_API int tsdf_client_ping(tsdf_client *c, tsdf_rep_ping *out, int timeout_ms);
 
 #ifdef __cplusplus
 }

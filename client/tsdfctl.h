@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "tsdf_client.h"
+#include "tsdf_proto.h"
 #include "tsdf_volume.h"
 
 #define EXIT_USAGE 2

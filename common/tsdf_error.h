@@ -13,6 +13,8 @@
 #ifndef TSDF_ERROR_H
 #define TSDF_ERROR_H
 
+#include "tsdf_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -63,10 +65,10 @@ typedef enum {
 } tsdf_errno;
 
 /* A static, human-readable message for err; never NULL, also for unknown codes. */
-const char *tsdf_strerror(int err);
+TSDF_API const char *tsdf_strerror(int err);
 
 /* The symbolic name of err without the prefix ("INVAL", "CUDA"), or "UNKNOWN". */
-const char *tsdf_errname(int err);
+TSDF_API const char *tsdf_errname(int err);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 /*
  * tsdf_intrinsics.c - the one check of pinhole intrinsics (declared in
- * gpu/tsdf_volume.h, next to the type), shared by the engine's frame and
+ * common/tsdf_types.h, next to the type), shared by the engine's frame and
  * raycast checks and the wire codec, so that intrinsics one of them accepts
  * are never refused by another. It lives here, in the common library,
  * because the codec (and the client library built on it) is linked without
@@ -8,7 +8,7 @@
  *
  * Pure C, no allocation, no globals; callable from any thread.
  */
-#include "tsdf_volume.h"
+#include "tsdf_types.h"
 
 #include <math.h>
 #include <stddef.h>

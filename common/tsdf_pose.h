@@ -7,6 +7,8 @@
 #ifndef TSDF_POSE_H
 #define TSDF_POSE_H
 
+#include "tsdf_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -19,10 +21,10 @@ extern "C" {
  * 16 entries finite, last row 0 0 0 1, rotation block orthonormal
  * (|R^T R - I| <= tol per entry) with det(R) = +1 within tol. 0 otherwise,
  * also for T == NULL. */
-int tsdf_pose_is_rigid(const float T[16]);
+TSDF_API int tsdf_pose_is_rigid(const float T[16]);
 
 /* Fills T with the 4x4 identity. */
-void tsdf_pose_identity(float T[16]);
+TSDF_API void tsdf_pose_identity(float T[16]);
 
 #ifdef __cplusplus
 }

@@ -20,7 +20,7 @@
 #include "fuzz_common.h"
 #include "tsdf_error.h"
 #include "tsdf_png.h"
-#include "tsdf_volume.h"
+#include "tsdf_types.h"
 
 /* Samples the reader may fill: 1 Mi keeps a run within milliseconds. */
 #define FUZZ_PNG_CAPACITY (1u << 20)

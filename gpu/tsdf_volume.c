@@ -448,22 +448,8 @@ int tsdf_volume_import_blocks(tsdf_volume *v, const tsdf_block_set *in)
 
 /* ---- caller-owned containers --------------------------------------------- */
 
-void tsdf_mesh_init(tsdf_mesh *m)
-{
-    if (m != NULL)
-        memset(m, 0, sizeof(*m));
-}
-
-void tsdf_mesh_fini(tsdf_mesh *m)
-{
-    if (m == NULL)
-        return;
-    free(m->positions);
-    free(m->normals);
-    free(m->colors);
-    free(m->indices);
-    tsdf_mesh_init(m);
-}
+/* tsdf_mesh_init and tsdf_mesh_fini are in common/tsdf_types.c, shared with
+ * libtsdf. */
 
 void tsdf_block_set_init(tsdf_block_set *s)
 {

@@ -25,6 +25,11 @@
  * Errors: every function returns TSDF_OK or a negative tsdf_errno code (see
  * common/tsdf_error.h). A failed call leaves the volume as it was, except
  * where its comment says otherwise.
+ *
+ * Types: the plain data this API takes and returns (tsdf_frame,
+ * tsdf_raycast_params, tsdf_mesh, tsdf_volume_stats, ...) are declared in
+ * common/tsdf_types.h, which the wire codec and libtsdf share without the
+ * engine; this header adds the engine's own types and functions.
  */
 #ifndef TSDF_VOLUME_H
 #define TSDF_VOLUME_H
@@ -33,6 +38,7 @@
 #include <stdint.h>
 
 #include "tsdf_error.h"
+#include "tsdf_types.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,17 +47,8 @@ extern "C" {
 #define TSDF_BLOCK_DIM 8
 #define TSDF_BLOCK_VOXELS (TSDF_BLOCK_DIM * TSDF_BLOCK_DIM * TSDF_BLOCK_DIM)
 
-/* Limits shared by the engine and the wire codec. */
-#define TSDF_MAX_IMAGE_DIM 8192u
-#define TSDF_MAX_IMAGE_PIXELS (4096u * 4096u)
 /* The smallest max_load_factor a volume takes (see tsdf_volume_params_check). */
 #define TSDF_MIN_LOAD_FACTOR 0.1f
-
-typedef enum {
-    TSDF_BACKEND_AUTO = 0, /* CUDA when a usable GPU is present, else CPU */
-    TSDF_BACKEND_CPU = 1,
-    TSDF_BACKEND_CUDA = 2,
-} tsdf_backend;
 
 /* "auto", "cpu", "cuda"; "unknown" for other values. */
 const char *tsdf_backend_name(tsdf_backend b);
@@ -76,51 +73,6 @@ void tsdf_volume_params_default(tsdf_volume_params *p);
 /* TSDF_OK if *p is usable, else TSDF_EBAD_PARAMS (non-positive or non-finite
  * sizes, max_load_factor outside [TSDF_MIN_LOAD_FACTOR, 0.95], zero capacity). */
 int tsdf_volume_params_check(const tsdf_volume_params *p);
-
-typedef struct {
-    float fx, fy, cx, cy; /* pinhole intrinsics in pixels */
-} tsdf_intrinsics;
-
-/* The widest camera accepted: no pixel ray more than 85 degrees off the
- * optical axis (a field of view of at most 170 degrees), and tan(85 deg). */
-#define TSDF_INTRINSICS_MAX_ANGLE_DEG 85.0
-#define TSDF_INTRINSICS_MAX_TAN 11.430052302761343
-
-/* TSDF_OK if K describes a real pinhole camera for a width x height image:
- * fx, fy > 0, all four finite, and no ray of the image's extent (pixel
- * edges -0.5 .. width - 0.5, -0.5 .. height - 0.5) more than
- * TSDF_INTRINSICS_MAX_ANGLE_DEG off the optical axis; else
- * TSDF_EBAD_INTRINSICS (TSDF_EINVAL for K NULL). A pinhole model cannot
- * describe a wider lens, and rays that graze every surface would walk
- * volumes of empty space (a 16x16 image with fx = 0.05 spans 179.6
- * degrees). Used by tsdf_frame_check, the raycast's checks and the wire
- * codec; implemented in common/ so the codec needs no engine. Any thread. */
-int tsdf_intrinsics_check(const tsdf_intrinsics *K, uint32_t width, uint32_t height);
-
-typedef enum {
-    TSDF_DEPTH_U16 = 0, /* uint16 samples, metres = value * depth_scale */
-    TSDF_DEPTH_F32 = 1, /* float32 samples in metres */
-} tsdf_depth_format;
-
-/* One depth frame to integrate. Nothing here is owned by the engine; the
- * caller's buffers may be reused as soon as tsdf_volume_integrate returns. */
-typedef struct {
-    uint32_t width, height;
-    tsdf_intrinsics K;
-    float T_world_cam[16]; /* row-major, camera-to-world */
-    tsdf_depth_format depth_format;
-    const void *depth; /* width*height samples, row-major, tightly packed */
-    float depth_scale; /* metres per unit, TSDF_DEPTH_U16 only (e.g. 0.001) */
-    float min_depth_m; /* samples outside [min, max] are no measurement */
-    float max_depth_m;
-    const uint8_t *rgb; /* optional: width*height*3 RGB8, or NULL */
-    /* Optional sizes of the buffers above in bytes, for callers that got
-     * them from outside (the daemon sets both from the message): when
-     * non-zero they must equal width*height*(2 or 4) and width*height*3, or
-     * the frame is refused with TSDF_EBAD_SIZE. 0 = not stated. */
-    size_t depth_size_bytes;
-    size_t rgb_size_bytes;
-} tsdf_frame;
 
 /* An opaque volume. */
 typedef struct tsdf_volume tsdf_volume;
@@ -203,57 +155,6 @@ uint64_t tsdf_volume_memory_bytes(const tsdf_volume *v);
  * Any thread. */
 int tsdf_cuda_device_memory(int cuda_device, uint64_t *total_bytes);
 
-/*
- * How far a raycast ray goes. A ray starts at camera depth min_depth_m and
- * ends at camera depth max_depth_m, or sooner where it would grow longer
- * than the least of:
- *   - TSDF_RAY_DEPTH_RATIO * max_depth_m along the ray. A ray within 60
- *     degrees of the optical axis is at most twice as long as its camera
- *     depth, so every ordinary camera is marched to exactly max_depth_m;
- *     only extreme intrinsics (fields of view beyond 120 degrees, or a
- *     focal length of a fraction of a pixel) lose range, instead of
- *     marching rays thousands of times longer than the depth asked for;
- *   - TSDF_MAX_RAY_M metres, the engine-wide cap (max_depth_m itself may
- *     not exceed it);
- *   - TSDF_MAX_RAY_VOX voxels, so that a ray's steps stay far above the
- *     float resolution of its depth on volumes of tiny voxels.
- * Together with the step rules of the march (a sample step advances at
- * least half a voxel, an empty-block skip enters the next block) this
- * bounds the work of one ray; see tsdf_ray_max_iterations in
- * tsdf_raycast_march.h.
- */
-#define TSDF_RAY_DEPTH_RATIO 2.0f
-#define TSDF_MAX_RAY_M 1000.0f
-#define TSDF_MAX_RAY_VOX 1048576.0f /* 2^20 */
-
-typedef struct {
-    uint32_t width, height;
-    tsdf_intrinsics K;
-    float T_world_cam[16]; /* row-major, camera-to-world */
-    float min_depth_m;     /* rays start here (along z), > 0 */
-    float max_depth_m;     /* and stop here (see TSDF_MAX_RAY_M above), <= TSDF_MAX_RAY_M */
-    /* Optional cancellation: the CPU backend calls cancel(cancel_arg) on
-     * the calling thread every TSDF_RAYCAST_CANCEL_PIXELS pixels, and when
-     * it returns non-zero stops and returns TSDF_ETIMEOUT (the outputs are
-     * then partly written). The caller is the daemon, whose client gave up
-     * on the result. NULL: never cancelled. The CUDA backend does not call
-     * it: one kernel launch cannot be stopped half-way, and its work is
-     * bounded by the ray bounds above. */
-    int (*cancel)(void *cancel_arg);
-    void *cancel_arg;
-} tsdf_raycast_params;
-
-/* Pixels the CPU raycast marches between two calls of params.cancel. */
-#define TSDF_RAYCAST_CANCEL_PIXELS 64u
-
-/* Caller-allocated outputs of a raycast. */
-typedef struct {
-    float *depth_m; /* width*height z-depths in metres; NaN where no surface */
-    float *normals; /* optional: width*height*3 unit normals in the world
-                     * frame (from the TSDF gradient); NaN where no surface */
-    uint8_t *rgb;   /* optional: width*height*3; 0 where no surface */
-} tsdf_raycast_output;
-
 /* Renders the fused surface seen from a pose: marches each ray through
  * allocated blocks, skipping unallocated space block by block, and finds the
  * zero crossing by trilinear interpolation. Checks its parameters like
@@ -262,30 +163,6 @@ typedef struct {
  * TSDF_EBAD_DEPTH_RANGE. TSDF_ETIMEOUT when params.cancel stopped it. Does
  * not change the volume. */
 int tsdf_volume_raycast(tsdf_volume *v, const tsdf_raycast_params *p, tsdf_raycast_output *out);
-
-/* A triangle mesh with shared vertices. Caller-owned struct: init before
- * use, fini to free; the arrays are malloc'ed by whoever fills the mesh. */
-typedef struct {
-    size_t vertex_count;
-    size_t triangle_count;
-    float *positions;  /* 3 * vertex_count, metres, world frame */
-    float *normals;    /* 3 * vertex_count, unit, pointing out of the surface */
-    uint8_t *colors;   /* 3 * vertex_count RGB8, or NULL when the volume has no colour */
-    uint32_t *indices; /* 3 * triangle_count, counter-clockwise seen from outside */
-} tsdf_mesh;
-
-void tsdf_mesh_init(tsdf_mesh *m);
-void tsdf_mesh_fini(tsdf_mesh *m); /* frees the arrays and re-inits */
-
-typedef struct {
-    float min[3], max[3]; /* metres, world frame */
-} tsdf_aabb;
-
-typedef struct {
-    int use_box; /* 1: only blocks that intersect box */
-    tsdf_aabb box;
-    uint64_t since_version; /* 0: all blocks; V: only blocks changed after version V */
-} tsdf_mesh_params;
 
 /* Marching cubes over the selected blocks (params NULL: all blocks). Cells
  * with a corner of zero weight make no triangles. Vertices are shared: one
@@ -298,29 +175,6 @@ int tsdf_volume_mesh(tsdf_volume *v, const tsdf_mesh_params *params, tsdf_mesh *
  * blue], face vertex_indices as uchar count + int indices), atomically
  * enough for tools: to path. TSDF_EIO on failure. */
 int tsdf_mesh_write_ply(const tsdf_mesh *m, const char *path);
-
-#define TSDF_PROBE_HIST_BINS 16
-
-typedef struct {
-    tsdf_backend backend;
-    uint64_t blocks_allocated;
-    uint64_t capacity_slots;
-    double load_factor;                        /* blocks_allocated / capacity_slots */
-    uint32_t max_probe;                        /* longest displacement from a key's home slot */
-    double mean_probe;                         /* mean displacement over resident keys */
-    uint64_t probe_hist[TSDF_PROBE_HIST_BINS]; /* bin i: displacement i; last bin: >= 15 */
-    uint64_t growth_events;                    /* rehashes into a larger table */
-    uint64_t frames_integrated;
-    uint64_t frames_rejected; /* frames refused by integrate (any error) */
-    uint64_t insert_failures; /* blocks not inserted because of the memory cap */
-    uint64_t memory_bytes;    /* host (CPU) or device (CUDA) memory held */
-    uint64_t memory_cap_bytes;
-    uint64_t version; /* bumps on every integrate, reset and import */
-    int has_color;
-    /* Device-side times of the last integrated frame and query, in ms
-     * (CUDA events; wall time on the CPU backend). */
-    double last_upload_ms, last_alloc_ms, last_update_ms, last_raycast_ms, last_mesh_ms;
-} tsdf_volume_stats;
 
 int tsdf_volume_get_stats(tsdf_volume *v, tsdf_volume_stats *out);
 
@@ -360,18 +214,6 @@ int tsdf_volume_export_blocks(tsdf_volume *v, tsdf_block_set *out);
  * range, no duplicate, finite sdf within the truncation band, weights in [0, max_weight]); on any
  * error v is unchanged. */
 int tsdf_volume_import_blocks(tsdf_volume *v, const tsdf_block_set *in);
-
-/* ---- frame timeline (CUDA backend) -------------------------------------
- * Device event times of one integrated frame, in ms since the volume's
- * epoch (an event recorded when the volume was created). The upload runs on
- * its own stream, so the upload of frame N+1 may overlap the update of
- * frame N: upload_start_ms of N+1 < update_end_ms of N. */
-typedef struct {
-    uint64_t frame; /* 1-based index among the volume's integrated frames */
-    double upload_start_ms, upload_end_ms;
-    double alloc_start_ms, alloc_end_ms;
-    double update_start_ms, update_end_ms;
-} tsdf_frame_timeline;
 
 /* Copies the timelines of the last (at most 16) integrated frames, oldest
  * first, into out[0 .. max-1]; *n receives the count. Waits for the frames'

@@ -29,7 +29,7 @@
  * exactly the samples of the frame (truncated, corrupt, another size, bit
  * depth or colour type, trailing bytes); TSDF_EINVAL (NULL pointers, an
  * unknown encoding, png or rvl with f32); TSDF_EEMPTY_IMAGE, TSDF_ETOO_LARGE
- * (the image limits of tsdf_volume.h); TSDF_EBAD_SIZE (the caller's
+ * (the image limits of tsdf_types.h); TSDF_EBAD_SIZE (the caller's
  * dst_bytes is not width x height x bytes-per-sample, or a raw payload of
  * another length); TSDF_ENOMEM; and from the encoder TSDF_ETOO_LARGE when
  * the output would pass out->max_len.

@@ -44,7 +44,7 @@
 #include <stdint.h>
 
 #include "tsdf_error.h"
-#include "tsdf_volume.h"
+#include "tsdf_types.h"
 
 #ifdef __cplusplus
 extern "C" {

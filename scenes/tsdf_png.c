@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tsdf_volume.h" /* TSDF_MAX_IMAGE_DIM, TSDF_MAX_IMAGE_PIXELS */
+#include "tsdf_types.h" /* TSDF_MAX_IMAGE_DIM, TSDF_MAX_IMAGE_PIXELS */
 
 /* Stops libpng from printing: errors jump back to our setjmp, warnings
  * (e.g. about unknown ancillary chunks) are not ours to report. */

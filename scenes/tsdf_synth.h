@@ -8,7 +8,7 @@
  * (tsdf_synth_sequence_*) fix one trajectory per standard scene so that the
  * tests, the benchmarks, the demo and the CLI all fuse the same frames.
  *
- * Conventions (the same as gpu/tsdf_volume.h): metres; the world z axis
+ * Conventions (the same as common/tsdf_types.h): metres; the world z axis
  * points up in every standard scene; camera x right, y down, z forward;
  * T_world_cam is a row-major 4x4 camera-to-world rigid transform. A pixel
  * (u, v) (integer column and row) is the ray through the image point
@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #include "tsdf_error.h"
-#include "tsdf_volume.h"
+#include "tsdf_types.h"
 
 #ifdef __cplusplus
 extern "C" {

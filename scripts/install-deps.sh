@@ -6,7 +6,8 @@
 #   scripts/install-deps.sh            build + run dependencies
 #   scripts/install-deps.sh --test     also what the tests use (promtool,
 #                                      systemd-analyze, Open3D, curl, Python,
-#                                      clang and libFuzzer for scripts/fuzz.sh)
+#                                      clang and libFuzzer for scripts/fuzz.sh,
+#                                      clang-format for the format check)
 #
 # The CUDA toolkit is not a Debian 12 package: when /usr/local/cuda/bin/nvcc
 # exists the build uses it, otherwise it builds the CPU-only daemon.
@@ -17,7 +18,7 @@ build_pkgs=(build-essential cmake pkg-config git
             libzstd-dev libsystemd-dev
             zlib1g-dev)
 test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-msgpack python3-open3d
-           prometheus systemd curl openssl clang libclang-rt-14-dev)
+           prometheus systemd curl openssl clang libclang-rt-14-dev clang-format)
 
 pkgs=("${build_pkgs[@]}")
 if [ "${1:-}" = "--test" ]; then

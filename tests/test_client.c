@@ -20,6 +20,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 
 #include "tsdf_client.h"
+#include "tsdf_proto.h"
 #include "tsdf_pose.h"
 
 #define REQ_URL "inproc://tsdf-test-req"

@@ -209,7 +209,7 @@ def test_daemon_side_codes(client):
 def test_longest_map_name(client):
     """63 bytes, the protocol's one limit on map names, is a map; 64 is
     refused before it is sent."""
-    header = (SOURCE_DIR / "proto" / "tsdf_proto.h").read_text()
+    header = (SOURCE_DIR / "proto" / "tsdf_proto_types.h").read_text()
     assert f"#define TSDF_PROTO_MAX_NAME_LEN {tsdf._messages.MAX_MAP_NAME_LEN}u" in header
     name = "m" * tsdf._messages.MAX_MAP_NAME_LEN
     client.integrate(name, plane_depth(1.0), PLANE_K, IDENTITY)
