@@ -91,6 +91,10 @@ size_t proto_utf8_sanitize(char *s)
         o += len;
         i += len;
     }
-    p[o] = '\0';
+    /* Clear what the repair freed too, not only the terminator: a struct
+     * that holds the text then has no trace of the bytes it replaced, and
+     * decoding its re-encoding gives the same bytes, not just the same
+     * string (the reply fuzz target compares whole structs). */
+    memset(p + o, 0, n - o + 1);
     return o;
 }

@@ -1332,6 +1332,28 @@ static void test_utf8(void **state)
     assert_non_null(r);
     assert_non_null(d);
 
+    /* A message repaired on decode leaves no trace of what it replaced:
+     * the decoded struct re-encodes and decodes to the same bytes (the
+     * reply fuzz target found a reply whose stale tail bytes differed). */
+    {
+        static const unsigned char found[] =
+            "\x86\xa1\x76\x01\xa4\x74\x79\x70\x65\xa5\x65\x72\x72\x6f\x72\xa2"
+            "\x69\x64\x00\xa6\x73\x74\x61\x74\x75\x73\xf2\xa5\x65\x72\x9e\x6f"
+            "\x72\xa6\x46\x4f\x52\x4d\x41\x54\xa7\x6d\x65\x73\x73\x61\x67\x65"
+            "\xb9\x74\x75\x73\xf2\xa5\xb9\x74\x75\x73\xf2\xa5\x65\x72\x72\x6f"
+            "\x72\xa6\x20\x6d\x65\x73\x73\x61\x85\x65";
+        tsdf_buf b;
+        tsdf_buf_init(&b);
+        memset(r, 0, sizeof *r);
+        memset(d, 0, sizeof *d);
+        /* sizeof - 1: the literal's own NUL is not part of the message. */
+        assert_int_equal(tsdf_proto_decode_reply(found, sizeof found - 1, r, NULL), TSDF_OK);
+        assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_OK);
+        assert_int_equal(tsdf_proto_decode_reply(b.data, b.len, d, NULL), TSDF_OK);
+        assert_memory_equal(r, d, sizeof *r);
+        tsdf_buf_fini(&b);
+    }
+
     /* Each invalid sequence (its maximal subpart) becomes one '?'. */
     assert_string_equal(error_reply_of(r, "a\xff"
                                           "b"),
