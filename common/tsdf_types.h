@@ -176,7 +176,7 @@ typedef struct {
     uint64_t frames_integrated;
     uint64_t frames_rejected; /* frames refused by integrate (any error) */
     uint64_t insert_failures; /* blocks not inserted because of the memory cap */
-    uint64_t memory_bytes;    /* host (CPU) or device (CUDA) memory held */
+    uint64_t memory_bytes;    /* memory of the content: table + block pool (host or device) */
     uint64_t memory_cap_bytes;
     uint64_t version; /* bumps on every integrate, reset and import */
     int has_color;

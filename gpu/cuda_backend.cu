@@ -337,6 +337,18 @@ static int cuda_sync(void *impl)
     return enter_synced((struct cuda_volume *)impl);
 }
 
+/* The memory that holds the volume's content: the table's slots and the
+ * block pool (its spare capacity included), as the CPU backend counts it
+ * and as the memory cap is checked (cuda_hash.cu). The per-frame scratch,
+ * the staging and the query buffers come on top (mem_bytes counts every
+ * allocation): they are bounded by the frame and image sizes, not by the
+ * map's growth, and a budget of content is what a cap can enforce without
+ * refusing frames for buffers of a fixed size. Host arithmetic only. */
+static uint64_t content_bytes(const struct cuda_volume *v)
+{
+    return (uint64_t)v->capacity * CUDA_SLOT_BYTES + (uint64_t)v->pool_cap * CUDA_BLOCK_BYTES;
+}
+
 static int cuda_reset(void *impl)
 {
     struct cuda_volume *v = (struct cuda_volume *)impl;
@@ -381,7 +393,7 @@ static int cuda_stats(void *impl, tsdf_volume_stats *out)
     out->frames_integrated = v->frames_integrated;
     out->frames_rejected = v->frames_rejected;
     out->insert_failures = v->insert_failures;
-    out->memory_bytes = v->mem_bytes;
+    out->memory_bytes = content_bytes(v);
     out->memory_cap_bytes = v->p.memory_cap_bytes;
     out->version = v->version;
     out->has_color = v->has_color;
@@ -646,11 +658,9 @@ static int cuda_set_memory_cap(void *impl, uint64_t cap_bytes)
     return rc;
 }
 
-/* mem_bytes is the host's count of every device allocation of the volume;
- * reading it needs no device work. */
 static uint64_t cuda_memory_bytes(void *impl)
 {
-    return ((struct cuda_volume *)impl)->mem_bytes;
+    return content_bytes((struct cuda_volume *)impl);
 }
 
 extern "C" int tsdf_cuda_total_memory(int ordinal, uint64_t *total_bytes)

@@ -144,9 +144,11 @@ int tsdf_volume_sync(tsdf_volume *v);
  * tsdf_volume_integrate); the cap is changed anyway. */
 int tsdf_volume_set_memory_cap(tsdf_volume *v, uint64_t cap_bytes);
 
-/* The bytes of host (CPU) or device (CUDA) memory v holds now, as
- * stats.memory_bytes, but without waiting for the device or walking the
- * table: cheap enough to call after every frame. 0 for v NULL. */
+/* The bytes of host (CPU) or device (CUDA) memory that v's content holds
+ * now (hash table and block pool, its spare capacity included; on CUDA the
+ * per-frame scratch and query buffers come on top), as stats.memory_bytes,
+ * but without waiting for the device or walking the table: cheap enough to
+ * call after every frame. 0 for v NULL. */
 uint64_t tsdf_volume_memory_bytes(const tsdf_volume *v);
 
 /* The total memory of CUDA device `cuda_device` in bytes, for sizing
