@@ -11,9 +11,11 @@
 #include <inttypes.h>
 #include <nng/protocol/pipeline0/push.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 /* ---- backend under test ------------------------------------------------- */
@@ -304,4 +306,15 @@ void expect_error(nng_socket s, const pk_opts *o, uint64_t id, int want_status,
     if (want_type != TSDF_MSG_ERROR && !o->id_as_string)
         assert_int_equal(rep->id, id);
     free(rep);
+}
+
+void crash_and_restart(tsdfd_harness *h, tsdfd_harness *b)
+{
+    char ini[1024];
+    assert_int_equal(kill(h->pid, SIGKILL), 0);
+    assert_int_equal(waitpid(h->pid, NULL, 0), h->pid);
+    h->pid = 0;
+    snprintf(ini, sizeof ini, "[server]\nstate_dir = %s\n[snapshot]\nload_on_start = true\n",
+             h->state_dir);
+    assert_int_equal(start_daemon(b, ini, NULL), 0);
 }

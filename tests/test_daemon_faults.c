@@ -488,7 +488,6 @@ static void test_crash_loses_exactly_the_unsaved_frames(void **state)
     tsdfd_harness a, b;
     frame_set fs;
     tsdf_rep_path sp;
-    char ini[1024];
     tsdf_rep_stats *st = malloc(sizeof *st);
     (void)state;
     assert_non_null(st);
@@ -521,12 +520,7 @@ static void test_crash_loses_exactly_the_unsaved_frames(void **state)
 
     /* Crash, restart: the state of the save comes back, the three frames
      * after it do not. */
-    assert_int_equal(kill(a.pid, SIGKILL), 0);
-    assert_int_equal(waitpid(a.pid, NULL, 0), a.pid);
-    a.pid = 0;
-    snprintf(ini, sizeof ini, "[server]\nstate_dir = %s\n[snapshot]\nload_on_start = true\n",
-             a.state_dir);
-    assert_int_equal(start_daemon(&b, ini, NULL), 0);
+    crash_and_restart(&a, &b);
     c = open_client(&b, 0);
     assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
     assert_int_equal(st->engine.blocks_allocated, saved_blocks);

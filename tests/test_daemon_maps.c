@@ -141,7 +141,6 @@ static void test_delete_survives_a_crash(void **state)
 {
     tsdfd_harness a, b;
     frame_set fs;
-    char ini[1024];
     (void)state;
 
     frames_make(&fs, "sphere", 64, 48, 1);
@@ -153,12 +152,7 @@ static void test_delete_survives_a_crash(void **state)
     assert_int_equal(tsdf_client_save(c, NULL, NULL, &sp, 30000), TSDF_OK);
     assert_int_equal(tsdf_client_delete(c, "drop", 30000), TSDF_OK);
     tsdf_client_close(c);
-    assert_int_equal(kill(a.pid, SIGKILL), 0);
-    assert_int_equal(waitpid(a.pid, NULL, 0), a.pid);
-    a.pid = 0;
-    snprintf(ini, sizeof ini, "[server]\nstate_dir = %s\n[snapshot]\nload_on_start = true\n",
-             a.state_dir);
-    assert_int_equal(start_daemon(&b, ini, NULL), 0);
+    crash_and_restart(&a, &b);
     c = open_client(&b, 0);
     assert_true(has_map(c, "keep"));
     assert_false(has_map(c, "drop"));
