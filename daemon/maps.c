@@ -346,7 +346,6 @@ int maps_delete(map_registry *r, const char *name, uint32_t stop_timeout_ms)
                  name);
         return TSDF_EBUSY;
     }
-    TSDF_LOG(TSDF_LOG_INFO, "map %s: deleted", name);
     maps_put(m); /* the registry's reference */
     return TSDF_OK;
 }

@@ -318,3 +318,12 @@ void crash_and_restart(tsdfd_harness *h, tsdfd_harness *b)
              h->state_dir);
     assert_int_equal(start_daemon(b, ini, NULL), 0);
 }
+
+int integrate_into(tsdf_client *c, const char *map, const tsdf_frame *frame)
+{
+    tsdf_client_frame f;
+    memset(&f, 0, sizeof f);
+    f.map = map;
+    f.frame = frame;
+    return tsdf_client_integrate(c, &f, 30000, NULL);
+}

@@ -51,6 +51,9 @@ int64_t stat_get(const tsdf_rep_stats *s, const char *key);
  * state directory that restores the newest snapshot (load_on_start) into b. */
 void crash_and_restart(tsdfd_harness *h, tsdfd_harness *b);
 
+/* Integrates one frame into map, acknowledged (30 s); returns its status. */
+int integrate_into(tsdf_client *c, const char *map, const tsdf_frame *frame);
+
 /* A libtsdf client of h (with its PUSH socket when with_push). */
 tsdf_client *open_client(const tsdfd_harness *h, int with_push);
 

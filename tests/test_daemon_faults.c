@@ -260,11 +260,7 @@ static void test_clients_vanish_mid_message(void **state)
 
     /* The good client is served, and the vanished connections are gone. */
     for (uint32_t i = 0; i < fs.count; i++) {
-        tsdf_client_frame f;
-        memset(&f, 0, sizeof f);
-        f.map = "default";
-        f.frame = &fs.frames[i];
-        assert_int_equal(tsdf_client_integrate(c, &f, 30000, NULL), TSDF_OK);
+        assert_int_equal(integrate_into(c, "default", &fs.frames[i]), TSDF_OK);
     }
     int64_t open_conns = -1;
     for (int waited = 0; waited < 5000; waited += 100) {
@@ -345,11 +341,7 @@ static void test_slow_queries_do_not_starve_the_rest(void **state)
                      0);
     tsdf_client *c = open_client(&h, 0);
     for (uint32_t i = 0; i < fs.count; i++) {
-        tsdf_client_frame f;
-        memset(&f, 0, sizeof f);
-        f.map = "big";
-        f.frame = &fs.frames[i];
-        assert_int_equal(tsdf_client_integrate(c, &f, 30000, NULL), TSDF_OK);
+        assert_int_equal(integrate_into(c, "big", &fs.frames[i]), TSDF_OK);
     }
     for (int i = 0; i < SLOW; i++) {
         args[i] = (slow_arg){.h = &h, .rc = 1};
@@ -423,11 +415,7 @@ static void check_failed_saves(const char *what, unsigned size_kib, int ro)
     assert_int_equal(start_daemon(&h, ini, NULL), 0);
     tsdf_client *c = open_client(&h, 0);
     for (uint32_t i = 0; i < fs.count; i++) {
-        tsdf_client_frame f;
-        memset(&f, 0, sizeof f);
-        f.map = "default";
-        f.frame = &fs.frames[i];
-        assert_int_equal(tsdf_client_integrate(c, &f, 30000, NULL), TSDF_OK);
+        assert_int_equal(integrate_into(c, "default", &fs.frames[i]), TSDF_OK);
     }
     /* Every block is 6 KiB: the snapshot does not fit (or cannot be made). */
     for (int k = 0; k < 3; k++) {
@@ -437,11 +425,7 @@ static void check_failed_saves(const char *what, unsigned size_kib, int ro)
     /* Nothing half-written stays behind, and the service goes on. */
     assert_false(snapshot_files(dir));
     assert_int_equal(tsdf_client_ping(c, NULL, 10000), TSDF_OK);
-    tsdf_client_frame f;
-    memset(&f, 0, sizeof f);
-    f.map = "default";
-    f.frame = &fs.frames[0];
-    assert_int_equal(tsdf_client_integrate(c, &f, 30000, NULL), TSDF_OK);
+    assert_int_equal(integrate_into(c, "default", &fs.frames[0]), TSDF_OK);
     tsdf_mesh m;
     tsdf_mesh_init(&m);
     assert_int_equal(tsdf_client_mesh(c, "default", NULL, &m, NULL, 30000), TSDF_OK);
@@ -472,11 +456,7 @@ static void test_state_dir_read_only(void **state)
 static void integrate_frames(tsdf_client *c, const frame_set *fs, uint32_t from, uint32_t to)
 {
     for (uint32_t i = from; i < to; i++) {
-        tsdf_client_frame f;
-        memset(&f, 0, sizeof f);
-        f.map = "default";
-        f.frame = &fs->frames[i];
-        assert_int_equal(tsdf_client_integrate(c, &f, 30000, NULL), TSDF_OK);
+        assert_int_equal(integrate_into(c, "default", &fs->frames[i]), TSDF_OK);
     }
 }
 

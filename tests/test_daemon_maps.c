@@ -19,15 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int integrate_into(tsdf_client *c, const char *map, const tsdf_frame *frame)
-{
-    tsdf_client_frame f;
-    memset(&f, 0, sizeof f);
-    f.map = map;
-    f.frame = frame;
-    return tsdf_client_integrate(c, &f, 30000, NULL);
-}
-
 static int has_map(tsdf_client *c, const char *name)
 {
     tsdf_rep_maps *maps = malloc(sizeof *maps);
