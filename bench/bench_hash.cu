@@ -1,6 +1,6 @@
 /*
  * bench_hash.cu - compares probing schemes for the engine's device hash
- * table (gpu/cuda_hash.cu): linear probing, double hashing, and bucketed
+ * table (gpu/cuda/cuda_hash.cu): linear probing, double hashing, and bucketed
  * probing by cooperative groups of 4 and 8 lanes (a group inspects one
  * window of consecutive slots at a time, as cuCollections does).
  *
@@ -131,7 +131,7 @@ template <int L> static __device__ __forceinline__ int32_t load_val(const int32_
 
 /* ---- kernels: one thread per key ---------------------------------------- */
 
-/* Without LOAD_FIRST: a CAS on every probed slot, as gpu/cuda_hash.cu does.
+/* Without LOAD_FIRST: a CAS on every probed slot, as gpu/cuda/cuda_hash.cu does.
  * With LOAD_FIRST: a plain load first, and a CAS only on a slot that looks
  * empty. A plain load may return a stale EMPTY (the CAS then returns the
  * real content) but never a key in a slot that is empty, because slots only

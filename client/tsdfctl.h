@@ -19,7 +19,8 @@
 
 #include "tsdf_client.h"
 #include "tsdf_proto.h"
-#include "tsdf_volume.h"
+#include "tsdf_ply.h"
+#include "tsdf_types.h"
 
 #define EXIT_USAGE 2
 

@@ -173,11 +173,6 @@ int tsdf_volume_raycast(tsdf_volume *v, const tsdf_raycast_params *p, tsdf_rayca
  * its old arrays are freed) holds the mesh. */
 int tsdf_volume_mesh(tsdf_volume *v, const tsdf_mesh_params *params, tsdf_mesh *out);
 
-/* Writes m as binary little-endian PLY (vertex x y z nx ny nz [red green
- * blue], face vertex_indices as uchar count + int indices), atomically
- * enough for tools: to path. TSDF_EIO on failure. */
-int tsdf_mesh_write_ply(const tsdf_mesh *m, const char *path);
-
 int tsdf_volume_get_stats(tsdf_volume *v, tsdf_volume_stats *out);
 
 /* One voxel as stored: sdf clamped to [-trunc, +trunc] metres, weight in

@@ -25,6 +25,7 @@
 
 #include "tsdf_error.h"
 #include "tsdf_synth.h"
+#include "tsdf_ply.h"
 #include "tsdf_volume.h"
 
 #define MAKE_PLY_VOXEL_M 0.01f

@@ -5,7 +5,7 @@
  * create/destroy loop that must not leak device memory.
  *
  * Drives the backend through tsdf_cuda_ops and the test hooks of
- * gpu/cuda_backend.h with raw block keys. Exits 77 without a usable GPU.
+ * gpu/cuda/cuda_backend.h with raw block keys. Exits 77 without a usable GPU.
  */
 #include <stdio.h>
 #include <stdlib.h>

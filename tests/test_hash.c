@@ -1,6 +1,6 @@
 /*
- * test_hash.c - the CPU backend's block hash table (gpu/cpu_hash.c) and the
- * key packing of gpu/tsdf_math.h.
+ * test_hash.c - the CPU backend's block hash table (gpu/cpu/cpu_hash.c) and the
+ * key packing of gpu/shared/tsdf_math.h.
  */
 #include <stdlib.h>
 #include <string.h>

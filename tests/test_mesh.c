@@ -18,6 +18,7 @@
 #include "tsdf_math.h"
 #include "tsdf_mc_tables.h"
 #include "tsdf_synth.h"
+#include "tsdf_ply.h"
 #include "tsdf_volume.h"
 
 #define VOXEL_M 0.01f

@@ -1,6 +1,6 @@
 /*
  * test_raycast_march.c - the bounds of the shared ray march
- * (gpu/tsdf_raycast_march.h), on the CPU, with a block lookup of the
+ * (gpu/shared/tsdf_raycast_march.h), on the CPU, with a block lookup of the
  * test's own that counts the lookups and records how far along the ray
  * they reached:
  *  - tsdf_ray_end_z leaves ordinary rays at their z_max and cuts long ones

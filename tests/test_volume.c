@@ -2,7 +2,7 @@
  * test_volume.c - the volume API on the CPU reference backend: fusion
  * accuracy, weights, argument checks, the memory cap (fixed and changed on a
  * live volume), reset, export/import,
- * and the shared per-voxel maths of gpu/tsdf_math.h (block walk, projection).
+ * and the shared per-voxel maths of gpu/shared/tsdf_math.h (block walk, projection).
  */
 #define _POSIX_C_SOURCE 200809L
 

@@ -1,7 +1,7 @@
 /*
  * cuda_raycast.cu - the raycast on the GPU: one thread per pixel runs the
  * march of tsdf_raycast_march.h, the same code as the CPU reference
- * (gpu/cpu_raycast.c), with blocks found in the device hash table.
+ * (gpu/cpu/cpu_raycast.c), with blocks found in the device hash table.
  *
  * The backend is compiled with --fmad=false, so a GPU ray evaluates every
  * float expression as the CPU ray does and returns the same depth, normal

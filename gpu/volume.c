@@ -1,5 +1,5 @@
 /*
- * tsdf_volume.c - the public volume API: parameter and frame checks,
+ * volume.c - the public volume API: parameter and frame checks,
  * backend choice, and dispatch through tsdf_backend_ops.
  *
  * Every argument is validated here, before a backend sees it, so the two

@@ -1,6 +1,6 @@
 /*
  * cuda_mesh.cu - marching cubes on the GPU, producing the same mesh as the
- * CPU reference (gpu/cpu_mesh.c) up to vertex and triangle order.
+ * CPU reference (gpu/cpu/cpu_mesh.c) up to vertex and triangle order.
  *
  * The CPU rules, kept here: a cell belongs to the block of its minimum
  * corner and needs all 8 corners known; a block is selected by box and

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tsdf_volume.h"
+#include "tsdf_ply.h"
 
 /* Little-endian stores, independent of the host's byte order. */
 static unsigned char *put_u32le(unsigned char *p, uint32_t v)
