@@ -274,17 +274,17 @@ static int check_cuda_against_cpu(const bench_opts *o, const bench_frame *frames
             coord_mismatch++;
             continue;
         }
-        for (size_t j = 0; j < TSDF_BLOCK_VOXELS; j++) {
-            const tsdf_voxel *va = &a.voxels[i * TSDF_BLOCK_VOXELS + j];
-            const tsdf_voxel *vb = &b.voxels[i * TSDF_BLOCK_VOXELS + j];
-            if (va->weight != vb->weight) {
+        for (unsigned j = 0; j < TSDF_BLOCK_VOXELS; j++) {
+            const tsdf_vox va = tsdf_block_set_get(&a, i, j);
+            const tsdf_vox vb = tsdf_block_set_get(&b, i, j);
+            if (va.weight != vb.weight) {
                 weight_mismatch++;
                 continue;
             }
-            if (va->weight == 0.0f)
+            if (va.weight == 0.0f)
                 continue;
             observed++;
-            double d = fabs((double)va->sdf_m - (double)vb->sdf_m);
+            double d = fabs((double)va.sdf_m - (double)vb.sdf_m);
             if (!(d <= BENCH_SDF_TOL_M))
                 sdf_mismatch++;
             if (d > max_diff || isnan(d))

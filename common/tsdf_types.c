@@ -24,5 +24,33 @@ void tsdf_mesh_fini(tsdf_mesh *m)
     free(m->normals);
     free(m->colors);
     free(m->indices);
+    free(m->block_coords);
+    free(m->block_vertex_start);
+    free(m->block_triangle_start);
+    free(m->removed_coords);
     tsdf_mesh_init(m);
+}
+
+const char *tsdf_layout_name(tsdf_layout l)
+{
+    switch (l) {
+    case TSDF_LAYOUT_F32:
+        return "f32";
+    case TSDF_LAYOUT_S16:
+        return "s16";
+    }
+    return "unknown";
+}
+
+int tsdf_layout_parse(const char *name, tsdf_layout *out)
+{
+    if (name == NULL || out == NULL)
+        return TSDF_EINVAL;
+    if (strcmp(name, "f32") == 0)
+        *out = TSDF_LAYOUT_F32;
+    else if (strcmp(name, "s16") == 0)
+        *out = TSDF_LAYOUT_S16;
+    else
+        return TSDF_EINVAL;
+    return TSDF_OK;
 }

@@ -42,6 +42,18 @@ typedef enum {
     TSDF_BACKEND_CUDA = 2,
 } tsdf_backend;
 
+/* How a volume stores a voxel's sdf and weight (gpu/shared/tsdf_voxel_layout.h
+ * has the bytes). Colour, when a map has any, is stored apart from them. */
+typedef enum {
+    TSDF_LAYOUT_F32 = 1, /* sdf float32 metres, weight float32: 8 B a voxel, 4 KiB a block */
+    TSDF_LAYOUT_S16 = 2, /* sdf int16 fraction of the truncation, weight uint16: 4 B, 2 KiB */
+} tsdf_layout;
+
+/* "f32", "s16"; "unknown" for other values. */
+TSDF_API const char *tsdf_layout_name(tsdf_layout l);
+/* Parses "f32" or "s16" into *out; TSDF_EINVAL otherwise. */
+TSDF_API int tsdf_layout_parse(const char *name, tsdf_layout *out);
+
 typedef struct {
     float fx, fy, cx, cy; /* pinhole intrinsics in pixels */
 } tsdf_intrinsics;
@@ -139,7 +151,28 @@ typedef struct {
 } tsdf_raycast_output;
 
 /* A triangle mesh with shared vertices. Caller-owned struct: init before
- * use, fini to free; the arrays are malloc'ed by whoever fills the mesh. */
+ * use, fini to free; the arrays are malloc'ed by whoever fills the mesh.
+ *
+ * By block (tsdf_mesh_params.by_block): the mesh comes in one part per
+ * voxel block that it covers, so that a client can keep a mesh current by
+ * replacing parts: part i holds the triangles of the cells of block
+ * block_coords[3i..3i+2] (a cell belongs to the block of its minimum
+ * corner) and its own copy of their vertices, vertices
+ * [block_vertex_start[i], block_vertex_start[i + 1]) and triangles
+ * [block_triangle_start[i], block_triangle_start[i + 1]); indices stay
+ * global. Every block the mesh covers has a part, also one whose cells make
+ * no triangle (its old part is then to be cleared). Parts are in ascending
+ * block key order. A whole mesh shares vertices across block seams; parts
+ * do not.
+ *
+ * Since a version (tsdf_mesh_params.since_version > 0): the mesh covers the
+ * blocks that changed after that version (and those whose cells reach into
+ * one that changed or went); removed_coords lists the blocks that existed
+ * then and are gone now (erased, evicted or reset away): a client drops
+ * their parts. When the volume cannot say what happened since that version
+ * (it was reset or imported after it, or its record of removed blocks no
+ * longer reaches back that far), the mesh is the whole volume and full is
+ * 1: the client replaces everything it holds. */
 typedef struct {
     size_t vertex_count;
     size_t triangle_count;
@@ -147,6 +180,16 @@ typedef struct {
     float *normals;    /* 3 * vertex_count, unit, pointing out of the surface */
     uint8_t *colors;   /* 3 * vertex_count RGB8, or NULL when the volume has no colour */
     uint32_t *indices; /* 3 * triangle_count, counter-clockwise seen from outside */
+    /* By block: the parts (block_count 0 and NULL arrays otherwise). */
+    size_t block_count;
+    int32_t *block_coords;          /* 3 * block_count block coordinates */
+    uint32_t *block_vertex_start;   /* block_count + 1 */
+    uint32_t *block_triangle_start; /* block_count + 1 */
+    /* Since a version: the blocks gone since then, and whether this mesh
+     * replaces everything instead. */
+    size_t removed_count;
+    int32_t *removed_coords; /* 3 * removed_count block coordinates */
+    int full;
 } tsdf_mesh;
 
 TSDF_API void tsdf_mesh_init(tsdf_mesh *m);
@@ -160,6 +203,7 @@ typedef struct {
     int use_box; /* 1: only blocks that intersect box */
     tsdf_aabb box;
     uint64_t since_version; /* 0: all blocks; V: only blocks changed after version V */
+    int by_block;           /* 1: one part per block (see tsdf_mesh) */
 } tsdf_mesh_params;
 
 #define TSDF_PROBE_HIST_BINS 16
@@ -178,8 +222,11 @@ typedef struct {
     uint64_t insert_failures; /* blocks not inserted because of the memory cap */
     uint64_t memory_bytes;    /* memory of the content: table + block pool (host or device) */
     uint64_t memory_cap_bytes;
-    uint64_t version; /* bumps on every integrate, reset and import */
+    uint64_t version; /* bumps on every integrate, reset, import, write and erase */
     int has_color;
+    tsdf_layout layout;            /* how the volume stores its voxels */
+    uint64_t pool_capacity_blocks; /* blocks the pool holds room for (in use + free) */
+    uint64_t blocks_erased;        /* blocks removed one by one (erase, eviction) so far */
     /* Device-side times of the last integrated frame and query, in ms
      * (CUDA events; wall time on the CPU backend). */
     double last_upload_ms, last_alloc_ms, last_update_ms, last_raycast_ms, last_mesh_ms;

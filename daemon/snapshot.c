@@ -1,14 +1,19 @@
+/*
+ * snapshot.c - the snapshot files of a state directory (see snapshot.h):
+ * their names and sequences, listing, pruning, finding the newest valid
+ * one, and writing them atomically and durably. The bytes inside a file
+ * are snapshot_format.c's.
+ */
 #define _GNU_SOURCE
 
 #include "snapshot.h"
+#include "snapshot_format.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdatomic.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,20 +21,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "log.h"
 #include "tsdf_error.h"
-
-/* Layout constants of format version 1 (see docs/OPERATIONS.md). */
-#define FILE_MAGIC "TSDFSNAP"
-#define TAIL_MAGIC "TSDFTAIL"
-#define FIXED_HEADER_BYTES 32u
-#define MAP_ENTRY_BYTES 136u
-#define HEADER_CRC_BYTES 4u
-#define VOXEL_BYTES 12u
-#define BLOCK_RECORD_BYTES (12u + 8u + TSDF_BLOCK_VOXELS * VOXEL_BYTES) /* 6164 */
-#define TRAILER_BYTES 20u
 
 #define FILE_PREFIX "snap-"
 #define FILE_SUFFIX ".tsdfsnap"
@@ -47,132 +41,6 @@
 #define SEQ_FUTURE_SLACK_US (24ull * 3600ull * 1000000ull)
 /* Temporary files younger than this are never pruned (see snap_prune). */
 #define SNAP_TMP_GRACE_S 60
-
-/* ---- little-endian encoding ------------------------------------------- */
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_f32(uint8_t *p, float f)
-{
-    uint32_t v;
-    memcpy(&v, &f, 4);
-    put_u32(p, v);
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static float get_f32(const uint8_t *p)
-{
-    uint32_t v = get_u32(p);
-    float f;
-    memcpy(&f, &v, 4);
-    return f;
-}
-
-/* zlib's crc32 takes a uInt length; feed large buffers in pieces. */
-static uint32_t crc_update(uint32_t crc, const uint8_t *p, size_t len)
-{
-    while (len > 0) {
-        uInt chunk = len > (1u << 30) ? (1u << 30) : (uInt)len;
-        crc = (uint32_t)crc32(crc, p, chunk);
-        p += chunk;
-        len -= chunk;
-    }
-    return crc;
-}
-
-static size_t header_bytes(size_t n)
-{
-    return FIXED_HEADER_BYTES + n * MAP_ENTRY_BYTES + HEADER_CRC_BYTES;
-}
-
-static void encode_block(uint8_t *rec, const tsdf_block_set *s, size_t i)
-{
-    for (int k = 0; k < 3; k++)
-        put_u32(rec + 4 * k, (uint32_t)s->coords[3 * i + k]);
-    put_u64(rec + 12, s->versions ? s->versions[i] : 0);
-    const tsdf_voxel *v = s->voxels + i * TSDF_BLOCK_VOXELS;
-    uint8_t *p = rec + 20;
-    for (size_t j = 0; j < TSDF_BLOCK_VOXELS; j++, p += VOXEL_BYTES) {
-        put_f32(p, v[j].sdf_m);
-        put_f32(p + 4, v[j].weight);
-        p[8] = v[j].rgb[0];
-        p[9] = v[j].rgb[1];
-        p[10] = v[j].rgb[2];
-        p[11] = v[j].pad;
-    }
-}
-
-static void decode_block(const uint8_t *rec, tsdf_block_set *s, size_t i)
-{
-    for (int k = 0; k < 3; k++)
-        s->coords[3 * i + k] = (int32_t)get_u32(rec + 4 * k);
-    s->versions[i] = get_u64(rec + 12);
-    tsdf_voxel *v = s->voxels + i * TSDF_BLOCK_VOXELS;
-    const uint8_t *p = rec + 20;
-    for (size_t j = 0; j < TSDF_BLOCK_VOXELS; j++, p += VOXEL_BYTES) {
-        v[j].sdf_m = get_f32(p);
-        v[j].weight = get_f32(p + 4);
-        v[j].rgb[0] = p[8];
-        v[j].rgb[1] = p[9];
-        v[j].rgb[2] = p[10];
-        v[j].pad = p[11];
-    }
-}
-
-/* One directory entry of the header. */
-static void encode_entry(uint8_t *e, const snap_map *m, uint32_t payload_crc)
-{
-    memset(e, 0, MAP_ENTRY_BYTES);
-    memcpy(e, m->name, strnlen(m->name, SNAP_NAME_LEN - 1));
-    const tsdf_volume_params *p = &m->params;
-    put_f32(e + 64, p->voxel_size_m);
-    put_f32(e + 68, p->trunc_vox);
-    put_f32(e + 72, p->max_weight);
-    put_u32(e + 76, p->initial_capacity_blocks);
-    put_f32(e + 80, p->max_load_factor);
-    put_u32(e + 84, (uint32_t)p->backend);
-    put_u64(e + 88, p->memory_cap_bytes);
-    put_u32(e + 96, (uint32_t)p->cuda_device);
-    /* e + 100: reserved, zero */
-    put_u64(e + 104, m->version);
-    put_u64(e + 112, (uint64_t)m->blocks.count);
-    put_u64(e + 120, (uint64_t)m->blocks.count * BLOCK_RECORD_BYTES);
-    put_u32(e + 128, payload_crc);
-    /* e + 132: reserved, zero */
-}
-
-uint64_t snap_file_size(const snap_map *maps, size_t n)
-{
-    uint64_t size = header_bytes(n) + TRAILER_BYTES;
-    for (size_t i = 0; i < n; i++)
-        size += (uint64_t)maps[i].blocks.count * BLOCK_RECORD_BYTES;
-    return size;
-}
 
 /* ---- directory listing ------------------------------------------------ */
 
@@ -345,30 +213,6 @@ static uint64_t next_sequence(const char *dir)
     }
 }
 
-static int check_maps(const snap_map *maps, size_t n)
-{
-    if (n > SNAP_MAX_MAPS || (n > 0 && !maps))
-        return TSDF_EINVAL;
-    for (size_t i = 0; i < n; i++) {
-        size_t len = strnlen(maps[i].name, SNAP_NAME_LEN);
-        if (len == 0 || len >= SNAP_NAME_LEN)
-            return TSDF_EINVAL;
-        const tsdf_block_set *s = &maps[i].blocks;
-        if (s->count > 0 && (!s->coords || !s->voxels))
-            return TSDF_EINVAL;
-        for (size_t j = 0; j < i; j++) {
-            if (strcmp(maps[i].name, maps[j].name) == 0)
-                return TSDF_EINVAL;
-        }
-    }
-    return TSDF_OK;
-}
-
-static int write_all(FILE *f, const void *p, size_t len)
-{
-    return fwrite(p, 1, len, f) == len ? TSDF_OK : TSDF_EIO;
-}
-
 static int fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -379,77 +223,10 @@ static int fsync_dir(const char *dir)
     return r == 0 ? TSDF_OK : TSDF_EIO;
 }
 
-/* Writes the whole file to f (positioned at 0). The header goes first as a
- * placeholder: the payload checksums it holds are known only after the
- * payloads are written, so it is rewritten in place at the end, and the
- * whole-file checksum is put together from the pieces with crc32_combine. */
-static int write_file(FILE *f, const snap_map *maps, size_t n)
-{
-    size_t hdr_len = header_bytes(n);
-    uint8_t *hdr = calloc(1, hdr_len);
-    uint8_t *rec = malloc(BLOCK_RECORD_BYTES);
-    uint32_t *payload_crc = calloc(n ? n : 1, sizeof *payload_crc);
-    int r = TSDF_ENOMEM;
-    if (!hdr || !rec || !payload_crc)
-        goto done;
-
-    r = write_all(f, hdr, hdr_len);
-    uint32_t all_payload_crc = (uint32_t)crc32(0, NULL, 0);
-    uint64_t all_payload_len = 0;
-    for (size_t i = 0; i < n && r == TSDF_OK; i++) {
-        uint32_t crc = (uint32_t)crc32(0, NULL, 0);
-        const tsdf_block_set *s = &maps[i].blocks;
-        for (size_t b = 0; b < s->count && r == TSDF_OK; b++) {
-            encode_block(rec, s, b);
-            crc = crc_update(crc, rec, BLOCK_RECORD_BYTES);
-            all_payload_crc = crc_update(all_payload_crc, rec, BLOCK_RECORD_BYTES);
-            r = write_all(f, rec, BLOCK_RECORD_BYTES);
-        }
-        payload_crc[i] = crc;
-        all_payload_len += (uint64_t)s->count * BLOCK_RECORD_BYTES;
-    }
-    if (r != TSDF_OK)
-        goto done;
-
-    memcpy(hdr, FILE_MAGIC, 8);
-    put_u32(hdr + 8, SNAP_FORMAT_VERSION);
-    put_u32(hdr + 12, (uint32_t)n);
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    put_u64(hdr + 16, (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u);
-    /* hdr + 24 .. 31: reserved, zero */
-    for (size_t i = 0; i < n; i++)
-        encode_entry(hdr + FIXED_HEADER_BYTES + i * MAP_ENTRY_BYTES, &maps[i], payload_crc[i]);
-    size_t crc_at = hdr_len - HEADER_CRC_BYTES;
-    put_u32(hdr + crc_at, crc_update((uint32_t)crc32(0, NULL, 0), hdr, crc_at));
-
-    if (fseek(f, 0, SEEK_SET) != 0 || write_all(f, hdr, hdr_len) != TSDF_OK ||
-        fseek(f, 0, SEEK_END) != 0) {
-        r = TSDF_EIO;
-        goto done;
-    }
-
-    uint8_t tail[TRAILER_BYTES];
-    uint64_t total = hdr_len + all_payload_len + TRAILER_BYTES;
-    memcpy(tail, TAIL_MAGIC, 8);
-    put_u64(tail + 8, total);
-    uint32_t file_crc = crc_update((uint32_t)crc32(0, NULL, 0), hdr, hdr_len);
-    file_crc = (uint32_t)crc32_combine(file_crc, all_payload_crc, (z_off_t)all_payload_len);
-    file_crc = crc_update(file_crc, tail, 16);
-    put_u32(tail + 16, file_crc);
-    r = write_all(f, tail, TRAILER_BYTES);
-
-done:
-    free(hdr);
-    free(rec);
-    free(payload_crc);
-    return r;
-}
-
 /* Checks the maps and creates dir (mode 0750) when missing. */
 static int prepare_write(const char *dir, const snap_map *maps, size_t n)
 {
-    int r = check_maps(maps, n);
+    int r = snapfmt_check_maps(maps, n);
     if (r != TSDF_OK) {
         TSDF_LOG(TSDF_LOG_ERROR, "snapshot: refusing to write %zu maps: bad names or block sets",
                  n);
@@ -495,7 +272,7 @@ static int write_atomic(const char *dir, const char *final, const snap_map *maps
     setvbuf(f, NULL, _IOFBF, 1u << 20);
 
     const char *step = "write";
-    r = write_file(f, maps, n);
+    r = snapfmt_write(f, maps, n);
     if (r == TSDF_OK && fflush(f) != 0) {
         step = "flush";
         r = TSDF_EIO;
@@ -592,212 +369,6 @@ int snap_save(const char *dir, const snap_map *maps, size_t n, size_t keep, char
 
 /* ---- reading ---------------------------------------------------------- */
 
-void snap_maps_free(snap_map *maps, size_t n)
-{
-    if (!maps)
-        return;
-    for (size_t i = 0; i < n; i++) {
-        free(maps[i].blocks.coords);
-        free(maps[i].blocks.versions);
-        free(maps[i].blocks.voxels);
-    }
-    free(maps);
-}
-
-static int refuse(const char *path, int err, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-static int refuse(const char *path, int err, const char *fmt, ...)
-{
-    char why[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    TSDF_LOG(TSDF_LOG_WARN, "snapshot: %s refused (%s): %s", path, tsdf_errname(err), why);
-    return err;
-}
-
-static int read_exact(FILE *f, void *p, size_t len)
-{
-    return fread(p, 1, len, f) == len ? TSDF_OK : TSDF_EIO;
-}
-
-/* Decodes and checks one directory entry. */
-static int decode_entry(const char *path, const uint8_t *e, snap_map *m, uint64_t *payload_len,
-                        uint32_t *payload_crc)
-{
-    if (memchr(e, '\0', SNAP_NAME_LEN) == NULL || e[0] == '\0')
-        return refuse(path, TSDF_EFORMAT, "map name empty or not terminated");
-    memcpy(m->name, e, SNAP_NAME_LEN);
-    tsdf_volume_params *p = &m->params;
-    p->voxel_size_m = get_f32(e + 64);
-    p->trunc_vox = get_f32(e + 68);
-    p->max_weight = get_f32(e + 72);
-    p->initial_capacity_blocks = get_u32(e + 76);
-    p->max_load_factor = get_f32(e + 80);
-    uint32_t backend = get_u32(e + 84);
-    p->memory_cap_bytes = get_u64(e + 88);
-    p->cuda_device = (int32_t)get_u32(e + 96);
-    m->version = get_u64(e + 104);
-    /* An import continues the map's versions above the snapshot's. */
-    m->blocks.version = m->version;
-    uint64_t blocks = get_u64(e + 112);
-    *payload_len = get_u64(e + 120);
-    *payload_crc = get_u32(e + 128);
-    if (backend > TSDF_BACKEND_CUDA)
-        return refuse(path, TSDF_EFORMAT, "map %s: unknown backend %u", m->name, backend);
-    p->backend = (tsdf_backend)backend;
-    if (!(isfinite(p->voxel_size_m) && p->voxel_size_m > 0) ||
-        !(isfinite(p->trunc_vox) && p->trunc_vox > 0) ||
-        !(isfinite(p->max_weight) && p->max_weight > 0) ||
-        !(isfinite(p->max_load_factor) && p->max_load_factor > 0))
-        return refuse(path, TSDF_EFORMAT, "map %s: volume parameters out of range", m->name);
-    if (blocks > UINT64_MAX / BLOCK_RECORD_BYTES || *payload_len != blocks * BLOCK_RECORD_BYTES)
-        return refuse(path, TSDF_EFORMAT,
-                      "map %s: %" PRIu64 " blocks do not fill %" PRIu64 " payload bytes", m->name,
-                      blocks, *payload_len);
-    m->blocks.count = (size_t)blocks;
-    return TSDF_OK;
-}
-
-static int read_file(const char *path, FILE *f, uint64_t file_size, snap_map **out, size_t *out_n)
-{
-    uint8_t fixed[FIXED_HEADER_BYTES];
-    if (file_size < FIXED_HEADER_BYTES + HEADER_CRC_BYTES + TRAILER_BYTES)
-        return refuse(path, TSDF_EFORMAT, "%" PRIu64 " bytes: too short for a snapshot", file_size);
-    if (read_exact(f, fixed, sizeof fixed) != TSDF_OK)
-        return refuse(path, TSDF_EIO, "cannot read the header: %s", strerror(errno));
-    if (memcmp(fixed, FILE_MAGIC, 8) != 0)
-        return refuse(path, TSDF_EFORMAT, "no TSDFSNAP magic");
-    uint32_t version = get_u32(fixed + 8);
-    if (version != SNAP_FORMAT_VERSION)
-        return refuse(path, TSDF_EVERSION, "format version %u, this build reads %u", version,
-                      SNAP_FORMAT_VERSION);
-    uint32_t n = get_u32(fixed + 12);
-    if (n > SNAP_MAX_MAPS)
-        return refuse(path, TSDF_EFORMAT, "%u maps, more than %u", n, SNAP_MAX_MAPS);
-    size_t hdr_len = header_bytes(n);
-    if (file_size < hdr_len + TRAILER_BYTES)
-        return refuse(path, TSDF_EFORMAT, "truncated inside the header");
-
-    int r = TSDF_ENOMEM;
-    uint8_t *hdr = malloc(hdr_len);
-    uint8_t *rec = malloc(BLOCK_RECORD_BYTES);
-    snap_map *maps = calloc(n ? n : 1, sizeof *maps);
-    uint64_t *payload_len = calloc(n ? n : 1, sizeof *payload_len);
-    uint32_t *payload_crc = calloc(n ? n : 1, sizeof *payload_crc);
-    if (!hdr || !rec || !maps || !payload_len || !payload_crc)
-        goto fail;
-    memcpy(hdr, fixed, FIXED_HEADER_BYTES);
-    if (read_exact(f, hdr + FIXED_HEADER_BYTES, hdr_len - FIXED_HEADER_BYTES) != TSDF_OK) {
-        r = refuse(path, TSDF_EIO, "cannot read the header: %s", strerror(errno));
-        goto fail;
-    }
-    size_t crc_at = hdr_len - HEADER_CRC_BYTES;
-    uint32_t crc = crc_update((uint32_t)crc32(0, NULL, 0), hdr, crc_at);
-    if (crc != get_u32(hdr + crc_at)) {
-        r = refuse(path, TSDF_ECHECKSUM, "header crc32 %08x, expected %08x", crc,
-                   get_u32(hdr + crc_at));
-        goto fail;
-    }
-
-    /* The header is intact; now its sizes must add up to the file's size
-     * exactly, before anything is allocated from them. */
-    uint64_t expect = hdr_len + TRAILER_BYTES;
-    for (uint32_t i = 0; i < n; i++) {
-        r = decode_entry(path, hdr + FIXED_HEADER_BYTES + (size_t)i * MAP_ENTRY_BYTES, &maps[i],
-                         &payload_len[i], &payload_crc[i]);
-        if (r != TSDF_OK)
-            goto fail;
-        for (uint32_t j = 0; j < i; j++) {
-            if (strcmp(maps[i].name, maps[j].name) == 0) {
-                r = refuse(path, TSDF_EFORMAT, "map %s appears twice", maps[i].name);
-                goto fail;
-            }
-        }
-        if (payload_len[i] > file_size || expect > file_size - payload_len[i]) {
-            r = refuse(path, TSDF_EFORMAT,
-                       "truncated: the header describes more bytes than the "
-                       "file's %" PRIu64,
-                       file_size);
-            goto fail;
-        }
-        expect += payload_len[i];
-    }
-    if (expect != file_size) {
-        r = refuse(path, TSDF_EFORMAT, "file has %" PRIu64 " bytes, header describes %" PRIu64,
-                   file_size, expect);
-        goto fail;
-    }
-
-    uint32_t file_crc = crc_update((uint32_t)crc32(0, NULL, 0), hdr, hdr_len);
-    for (uint32_t i = 0; i < n; i++) {
-        tsdf_block_set *s = &maps[i].blocks;
-        size_t count = s->count;
-        if (count > 0) {
-            s->coords = malloc(count * 3 * sizeof *s->coords);
-            s->versions = malloc(count * sizeof *s->versions);
-            s->voxels = malloc(count * TSDF_BLOCK_VOXELS * sizeof *s->voxels);
-            if (!s->coords || !s->versions || !s->voxels) {
-                r = TSDF_ENOMEM;
-                goto fail;
-            }
-        }
-        uint32_t pcrc = (uint32_t)crc32(0, NULL, 0);
-        for (size_t b = 0; b < count; b++) {
-            if (read_exact(f, rec, BLOCK_RECORD_BYTES) != TSDF_OK) {
-                r = refuse(path, TSDF_EIO, "read failed in map %s", maps[i].name);
-                goto fail;
-            }
-            pcrc = crc_update(pcrc, rec, BLOCK_RECORD_BYTES);
-            file_crc = crc_update(file_crc, rec, BLOCK_RECORD_BYTES);
-            decode_block(rec, s, b);
-        }
-        if (pcrc != payload_crc[i]) {
-            r = refuse(path, TSDF_ECHECKSUM, "map %s: payload crc32 %08x, expected %08x",
-                       maps[i].name, pcrc, payload_crc[i]);
-            goto fail;
-        }
-    }
-
-    uint8_t tail[TRAILER_BYTES];
-    if (read_exact(f, tail, TRAILER_BYTES) != TSDF_OK) {
-        r = refuse(path, TSDF_EIO, "cannot read the trailer");
-        goto fail;
-    }
-    if (memcmp(tail, TAIL_MAGIC, 8) != 0 || get_u64(tail + 8) != file_size) {
-        r = refuse(path, TSDF_EFORMAT, "trailer missing or of the wrong size");
-        goto fail;
-    }
-    file_crc = crc_update(file_crc, tail, 16);
-    if (file_crc != get_u32(tail + 16)) {
-        r = refuse(path, TSDF_ECHECKSUM, "file crc32 %08x, expected %08x", file_crc,
-                   get_u32(tail + 16));
-        goto fail;
-    }
-
-    free(hdr);
-    free(rec);
-    free(payload_len);
-    free(payload_crc);
-    *out = maps;
-    *out_n = n;
-    return TSDF_OK;
-
-fail:
-    if (maps)
-        snap_maps_free(maps, n);
-    free(hdr);
-    free(rec);
-    free(payload_len);
-    free(payload_crc);
-    return r;
-}
-
 int snap_read(const char *path, snap_map **maps, size_t *n)
 {
     if (!path || !maps || !n)
@@ -811,21 +382,21 @@ int snap_read(const char *path, snap_map **maps, size_t *n)
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int err = errno == ENOENT ? TSDF_ENOT_FOUND : TSDF_EIO;
-        return refuse(path, err, "cannot open: %s", strerror(errno));
+        return snapfmt_refuse(path, err, "cannot open: %s", strerror(errno));
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return refuse(path, TSDF_EIO, "not a regular file");
+        return snapfmt_refuse(path, TSDF_EIO, "not a regular file");
     }
     FILE *f = fdopen(fd, "rb");
     if (!f) {
         int e = errno;
         close(fd);
-        return refuse(path, TSDF_ENOMEM, "cannot open a stream: %s", strerror(e));
+        return snapfmt_refuse(path, TSDF_ENOMEM, "cannot open a stream: %s", strerror(e));
     }
     setvbuf(f, NULL, _IOFBF, 1u << 20);
-    int r = read_file(path, f, (uint64_t)st.st_size, maps, n);
+    int r = snapfmt_read(path, f, (uint64_t)st.st_size, maps, n);
     fclose(f);
     return r;
 }

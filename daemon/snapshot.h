@@ -1,11 +1,13 @@
 /*
  * snapshot.h - crash-safe snapshot files of every map of the daemon.
  *
- * One snapshot file holds every map: its name, volume parameters, version
- * and blocks. The format (version 1, all integers and floats little-endian,
- * zlib crc32 checksums over the header, each map's payload and the whole
- * file) is described byte by byte in docs/OPERATIONS.md ("Snapshot file
- * format"). Files are named snap-<20-digit sequence>.tsdfsnap in the state
+ * One snapshot file holds every map: its name, volume parameters (its
+ * voxel layout among them), version and blocks, those in the volume and
+ * those spilled out of it by eviction. The format (version 2, all integers
+ * and floats little-endian, zlib crc32 checksums over the header, each
+ * map's payload and the whole file; version 1 files are still read) is
+ * described byte by byte in docs/OPERATIONS.md ("File format"). Files are
+ * named snap-<20-digit sequence>.tsdfsnap in the state
  * directory; a larger sequence is newer (the sequence is the write time in
  * microseconds, raised above every existing file so that a clock stepping
  * back never makes a new snapshot look old). A sequence more than a day
@@ -52,7 +54,8 @@
 extern "C" {
 #endif
 
-#define SNAP_FORMAT_VERSION 1u
+/* The format written; version 1 is read too (snapshot_format.c). */
+#define SNAP_FORMAT_VERSION 2u
 /* Maps per file; far above the daemon's max_maps, and a bound on what a
  * damaged header can make the reader allocate. */
 #define SNAP_MAX_MAPS 1024u
@@ -66,9 +69,15 @@ extern "C" {
 
 typedef struct {
     char name[SNAP_NAME_LEN]; /* NUL-terminated, non-empty */
+    /* The volume's parameters. Read from a version 1 file, layout is 0:
+     * such a file does not say, and the caller picks one (the blocks come
+     * as f32 and convert on import). */
     tsdf_volume_params params;
-    tsdf_block_set blocks; /* as exported: sorted by block key */
-    uint64_t version;      /* the volume's version when exported */
+    tsdf_block_set blocks; /* in the volume, as exported: sorted by block key */
+    /* Spilled out of the volume by eviction (daemon/spill.h), in the same
+     * layout: part of the map, brought back when a frame sees them. */
+    tsdf_block_set spilled;
+    uint64_t version; /* the volume's version when exported */
 } snap_map;
 
 /*
@@ -110,7 +119,7 @@ int snap_save(const char *dir, const snap_map *maps, size_t n, size_t keep, char
  */
 int snap_read(const char *path, snap_map **maps, size_t *n);
 
-/* Frees what snap_read returned (the block arrays and the array). NULL is
+/* Frees what snap_read returned (the block sets and the array). NULL is
  * a no-op. */
 void snap_maps_free(snap_map *maps, size_t n);
 

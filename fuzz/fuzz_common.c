@@ -127,10 +127,11 @@ static uint32_t crc_of(const uint8_t *p, size_t len)
     return crc;
 }
 
-/* The layout constants of snapshot format version 1 (docs/OPERATIONS.md). */
+/* The layout constants of snapshot formats 1 and 2 (docs/OPERATIONS.md). */
 #define SNAP_FIXED_BYTES 32u
-#define SNAP_ENTRY_BYTES 136u
 #define SNAP_TRAILER_BYTES 20u
+/* The map entry's size by format version (1: 136 bytes, 2: 160). */
+#define SNAP_ENTRY_BYTES (get_u32le(p + 8) == 1 ? 136u : 160u)
 #define SNAP_MAX_ENTRIES 1024u
 
 void fuzz_snap_repair(uint8_t *p, size_t len)

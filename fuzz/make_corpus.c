@@ -25,6 +25,7 @@
 #include "tsdf_depth_codec.h"
 #include "log.h"
 #include "snapshot.h"
+#include "tsdf_voxel_layout.h"
 #include "tsdf_png.h"
 #include "tsdf_pose.h"
 #include "tsdf_proto.h"
@@ -285,35 +286,37 @@ static void make_configs(const char *shipped)
 
 /* ---- snapshots -------------------------------------------------------- */
 
-static void fill_map(snap_map *m, const char *name, size_t blocks, uint64_t version)
+static void fill_map(snap_map *m, const char *name, size_t blocks, uint64_t version,
+                     tsdf_layout layout, int with_rgb)
 {
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", name);
     tsdf_volume_params_default(&m->params);
     m->params.backend = TSDF_BACKEND_CPU;
     m->params.initial_capacity_blocks = 1024;
+    m->params.layout = layout;
     m->version = version;
-    tsdf_block_set_init(&m->blocks);
-    m->blocks.count = blocks;
-    if (blocks == 0)
-        return;
-    m->blocks.coords = calloc(3 * blocks, sizeof *m->blocks.coords);
-    m->blocks.versions = calloc(blocks, sizeof *m->blocks.versions);
-    m->blocks.voxels = calloc(blocks * TSDF_BLOCK_VOXELS, sizeof *m->blocks.voxels);
-    if (!m->blocks.coords || !m->blocks.versions || !m->blocks.voxels)
-        die("out of memory");
     float trunc_m = m->params.trunc_vox * m->params.voxel_size_m;
+    tsdf_block_set_init(&m->blocks);
+    tsdf_block_set_init(&m->spilled);
+    if (tsdf_block_set_alloc(&m->blocks, blocks, layout, tsdf_quant_for(trunc_m).unit_m,
+                             with_rgb) != TSDF_OK)
+        die("out of memory");
+    m->spilled.layout = layout;
+    m->spilled.sdf_unit_m = m->blocks.sdf_unit_m;
     for (size_t i = 0; i < blocks; i++) {
         m->blocks.coords[3 * i] = (int32_t)i - 1;
         m->blocks.coords[3 * i + 2] = 2;
         m->blocks.versions[i] = version;
-        for (size_t j = 0; j < TSDF_BLOCK_VOXELS; j++) {
-            tsdf_voxel *v = &m->blocks.voxels[i * TSDF_BLOCK_VOXELS + j];
-            v->sdf_m = trunc_m * ((float)(j % 17) / 8.0f - 1.0f);
-            v->weight = (float)(j % 5);
-            v->rgb[0] = (uint8_t)j;
-            v->rgb[1] = (uint8_t)(j * 3);
-            v->rgb[2] = (uint8_t)(j * 7);
+        for (unsigned j = 0; j < TSDF_BLOCK_VOXELS; j++) {
+            tsdf_vox v = {trunc_m * ((float)(j % 17) / 8.0f - 1.0f), (float)(j % 5)};
+            tsdf_block_set_put(&m->blocks, i, j, v);
+            if (with_rgb) {
+                uint8_t *c = &m->blocks.rgb[3 * ((size_t)i * TSDF_BLOCK_VOXELS + j)];
+                c[0] = (uint8_t)j;
+                c[1] = (uint8_t)(j * 3);
+                c[2] = (uint8_t)(j * 7);
+            }
         }
     }
 }
@@ -335,18 +338,30 @@ static void put_snapshot(const char *name, const snap_map *maps, size_t n)
     put("snapshot", name, buf, len);
 }
 
+/* Format version 2 seeds (the committed v1-*.tsdf seeds, written by the
+ * format version 1 writer, keep the old reader covered). */
 static void make_snapshots(void)
 {
     snap_map m[2];
     put_snapshot("empty.tsdf", m, 0);
-    fill_map(&m[0], "default", 1, 5);
+    fill_map(&m[0], "default", 1, 5, TSDF_LAYOUT_S16, 0);
     put_snapshot("one-block.tsdf", m, 1);
-    fill_map(&m[1], "kitchen", 0, 0);
+    fill_map(&m[1], "kitchen", 0, 0, TSDF_LAYOUT_F32, 1);
     put_snapshot("two-maps.tsdf", m, 2);
     tsdf_block_set_fini(&m[0].blocks);
-    fill_map(&m[0], "lab", 2, 9);
+    tsdf_block_set_fini(&m[1].blocks);
+    fill_map(&m[0], "lab", 2, 9, TSDF_LAYOUT_F32, 1);
     put_snapshot("two-blocks.tsdf", m, 1);
     tsdf_block_set_fini(&m[0].blocks);
+    fill_map(&m[0], "lab", 2, 9, TSDF_LAYOUT_S16, 1);
+    /* One block of the map spilled out of its volume. */
+    if (tsdf_block_set_alloc(&m[0].spilled, 1, TSDF_LAYOUT_S16, m[0].blocks.sdf_unit_m, 1) !=
+        TSDF_OK)
+        die("out of memory");
+    m[0].spilled.coords[0] = 40;
+    put_snapshot("s16-spilled.tsdf", m, 1);
+    tsdf_block_set_fini(&m[0].blocks);
+    tsdf_block_set_fini(&m[0].spilled);
 }
 
 /* ---- PNG -------------------------------------------------------------- */

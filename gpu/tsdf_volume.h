@@ -4,10 +4,16 @@
  *
  * Layout: the volume is a sparse set of 8x8x8-voxel blocks. A block is found
  * through an open-addressed hash table keyed by its packed integer block
- * coordinates (see tsdf_math.h). The table grows (rehashes into a larger
- * table) before its load factor passes params.max_load_factor, so a block is
- * never dropped; when the memory cap forbids growth, integrate fails with
- * TSDF_ECAPACITY before it changes anything, and the failure is counted.
+ * coordinates (see tsdf_math.h), and its voxels live in a block pool, one
+ * channel for the sdf and weight (in the volume's layout: 4 or 8 bytes a
+ * voxel) and one for colour, allocated only once colour arrives. Blocks can
+ * be removed one by one (tsdf_volume_evict): their pool slots go to a free
+ * list that later blocks take first. The table grows (rehashes into a
+ * larger table) before its load factor passes params.max_load_factor, so a
+ * block is never dropped; the pool grows in steps of a sixteenth (at least
+ * twice the most blocks one frame added), not by doubling. When the memory
+ * cap forbids growth, integrate fails with TSDF_ECAPACITY before it changes
+ * anything, and the failure is counted.
  * (Without a memory cap the CUDA backend decides growth from a frame's
  * counts after queueing it, so the load factor may pass max_load_factor by
  * one frame's new blocks, never past max(0.9, max_load_factor): a frame that
@@ -66,13 +72,24 @@ typedef struct {
     uint64_t memory_cap_bytes; /* volume memory cap; 0 = no cap; default 0 */
     tsdf_backend backend;      /* default TSDF_BACKEND_AUTO */
     int cuda_device;           /* CUDA device ordinal; default 0 */
+    tsdf_layout layout;        /* how voxels are stored; default TSDF_LAYOUT_S16 */
 } tsdf_volume_params;
 
 /* Fills *p with the defaults listed above. */
 void tsdf_volume_params_default(tsdf_volume_params *p);
 /* TSDF_OK if *p is usable, else TSDF_EBAD_PARAMS (non-positive or non-finite
- * sizes, max_load_factor outside [TSDF_MIN_LOAD_FACTOR, 0.95], zero capacity). */
+ * sizes, max_load_factor outside [TSDF_MIN_LOAD_FACTOR, 0.95], zero capacity,
+ * an unknown layout, or the s16 layout with a max_weight that is not an
+ * integer in [1, 65535]: its weights are stored as integers). */
 int tsdf_volume_params_check(const tsdf_volume_params *p);
+
+/* One voxel's value, whatever its layout: sdf clamped to [-trunc, +trunc]
+ * metres, weight in [0, max_weight] (0 = never observed). Colour is a
+ * channel of its own (tsdf_block_set.rgb). */
+typedef struct {
+    float sdf_m;
+    float weight;
+} tsdf_vox;
 
 /* An opaque volume. */
 typedef struct tsdf_volume tsdf_volume;
@@ -169,29 +186,34 @@ int tsdf_volume_raycast(tsdf_volume *v, const tsdf_raycast_params *p, tsdf_rayca
 /* Marching cubes over the selected blocks (params NULL: all blocks). Cells
  * with a corner of zero weight make no triangles. Vertices are shared: one
  * vertex per crossed voxel edge, also across block seams, so a closed
- * surface gives a closed mesh. On success *out (initialised by the caller;
- * its old arrays are freed) holds the mesh. */
+ * surface gives a closed mesh; by_block meshes come in parts instead, and
+ * incremental ones (since_version) also say which blocks went (see
+ * tsdf_mesh in tsdf_types.h). On success *out (initialised by the caller;
+ * its old arrays are freed) holds the mesh. TSDF_EINVAL for a box that is
+ * not finite or has max < min. */
 int tsdf_volume_mesh(tsdf_volume *v, const tsdf_mesh_params *params, tsdf_mesh *out);
 
+/* Every statistic, the probe-length histogram included: walks the whole
+ * table (a kernel and a wait on the CUDA backend), so call it at a
+ * monitoring cadence, not after every frame (tsdf_volume_version and
+ * tsdf_volume_memory_bytes are the cheap ones). */
 int tsdf_volume_get_stats(tsdf_volume *v, tsdf_volume_stats *out);
 
-/* One voxel as stored: sdf clamped to [-trunc, +trunc] metres, weight in
- * [0, max_weight] (0 = never observed), weight-averaged colour. */
-typedef struct {
-    float sdf_m;
-    float weight;
-    uint8_t rgb[3];
-    uint8_t pad;
-} tsdf_voxel;
-
-/* A set of blocks copied out of or into a volume (for snapshots, tests and
- * the GPU-vs-CPU comparison). Caller-owned: init, fini. Voxel (x, y, z) of
- * block i is voxels[i * TSDF_BLOCK_VOXELS + x + 8 * (y + 8 * z)]. */
+/* ---- blocks -----------------------------------------------------------
+ * A set of blocks copied out of or into a volume (snapshots, eviction, the
+ * GPU-vs-CPU comparison), in channels as the volume stores them (see
+ * gpu/shared/tsdf_voxel_layout.h): voxel (x, y, z) of block i is voxel
+ * i * TSDF_BLOCK_VOXELS + x + 8 * (y + 8 * z) of each channel. Read voxels
+ * with tsdf_block_set_get, whatever the layout. Caller-owned: init, fini
+ * (which frees the arrays). */
 typedef struct {
     size_t count;
     int32_t *coords;    /* 3 * count block coordinates */
     uint64_t *versions; /* count: version at which each block last changed */
-    tsdf_voxel *voxels; /* TSDF_BLOCK_VOXELS * count */
+    tsdf_layout layout; /* how geom stores the sdf and the weight */
+    float sdf_unit_m;   /* s16: metres of one unit of a stored sdf (trunc / 32767) */
+    void *geom;         /* count * TSDF_BLOCK_VOXELS voxels of geometry in layout */
+    uint8_t *rgb;       /* count * TSDF_BLOCK_VOXELS * 3 RGB8, or NULL: no colour */
     /* Export: the volume's version. Import: the importing volume's version
      * becomes one above the larger of its own and this one, and every
      * imported block carries it, so versions never go back across a
@@ -202,15 +224,83 @@ typedef struct {
 void tsdf_block_set_init(tsdf_block_set *s);
 void tsdf_block_set_fini(tsdf_block_set *s);
 
+/* Allocates (after fini) room for count blocks of layout (sdf_unit_m for
+ * s16), with a colour channel when with_rgb: coords, versions and the
+ * channels zeroed (every voxel unobserved). TSDF_EINVAL (bad layout),
+ * TSDF_ENOMEM. */
+int tsdf_block_set_alloc(tsdf_block_set *s, size_t count, tsdf_layout layout, float sdf_unit_m,
+                         int with_rgb);
+
+/* Bytes of the geometry channel of the whole set. */
+size_t tsdf_block_set_geom_bytes(const tsdf_block_set *s);
+
+/* Voxel v (0 .. TSDF_BLOCK_VOXELS - 1) of block i: its value, and writing
+ * one (rounded as the layout stores it). */
+tsdf_vox tsdf_block_set_get(const tsdf_block_set *s, size_t i, unsigned v);
+void tsdf_block_set_put(tsdf_block_set *s, size_t i, unsigned v, tsdf_vox x);
+
 /* Copies every block of v into *out, sorted by packed block key ascending
- * (tsdf_block_key), so two volumes compare block by block. */
+ * (tsdf_block_key), in v's layout, with colour when v has any. */
 int tsdf_volume_export_blocks(tsdf_volume *v, tsdf_block_set *out);
 
-/* Replaces the whole content of v by the blocks of *in (growing the table as
- * needed); v's version moves above in->version (see tsdf_block_set). Validates first (coords in
- * range, no duplicate, finite sdf within the truncation band, weights in [0, max_weight]); on any
- * error v is unchanged. */
+/* Replaces the whole content of v by the blocks of *in (converted to v's
+ * layout if needed; growing the table as needed); v's version moves above
+ * in->version (see tsdf_block_set). Validates first (coords in range, no
+ * duplicate, finite sdf within the truncation band, weights in [0,
+ * max_weight]); on any error v is unchanged. */
 int tsdf_volume_import_blocks(tsdf_volume *v, const tsdf_block_set *in);
+
+/* Which blocks a selection takes: every block for which all the rules in
+ * `rules` hold (no rule: every block). Distances are to the block's box
+ * (8 voxels a side), so a block half inside a radius is inside it. */
+#define TSDF_SELECT_OUTSIDE_RADIUS 1u /* no point of the block within radius_m of center_m */
+#define TSDF_SELECT_INSIDE_RADIUS 2u  /* some point of the block within radius_m of center_m */
+#define TSDF_SELECT_OUTSIDE_BOX 4u    /* the block does not intersect box */
+#define TSDF_SELECT_INSIDE_BOX 8u     /* the block intersects box */
+#define TSDF_SELECT_NOT_SINCE 16u     /* the block last changed at or before version */
+#define TSDF_SELECT_SINCE 32u         /* the block changed after version */
+#define TSDF_SELECT_RULES 63u
+
+typedef struct {
+    uint32_t rules;
+    float center_m[3];
+    float radius_m;
+    tsdf_aabb box;
+    uint64_t version;
+} tsdf_block_select;
+
+/* TSDF_OK when q is a selection the engine takes: known rules, finite
+ * numbers, radius >= 0, box min <= max; TSDF_EINVAL otherwise. */
+int tsdf_block_select_check(const tsdf_block_select *q);
+
+/* The coordinates of the blocks q selects (q NULL: all), sorted by packed
+ * block key: *coords (malloc'ed, 3 * *n) belongs to the caller (NULL when
+ * *n is 0). Does not change the volume. */
+int tsdf_volume_select(tsdf_volume *v, const tsdf_block_select *q, int32_t **coords, size_t *n);
+
+/* Removes the blocks q selects (q NULL: all of them, but unlike reset the
+ * table keeps its size). With out not NULL they are first copied into *out
+ * (as tsdf_volume_export_blocks copies, replacing what *out held); *erased
+ * (optional) receives how many went. Their memory goes to the pool's free
+ * list for later blocks. When any block went the version moves one up and
+ * the removed blocks are recorded for mesh(since_version): a later
+ * incremental mesh lists them in removed_coords. */
+int tsdf_volume_evict(tsdf_volume *v, const tsdf_block_select *q, tsdf_block_set *out,
+                      size_t *erased);
+
+/* Writes the blocks of *in into v beside what it holds (converted to v's
+ * layout if needed): a block v lacks is added, one it has is replaced.
+ * Every written block carries the new version (one above v's), so an
+ * incremental mesh sees them. For blocks brought back after an eviction.
+ * Validates like import; TSDF_ECAPACITY when they do not fit under the
+ * cap. On any error v is unchanged. */
+int tsdf_volume_write_blocks(tsdf_volume *v, const tsdf_block_set *in);
+
+/* The volume's version now: bumps on every change (integrate, reset, import,
+ * write, evict). Never waits for the device and never goes back. On the
+ * CUDA backend a frame queued but not yet settled already counts. 0 for v
+ * NULL. */
+uint64_t tsdf_volume_version(const tsdf_volume *v);
 
 /* Copies the timelines of the last (at most 16) integrated frames, oldest
  * first, into out[0 .. max-1]; *n receives the count. Waits for the frames'

@@ -1,29 +1,20 @@
 /*
- * volume.c - the public volume API: parameter and frame checks,
- * backend choice, and dispatch through tsdf_backend_ops.
+ * volume.c - the public volume API: parameter and frame checks, backend
+ * choice, life cycle and dispatch through tsdf_backend_ops. Block sets,
+ * export, import and eviction are in volume_blocks.c, meshes in
+ * volume_mesh.c.
  *
  * Every argument is validated here, before a backend sees it, so the two
  * backends cannot disagree about what is valid input and a rejected call
- * never reaches (or changes) the volume. The only state kept here besides
- * the backend handle is the count of frames rejected by these checks, which
- * the backends never see but stats must include.
+ * never reaches (or changes) the volume.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tsdf_backend.h"
 #include "tsdf_math.h"
 #include "tsdf_pose.h"
-#include "tsdf_volume.h"
-
-struct tsdf_volume {
-    const tsdf_backend_ops *ops;
-    void *impl;
-    tsdf_volume_params params;
-    tsdf_backend backend;
-    uint64_t frames_rejected_front; /* frames refused by tsdf_frame_check */
-};
+#include "volume_internal.h"
 
 /* ---- backends ------------------------------------------------------------ */
 
@@ -79,6 +70,7 @@ void tsdf_volume_params_default(tsdf_volume_params *p)
     p->memory_cap_bytes = 0;
     p->backend = TSDF_BACKEND_AUTO;
     p->cuda_device = 0;
+    p->layout = TSDF_LAYOUT_S16;
 }
 
 static int finite_positive(float x)
@@ -112,6 +104,14 @@ int tsdf_volume_params_check(const tsdf_volume_params *p)
         p->backend != TSDF_BACKEND_CUDA)
         return TSDF_EBAD_PARAMS;
     if (p->cuda_device < 0)
+        return TSDF_EBAD_PARAMS;
+    if (p->layout != TSDF_LAYOUT_F32 && p->layout != TSDF_LAYOUT_S16)
+        return TSDF_EBAD_PARAMS;
+    /* s16 stores weights as integers: a fractional clamp could not be
+     * reached, and 16 bits hold 65535 frames. */
+    if (p->layout == TSDF_LAYOUT_S16 &&
+        !(p->max_weight >= 1.0f && p->max_weight <= TSDF_S16_MAX_WEIGHT &&
+          floorf(p->max_weight) == p->max_weight))
         return TSDF_EBAD_PARAMS;
     return TSDF_OK;
 }
@@ -258,14 +258,19 @@ void tsdf_volume_destroy(tsdf_volume *v)
     if (v == NULL)
         return;
     v->ops->destroy(v->impl);
+    free(v->removed);
     free(v);
 }
 
 int tsdf_volume_reset(tsdf_volume *v)
 {
+    int rc;
     if (v == NULL)
         return TSDF_EINVAL;
-    return v->ops->reset(v->impl);
+    if ((rc = v->ops->reset(v->impl)) != TSDF_OK)
+        return rc;
+    volume_forget_removed(v, v->ops->version(v->impl));
+    return TSDF_OK;
 }
 
 tsdf_backend tsdf_volume_backend(const tsdf_volume *v)
@@ -313,6 +318,11 @@ uint64_t tsdf_volume_memory_bytes(const tsdf_volume *v)
     return v != NULL ? v->ops->memory_bytes(v->impl) : 0;
 }
 
+uint64_t tsdf_volume_version(const tsdf_volume *v)
+{
+    return v != NULL ? v->ops->version(v->impl) : 0;
+}
+
 int tsdf_cuda_device_memory(int cuda_device, uint64_t *total_bytes)
 {
     if (total_bytes == NULL)
@@ -347,20 +357,6 @@ int tsdf_volume_raycast(tsdf_volume *v, const tsdf_raycast_params *p, tsdf_rayca
     return v->ops->raycast(v->impl, p, out);
 }
 
-int tsdf_volume_mesh(tsdf_volume *v, const tsdf_mesh_params *params, tsdf_mesh *out)
-{
-    if (v == NULL || out == NULL)
-        return TSDF_EINVAL;
-    if (params != NULL && params->use_box) {
-        for (int i = 0; i < 3; i++) {
-            if (!isfinite(params->box.min[i]) || !isfinite(params->box.max[i]) ||
-                params->box.min[i] > params->box.max[i])
-                return TSDF_EINVAL;
-        }
-    }
-    return v->ops->mesh(v->impl, params, out);
-}
-
 int tsdf_volume_get_stats(tsdf_volume *v, tsdf_volume_stats *out)
 {
     int rc;
@@ -373,96 +369,4 @@ int tsdf_volume_get_stats(tsdf_volume *v, tsdf_volume_stats *out)
     out->frames_rejected += v->frames_rejected_front;
     out->memory_cap_bytes = v->params.memory_cap_bytes;
     return TSDF_OK;
-}
-
-int tsdf_volume_export_blocks(tsdf_volume *v, tsdf_block_set *out)
-{
-    if (v == NULL || out == NULL)
-        return TSDF_EINVAL;
-    return v->ops->export_blocks(v->impl, out);
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Everything the header promises about an imported set, checked before the
- * backend replaces anything. */
-static int block_set_validate(const tsdf_volume_params *p, const tsdf_block_set *in)
-{
-    const float trunc_m = p->trunc_vox * p->voxel_size_m;
-    /* The stored sdf is a weighted mean of values clamped to +-trunc; allow
-     * the rounding of that mean and of a snapshot's conversions. */
-    const float sdf_limit = trunc_m * (1.0f + 1e-4f);
-    uint64_t *keys;
-    int rc = TSDF_OK;
-
-    if (in->count == 0)
-        return TSDF_OK;
-    if (in->coords == NULL || in->voxels == NULL)
-        return TSDF_EINVAL;
-    if (in->count > (size_t)(1u << 30))
-        return TSDF_ETOO_LARGE;
-    keys = malloc(in->count * sizeof(*keys));
-    if (keys == NULL)
-        return TSDF_ENOMEM;
-    for (size_t i = 0; i < in->count; i++) {
-        const int32_t *c = &in->coords[3 * i];
-        if (!tsdf_block_coord_valid(c[0], c[1], c[2])) {
-            rc = TSDF_EINVAL;
-            goto out;
-        }
-        keys[i] = tsdf_block_key(c[0], c[1], c[2]);
-    }
-    qsort(keys, in->count, sizeof(*keys), cmp_u64);
-    for (size_t i = 1; i < in->count; i++) {
-        if (keys[i] == keys[i - 1]) {
-            rc = TSDF_EINVAL;
-            goto out;
-        }
-    }
-    for (size_t i = 0; i < in->count * TSDF_BLOCK_VOXELS; i++) {
-        const tsdf_voxel *vx = &in->voxels[i];
-        if (!isfinite(vx->sdf_m) || fabsf(vx->sdf_m) > sdf_limit || !isfinite(vx->weight) ||
-            vx->weight < 0.0f || vx->weight > p->max_weight) {
-            rc = TSDF_EINVAL;
-            goto out;
-        }
-    }
-out:
-    free(keys);
-    return rc;
-}
-
-int tsdf_volume_import_blocks(tsdf_volume *v, const tsdf_block_set *in)
-{
-    int rc;
-    if (v == NULL || in == NULL)
-        return TSDF_EINVAL;
-    if ((rc = block_set_validate(&v->params, in)) != TSDF_OK)
-        return rc;
-    return v->ops->import_blocks(v->impl, in);
-}
-
-/* ---- caller-owned containers --------------------------------------------- */
-
-/* tsdf_mesh_init and tsdf_mesh_fini are in common/tsdf_types.c, shared with
- * libtsdf. */
-
-void tsdf_block_set_init(tsdf_block_set *s)
-{
-    if (s != NULL)
-        memset(s, 0, sizeof(*s));
-}
-
-void tsdf_block_set_fini(tsdf_block_set *s)
-{
-    if (s == NULL)
-        return;
-    free(s->coords);
-    free(s->versions);
-    free(s->voxels);
-    tsdf_block_set_init(s);
 }

@@ -360,7 +360,7 @@ static void test_mesh(void **state)
     tsdf_mesh m;
     memset(&m, 0, sizeof(m));
     uint64_t version = 0;
-    tsdf_mesh_params mp = {1, {{-1, -1, -1}, {2, 2, 2}}, 0};
+    tsdf_mesh_params mp = {1, {{-1, -1, -1}, {2, 2, 2}}, 0, 0};
     assert_int_equal(tsdf_client_mesh(c, NULL, &mp, &m, &version, 1000), TSDF_OK);
     assert_int_equal(version, 77);
     assert_int_equal(m.vertex_count, 4);

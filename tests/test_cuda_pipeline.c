@@ -17,6 +17,7 @@
 #include "tsdf_backend.h"
 #include "tsdf_synth.h"
 #include "tsdf_volume.h"
+#include "tsdf_voxel_layout.h"
 
 enum { FRAMES = 16 };
 
@@ -134,7 +135,7 @@ static void test_capacity(void **state)
         if (blocks[i] > blocks[i - 1] + 100)
             expect = i;
     assert_true(expect > 0);
-    const uint64_t block_bytes = TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel) + 2 * sizeof(uint64_t);
+    const uint64_t block_bytes = tsdf_pool_block_bytes(TSDF_LAYOUT_S16, 0);
     const uint64_t cap =
         slots[expect] * (sizeof(uint64_t) + sizeof(uint32_t)) +
         (blocks[expect - 1] + (blocks[expect] - blocks[expect - 1]) / 2) * block_bytes;
@@ -161,8 +162,7 @@ static void test_capacity(void **state)
                 assert_int_equal(before.count, after.count);
                 assert_memory_equal(before.coords, after.coords,
                                     3 * before.count * sizeof(int32_t));
-                assert_memory_equal(before.voxels, after.voxels,
-                                    before.count * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+                assert_memory_equal(before.geom, after.geom, tsdf_block_set_geom_bytes(&before));
             } else {
                 assert_int_equal(rc, TSDF_OK);
             }

@@ -1,15 +1,20 @@
 /*
  * test_cuda_volume.c - the CUDA backend computes what the CPU reference
- * computes. The same frames go into a CPU and a CUDA volume through the
- * public API; then
+ * computes, for each voxel layout. The same frames go into a CPU and a CUDA
+ * volume of the same layout through the public API; then
  *   - the allocated block sets agree (a difference allowed only where float
  *     rounding decides a band edge: at most 0.01% of the blocks),
  *   - in every common block every voxel has the same weight, the same
- *     colour, and an sdf within 1e-4 m, and the block versions agree,
+ *     colour, and an sdf within the layout's quantum (s16: one unit of
+ *     trunc / 32767; f32: 1e-4 m), and the block versions agree,
  *   - the meshes have vertex and triangle counts within 0.1% and every GPU
  *     vertex lies within 0.01 voxel of a CPU vertex (nearest by a spatial
  *     hash),
- *   - raycasts agree within 1 mm on at least 99.9% of the valid pixels.
+ *   - raycasts agree within 1 mm on at least 99.9% of the valid pixels,
+ *   - eviction (a radius about a point) removes the same blocks, copies
+ *     out the same voxels, and an incremental mesh then reports the same
+ *     removed blocks; writing the blocks back restores both volumes; meshes
+ *     by block come in the same parts.
  * On synthetic sequences (scenes/tsdf_synth.h: float and uint16 depth, with
  * colour) and on the first 100 frames of 7-Scenes (1 cm voxels, 4 cm
  * truncation, depth <= 4 m), which also prints the GPU timings.
@@ -36,7 +41,8 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-static tsdf_volume *make_volume(tsdf_backend backend, float voxel, float trunc_vox)
+static tsdf_volume *make_volume(tsdf_backend backend, float voxel, float trunc_vox,
+                                tsdf_layout layout)
 {
     tsdf_volume_params p;
     tsdf_volume *v = NULL;
@@ -44,6 +50,7 @@ static tsdf_volume *make_volume(tsdf_backend backend, float voxel, float trunc_v
     p.voxel_size_m = voxel;
     p.trunc_vox = trunc_vox;
     p.backend = backend;
+    p.layout = layout;
     /* Small on purpose: both backends must grow along the way. */
     p.initial_capacity_blocks = 4096;
     assert_int_equal(tsdf_volume_create(&p, &v), TSDF_OK);
@@ -58,19 +65,22 @@ static uint64_t set_key(const tsdf_block_set *s, size_t i)
     return tsdf_block_key(s->coords[3 * i], s->coords[3 * i + 1], s->coords[3 * i + 2]);
 }
 
-static void compare_volumes(tsdf_volume *cpu, tsdf_volume *gpu, const char *what)
+/* The largest sdf difference the layout lets two backends have: they run
+ * the same maths with the same rounding, so in practice none. */
+static double sdf_tolerance(const tsdf_block_set *s)
 {
-    tsdf_block_set a, b;
-    tsdf_block_set_init(&a);
-    tsdf_block_set_init(&b);
-    assert_int_equal(tsdf_volume_export_blocks(cpu, &a), TSDF_OK);
-    assert_int_equal(tsdf_volume_export_blocks(gpu, &b), TSDF_OK);
+    return s->layout == TSDF_LAYOUT_S16 ? (double)s->sdf_unit_m : 1e-4;
+}
+
+static void compare_sets(const tsdf_block_set *a, const tsdf_block_set *b, const char *what)
+{
     size_t i = 0, j = 0, only_cpu = 0, only_gpu = 0, common = 0;
     size_t weight_diff = 0, sdf_diff = 0, rgb_diff = 0, version_diff = 0;
+    const double tol = sdf_tolerance(a);
     double max_sdf = 0.0;
-    while (i < a.count || j < b.count) {
-        uint64_t ka = i < a.count ? set_key(&a, i) : UINT64_MAX;
-        uint64_t kb = j < b.count ? set_key(&b, j) : UINT64_MAX;
+    while (i < a->count || j < b->count) {
+        uint64_t ka = i < a->count ? set_key(a, i) : UINT64_MAX;
+        uint64_t kb = j < b->count ? set_key(b, j) : UINT64_MAX;
         if (ka < kb) {
             only_cpu++;
             i++;
@@ -82,30 +92,43 @@ static void compare_volumes(tsdf_volume *cpu, tsdf_volume *gpu, const char *what
             continue;
         }
         common++;
-        version_diff += a.versions[i] != b.versions[j];
-        for (int k = 0; k < TSDF_BLOCK_VOXELS; k++) {
-            const tsdf_voxel *x = &a.voxels[i * TSDF_BLOCK_VOXELS + k];
-            const tsdf_voxel *y = &b.voxels[j * TSDF_BLOCK_VOXELS + k];
-            double d = fabs((double)x->sdf_m - (double)y->sdf_m);
+        version_diff += a->versions[i] != b->versions[j];
+        for (unsigned k = 0; k < TSDF_BLOCK_VOXELS; k++) {
+            const tsdf_vox x = tsdf_block_set_get(a, i, k), y = tsdf_block_set_get(b, j, k);
+            double d = fabs((double)x.sdf_m - (double)y.sdf_m);
             if (d > max_sdf)
                 max_sdf = d;
-            sdf_diff += d > 1e-4;
-            weight_diff += x->weight != y->weight;
-            rgb_diff += memcmp(x->rgb, y->rgb, 3) != 0;
+            sdf_diff += d > tol;
+            weight_diff += x.weight != y.weight;
+            if (a->rgb != NULL && b->rgb != NULL)
+                rgb_diff += memcmp(&a->rgb[3 * (i * TSDF_BLOCK_VOXELS + k)],
+                                   &b->rgb[3 * (j * TSDF_BLOCK_VOXELS + k)], 3) != 0;
         }
         i++;
         j++;
     }
-    printf("[%s] blocks cpu %zu gpu %zu common %zu only-cpu %zu only-gpu %zu; voxels: weight "
-           "diffs %zu, sdf > 1e-4 %zu (max %.3g m), rgb diffs %zu, version diffs %zu\n",
-           what, a.count, b.count, common, only_cpu, only_gpu, weight_diff, sdf_diff, max_sdf,
-           rgb_diff, version_diff);
-    assert_true(a.count > 0);
-    assert_true((double)(only_cpu + only_gpu) <= 1e-4 * (double)a.count);
+    printf("[%s] %s blocks cpu %zu gpu %zu common %zu only-cpu %zu only-gpu %zu; voxels: weight "
+           "diffs %zu, sdf > %.2g %zu (max %.3g m), rgb diffs %zu, version diffs %zu\n",
+           what, tsdf_layout_name(a->layout), a->count, b->count, common, only_cpu, only_gpu,
+           weight_diff, tol, sdf_diff, max_sdf, rgb_diff, version_diff);
+    assert_int_equal(a->layout, b->layout);
+    assert_int_equal(a->rgb != NULL, b->rgb != NULL);
+    assert_true((double)(only_cpu + only_gpu) <= 1e-4 * (double)a->count);
     assert_int_equal(weight_diff, 0);
     assert_int_equal(sdf_diff, 0);
     assert_int_equal(rgb_diff, 0);
     assert_int_equal(version_diff, 0);
+}
+
+static void compare_volumes(tsdf_volume *cpu, tsdf_volume *gpu, const char *what)
+{
+    tsdf_block_set a, b;
+    tsdf_block_set_init(&a);
+    tsdf_block_set_init(&b);
+    assert_int_equal(tsdf_volume_export_blocks(cpu, &a), TSDF_OK);
+    assert_int_equal(tsdf_volume_export_blocks(gpu, &b), TSDF_OK);
+    assert_true(a.count > 0);
+    compare_sets(&a, &b, what);
     tsdf_block_set_fini(&a);
     tsdf_block_set_fini(&b);
 
@@ -115,6 +138,8 @@ static void compare_volumes(tsdf_volume *cpu, tsdf_volume *gpu, const char *what
     assert_int_equal(sa.frames_integrated, sb.frames_integrated);
     assert_int_equal(sa.version, sb.version);
     assert_int_equal(sa.has_color, sb.has_color);
+    assert_int_equal(sa.layout, sb.layout);
+    assert_int_equal(sa.blocks_erased, sb.blocks_erased);
     assert_int_equal(sb.backend, TSDF_BACKEND_CUDA);
 }
 
@@ -290,9 +315,85 @@ static void compare_raycast(tsdf_volume *cpu, tsdf_volume *gpu, uint32_t w, uint
     free(nb);
 }
 
+/* ---- incremental meshes, parts and eviction --------------------------------- */
+
+/* The same parts (blocks, and each one's vertex and triangle counts) and
+ * the same removed blocks. */
+static void compare_mesh_structure(tsdf_volume *cpu, tsdf_volume *gpu, const tsdf_mesh_params *mp,
+                                   const char *what)
+{
+    tsdf_mesh a, b;
+    tsdf_mesh_init(&a);
+    tsdf_mesh_init(&b);
+    assert_int_equal(tsdf_volume_mesh(cpu, mp, &a), TSDF_OK);
+    assert_int_equal(tsdf_volume_mesh(gpu, mp, &b), TSDF_OK);
+    check_mesh_sane(&b);
+    printf("[%s] %s%s mesh: %zu parts, %zu triangles, %zu removed blocks%s\n", what,
+           mp->by_block ? "by-block " : "", mp->since_version ? "incremental" : "whole",
+           b.block_count, b.triangle_count, b.removed_count, b.full ? " (full)" : "");
+    assert_int_equal(a.full, b.full);
+    assert_int_equal(a.block_count, b.block_count);
+    assert_int_equal(a.triangle_count, b.triangle_count);
+    assert_int_equal(a.vertex_count, b.vertex_count);
+    if (a.block_count != 0) {
+        assert_memory_equal(a.block_coords, b.block_coords, 3 * a.block_count * sizeof(int32_t));
+        assert_memory_equal(a.block_vertex_start, b.block_vertex_start,
+                            (a.block_count + 1) * sizeof(uint32_t));
+        assert_memory_equal(a.block_triangle_start, b.block_triangle_start,
+                            (a.block_count + 1) * sizeof(uint32_t));
+    }
+    assert_int_equal(a.removed_count, b.removed_count);
+    if (a.removed_count != 0)
+        assert_memory_equal(a.removed_coords, b.removed_coords,
+                            3 * a.removed_count * sizeof(int32_t));
+    tsdf_mesh_fini(&a);
+    tsdf_mesh_fini(&b);
+}
+
+/* Evicts the same far blocks from both, compares what went and what is
+ * left, the incremental meshes that report it, and the volumes after the
+ * blocks are written back. */
+static void compare_eviction(tsdf_volume *cpu, tsdf_volume *gpu, const float center[3],
+                             const char *what)
+{
+    tsdf_volume_stats st;
+    assert_int_equal(tsdf_volume_get_stats(cpu, &st), TSDF_OK);
+    const uint64_t before = st.version;
+    tsdf_block_select q;
+    memset(&q, 0, sizeof q);
+    q.rules = TSDF_SELECT_OUTSIDE_RADIUS;
+    memcpy(q.center_m, center, sizeof q.center_m);
+    q.radius_m = 0.25f;
+    tsdf_block_set oa, ob;
+    tsdf_block_set_init(&oa);
+    tsdf_block_set_init(&ob);
+    size_t ea = 0, eb = 0;
+    assert_int_equal(tsdf_volume_evict(cpu, &q, &oa, &ea), TSDF_OK);
+    assert_int_equal(tsdf_volume_evict(gpu, &q, &ob, &eb), TSDF_OK);
+    printf("[%s] evicted %zu blocks beyond 0.25 m\n", what, ea);
+    assert_true(ea > 0);
+    assert_int_equal(ea, eb);
+    assert_int_equal(oa.count, ea);
+    compare_sets(&oa, &ob, "evicted");
+    compare_volumes(cpu, gpu, "after eviction");
+
+    tsdf_mesh_params mp;
+    memset(&mp, 0, sizeof mp);
+    mp.since_version = before;
+    compare_mesh_structure(cpu, gpu, &mp, what);
+    mp.by_block = 1;
+    compare_mesh_structure(cpu, gpu, &mp, what);
+
+    assert_int_equal(tsdf_volume_write_blocks(cpu, &oa), TSDF_OK);
+    assert_int_equal(tsdf_volume_write_blocks(gpu, &ob), TSDF_OK);
+    compare_volumes(cpu, gpu, "written back");
+    tsdf_block_set_fini(&oa);
+    tsdf_block_set_fini(&ob);
+}
+
 /* ---- synthetic sequences ------------------------------------------------------ */
 
-static void fuse_synth(const char *name, int u16, int color, float voxel)
+static void fuse_synth(const char *name, int u16, int color, float voxel, tsdf_layout layout)
 {
     tsdf_synth_sequence seq;
     assert_int_equal(tsdf_synth_sequence_init(&seq, name), TSDF_OK);
@@ -303,8 +404,8 @@ static void fuse_synth(const char *name, int u16, int color, float voxel)
     assert_non_null(depth);
     assert_non_null(mm);
     assert_non_null(rgb);
-    tsdf_volume *cpu = make_volume(TSDF_BACKEND_CPU, voxel, 4.0f);
-    tsdf_volume *gpu = make_volume(TSDF_BACKEND_CUDA, voxel, 4.0f);
+    tsdf_volume *cpu = make_volume(TSDF_BACKEND_CPU, voxel, 4.0f, layout);
+    tsdf_volume *gpu = make_volume(TSDF_BACKEND_CUDA, voxel, 4.0f, layout);
     for (uint32_t i = 0; i < seq.frame_count; i++) {
         tsdf_frame f;
         assert_int_equal(tsdf_synth_sequence_frame(&seq, i, depth, color ? rgb : NULL, &f),
@@ -320,7 +421,8 @@ static void fuse_synth(const char *name, int u16, int color, float voxel)
     }
     assert_int_equal(tsdf_volume_sync(gpu), TSDF_OK);
     char what[64];
-    snprintf(what, sizeof what, "%s %s%s", name, u16 ? "u16" : "f32", color ? " rgb" : "");
+    snprintf(what, sizeof what, "%s %s%s %s", name, u16 ? "u16" : "f32", color ? " rgb" : "",
+             tsdf_layout_name(layout));
     compare_volumes(cpu, gpu, what);
     compare_meshes(cpu, gpu, NULL, voxel, what);
 
@@ -333,6 +435,8 @@ static void fuse_synth(const char *name, int u16, int color, float voxel)
         mp.box.max[a] = seq.target_m[a] + 0.25f;
     }
     compare_meshes(cpu, gpu, &mp, voxel, "box");
+    mp.by_block = 1;
+    compare_mesh_structure(cpu, gpu, &mp, what);
 
     /* Raycasts from two of the sequence's poses and one in between. */
     for (uint32_t k = 0; k < 3; k++) {
@@ -353,20 +457,27 @@ static void fuse_synth(const char *name, int u16, int color, float voxel)
         memset(&mp, 0, sizeof mp);
         mp.since_version = st.version;
         compare_meshes(cpu, gpu, &mp, voxel, "since");
+        mp.by_block = 1;
+        compare_mesh_structure(cpu, gpu, &mp, what);
     }
+
+    compare_eviction(cpu, gpu, seq.target_m, what);
 
     /* Export from the GPU, import into a fresh GPU volume: identical. */
     tsdf_block_set bs;
     tsdf_block_set_init(&bs);
     assert_int_equal(tsdf_volume_export_blocks(gpu, &bs), TSDF_OK);
-    tsdf_volume *gpu2 = make_volume(TSDF_BACKEND_CUDA, voxel, 4.0f);
+    tsdf_volume *gpu2 = make_volume(TSDF_BACKEND_CUDA, voxel, 4.0f, layout);
     assert_int_equal(tsdf_volume_import_blocks(gpu2, &bs), TSDF_OK);
     tsdf_block_set bs2;
     tsdf_block_set_init(&bs2);
     assert_int_equal(tsdf_volume_export_blocks(gpu2, &bs2), TSDF_OK);
     assert_int_equal(bs.count, bs2.count);
     assert_memory_equal(bs.coords, bs2.coords, 3 * bs.count * sizeof(int32_t));
-    assert_memory_equal(bs.voxels, bs2.voxels, bs.count * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+    assert_memory_equal(bs.geom, bs2.geom, tsdf_block_set_geom_bytes(&bs));
+    assert_int_equal(bs.rgb != NULL, bs2.rgb != NULL);
+    if (bs.rgb != NULL)
+        assert_memory_equal(bs.rgb, bs2.rgb, bs.count * TSDF_BLOCK_RGB_BYTES);
     tsdf_block_set_fini(&bs);
     tsdf_block_set_fini(&bs2);
     tsdf_volume_destroy(gpu2);
@@ -381,19 +492,26 @@ static void fuse_synth(const char *name, int u16, int color, float voxel)
 static void test_sphere_f32(void **state)
 {
     (void)state;
-    fuse_synth("sphere", 0, 0, 0.01f);
+    fuse_synth("sphere", 0, 0, 0.01f, TSDF_LAYOUT_F32);
+}
+
+static void test_sphere_s16(void **state)
+{
+    (void)state;
+    fuse_synth("sphere", 0, 0, 0.01f, TSDF_LAYOUT_S16);
 }
 
 static void test_room_u16_rgb(void **state)
 {
     (void)state;
-    fuse_synth("room", 1, 1, 0.02f);
+    fuse_synth("room", 1, 1, 0.02f, TSDF_LAYOUT_S16);
 }
 
 static void test_demo_f32_rgb(void **state)
 {
     (void)state;
-    fuse_synth("demo", 0, 1, 0.01f);
+    fuse_synth("demo", 0, 1, 0.01f, TSDF_LAYOUT_S16);
+    fuse_synth("demo", 0, 1, 0.01f, TSDF_LAYOUT_F32);
 }
 
 /* ---- 7-Scenes ----------------------------------------------------------------- */
@@ -435,8 +553,8 @@ static void test_7scenes(void **state)
         assert_int_equal(tsdf_dataset_load(ds, i, depth + i * npix, npix, &fr[i]), TSDF_OK);
     tsdf_dataset_close(ds);
 
-    tsdf_volume *cpu = make_volume(TSDF_BACKEND_CPU, 0.01f, 4.0f);
-    tsdf_volume *gpu = make_volume(TSDF_BACKEND_CUDA, 0.01f, 4.0f);
+    tsdf_volume *cpu = make_volume(TSDF_BACKEND_CPU, 0.01f, 4.0f, TSDF_LAYOUT_S16);
+    tsdf_volume *gpu = make_volume(TSDF_BACKEND_CUDA, 0.01f, 4.0f, TSDF_LAYOUT_S16);
     double cpu_ms = 0.0;
     double *alloc_ms = malloc(nframes * sizeof(double));
     double *update_ms = malloc(nframes * sizeof(double));
@@ -465,11 +583,13 @@ static void test_7scenes(void **state)
         sum_a += alloc_ms[i];
         sum_u += update_ms[i];
     }
-    printf("[7scenes] %u frames 640x480, 1 cm voxels, 4 cm truncation: %lu blocks, %lu slots, "
-           "load %.3f, max probe %u, mean probe %.3f, %lu growth events, %.1f MiB on the GPU\n",
+    printf("[7scenes] %u frames 640x480, 1 cm voxels, 4 cm truncation, s16: %lu blocks, %lu "
+           "slots, load %.3f, max probe %u, mean probe %.3f, %lu growth events, %.1f MiB on the "
+           "GPU (%.0f bytes a block)\n",
            nframes, (unsigned long)st.blocks_allocated, (unsigned long)st.capacity_slots,
            st.load_factor, st.max_probe, st.mean_probe, (unsigned long)st.growth_events,
-           st.memory_bytes / 1048576.0);
+           st.memory_bytes / 1048576.0,
+           (double)st.memory_bytes / (double)(st.blocks_allocated ? st.blocks_allocated : 1));
     printf("[7scenes] GPU per frame (CUDA events): upload median %.4f ms, allocate mean %.4f / "
            "median %.4f ms, update mean %.4f / median %.4f ms; CPU reference %.2f ms/frame\n",
            median(upload_ms, nframes), sum_a / nframes, median(alloc_ms, nframes), sum_u / nframes,
@@ -478,7 +598,7 @@ static void test_7scenes(void **state)
     /* Throughput: a second GPU volume, no stats calls in the loop, one sync
      * at the end: wall time per frame including upload and host work. */
     {
-        tsdf_volume *g2 = make_volume(TSDF_BACKEND_CUDA, 0.01f, 4.0f);
+        tsdf_volume *g2 = make_volume(TSDF_BACKEND_CUDA, 0.01f, 4.0f, TSDF_LAYOUT_S16);
         double t0 = now_ms();
         for (uint32_t i = 0; i < nframes; i++) {
             tsdf_frame f;
@@ -550,9 +670,8 @@ int main(void)
     if (!tsdf_cuda_available())
         tsdf_test_skip_program("no usable GPU");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sphere_f32),
-        cmocka_unit_test(test_room_u16_rgb),
-        cmocka_unit_test(test_demo_f32_rgb),
+        cmocka_unit_test(test_sphere_f32),   cmocka_unit_test(test_sphere_s16),
+        cmocka_unit_test(test_room_u16_rgb), cmocka_unit_test(test_demo_f32_rgb),
         cmocka_unit_test(test_7scenes),
     };
     /* TSDF_TEST_FILTER="test_7scenes" runs one case (measurements). */

@@ -100,7 +100,7 @@ static float min_cell_weight(const tsdf_block_set *bs, const uint64_t *keys, con
                 hi = mid;
         }
         if (lo < bs->count && keys[lo] == key)
-            w = bs->voxels[lo * TSDF_BLOCK_VOXELS + tsdf_voxel_index(g[0] & 7, g[1] & 7, g[2] & 7)]
+            w = tsdf_block_set_get(bs, lo, (unsigned)tsdf_voxel_index(g[0] & 7, g[1] & 7, g[2] & 7))
                     .weight;
         if (w < w_min)
             w_min = w;

@@ -26,7 +26,7 @@
 
 /* What the test's lookup hands out and counts. */
 typedef struct {
-    const tsdf_voxel *block; /* returned for every block; NULL: space is empty */
+    int has_block; /* 1: every block exists (block 0 of geom); 0: space is empty */
     uint64_t lookups;
     int32_t max_abs_coord; /* the farthest block coordinate asked for, on any axis */
 } fake_source;
@@ -34,8 +34,7 @@ typedef struct {
 #define TSDF_RAY_SOURCE fake_source *
 #include "tsdf_raycast_march.h"
 
-static const tsdf_voxel *tsdf_ray_source_block(const tsdf_ray_volume *vol, int32_t bx, int32_t by,
-                                               int32_t bz)
+static int32_t tsdf_ray_source_block(const tsdf_ray_volume *vol, int32_t bx, int32_t by, int32_t bz)
 {
     fake_source *f = vol->src;
     int32_t m = abs(bx) > abs(by) ? abs(bx) : abs(by);
@@ -43,13 +42,15 @@ static const tsdf_voxel *tsdf_ray_source_block(const tsdf_ray_volume *vol, int32
     f->lookups++;
     if (m > f->max_abs_coord)
         f->max_abs_coord = m;
-    return f->block;
+    return f->has_block ? 0 : -1;
 }
 
 static void volume_of(tsdf_ray_volume *vol, fake_source *src, float voxel_m)
 {
     memset(src, 0, sizeof *src);
+    memset(vol, 0, sizeof *vol);
     vol->src = src;
+    vol->layout = TSDF_LAYOUT_F32;
     vol->voxel_size_m = voxel_m;
     vol->inv_voxel_size = 1.0f / voxel_m;
     vol->inv_block_size = 1.0f / ((float)TSDF_BLOCK_DIM * voxel_m);
@@ -147,7 +148,7 @@ static void test_extreme_intrinsics_ray_stops_at_cap(void **state)
 static void test_huge_depth_stops_at_engine_cap(void **state)
 {
     const float s = 0.01f, block_m = 8.0f * s;
-    static tsdf_voxel blk[TSDF_BLOCK_VOXELS];
+    static tsdf_geom_f32 blk[TSDF_BLOCK_VOXELS];
     const float o[3] = {0.005f, 0.005f, 0.0f}, d[3] = {0.0f, 0.0f, 1.0f};
     tsdf_ray_volume vol;
     tsdf_ray_cache c;
@@ -160,7 +161,8 @@ static void test_huge_depth_stops_at_engine_cap(void **state)
         blk[i].weight = 1.0f;
     }
     volume_of(&vol, &src, s);
-    src.block = blk;
+    src.has_block = 1;
+    vol.geom = blk;
     tsdf_ray_cache_init(&c);
     double t0 = now_s();
     assert_int_equal(tsdf_ray_march(&vol, &c, o, d, 0.1f, 1e9f, &z), 0);

@@ -24,6 +24,7 @@
 #include "tsdf_error.h"
 #include "tsdf_synth.h"
 #include "tsdf_volume.h"
+#include "tsdf_voxel_layout.h"
 
 /* A deterministic generator (xorshift64*), so failures reproduce. */
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -36,44 +37,74 @@ static uint64_t rng(void)
     return rng_state * 0x2545F4914F6CDD1Dull;
 }
 
-static void fill_map(snap_map *m, const char *name, size_t blocks, uint64_t version)
+/* Random blocks into *s (allocated here) of layout and colour. */
+static void fill_set(tsdf_block_set *s, size_t blocks, uint64_t version, tsdf_layout layout,
+                     float unit, int with_rgb, int32_t x0)
+{
+    tsdf_block_set_init(s);
+    s->layout = layout;
+    s->sdf_unit_m = unit;
+    if (blocks == 0)
+        return; /* no arrays: what an empty export hands over */
+    assert_int_equal(tsdf_block_set_alloc(s, blocks, layout, unit, with_rgb), TSDF_OK);
+    for (size_t i = 0; i < blocks; i++) {
+        s->coords[3 * i + 0] = (int32_t)i + x0;
+        s->coords[3 * i + 1] = -(int32_t)(rng() % 1000);
+        s->coords[3 * i + 2] = (int32_t)(rng() % 1000);
+        s->versions[i] = rng() % (version + 1);
+        for (unsigned j = 0; j < TSDF_BLOCK_VOXELS; j++) {
+            tsdf_vox v = {(float)((double)(rng() % 2001) / 1000.0 - 1.0) * 0.08f,
+                          (float)(rng() % 65)};
+            tsdf_block_set_put(s, i, j, v);
+        }
+        for (size_t j = 0; with_rgb && j < TSDF_BLOCK_RGB_BYTES; j++)
+            s->rgb[i * TSDF_BLOCK_RGB_BYTES + j] = (uint8_t)rng();
+    }
+}
+
+/* A map of `blocks` random blocks in the default layout (s16) with colour,
+ * none spilled. */
+static void fill_map_as(snap_map *m, const char *name, size_t blocks, uint64_t version,
+                        tsdf_layout layout, int with_rgb, size_t spilled)
 {
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", name);
     tsdf_volume_params_default(&m->params);
     m->params.voxel_size_m = 0.02f;
     m->params.memory_cap_bytes = 1ull << 33;
+    m->params.layout = layout;
     m->version = version;
-    tsdf_block_set_init(&m->blocks);
-    m->blocks.count = blocks;
-    if (blocks == 0)
-        return;
-    m->blocks.coords = malloc(3 * blocks * sizeof *m->blocks.coords);
-    m->blocks.versions = malloc(blocks * sizeof *m->blocks.versions);
-    m->blocks.voxels = calloc(blocks * TSDF_BLOCK_VOXELS, sizeof *m->blocks.voxels);
-    assert_non_null(m->blocks.coords);
-    assert_non_null(m->blocks.versions);
-    assert_non_null(m->blocks.voxels);
-    for (size_t i = 0; i < blocks; i++) {
-        m->blocks.coords[3 * i + 0] = (int32_t)i - 7;
-        m->blocks.coords[3 * i + 1] = -(int32_t)(rng() % 1000);
-        m->blocks.coords[3 * i + 2] = (int32_t)(rng() % 1000);
-        m->blocks.versions[i] = rng() % (version + 1);
-        for (size_t j = 0; j < TSDF_BLOCK_VOXELS; j++) {
-            tsdf_voxel *v = &m->blocks.voxels[i * TSDF_BLOCK_VOXELS + j];
-            v->sdf_m = (float)((double)(rng() % 2001) / 1000.0 - 1.0) * 0.08f;
-            v->weight = (float)(rng() % 65);
-            v->rgb[0] = (uint8_t)rng();
-            v->rgb[1] = (uint8_t)rng();
-            v->rgb[2] = (uint8_t)rng();
-        }
-    }
+    const float unit = tsdf_quant_for(m->params.trunc_vox * m->params.voxel_size_m).unit_m;
+    fill_set(&m->blocks, blocks, version, layout, unit, with_rgb, -7);
+    fill_set(&m->spilled, spilled, version, layout, unit, with_rgb, 5000);
+}
+
+static void fill_map(snap_map *m, const char *name, size_t blocks, uint64_t version)
+{
+    fill_map_as(m, name, blocks, version, TSDF_LAYOUT_S16, 1, 0);
 }
 
 static void free_maps(snap_map *maps, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         tsdf_block_set_fini(&maps[i].blocks);
+        tsdf_block_set_fini(&maps[i].spilled);
+    }
+}
+
+static void assert_sets_equal(const tsdf_block_set *a, const tsdf_block_set *b)
+{
+    size_t c = a->count;
+    assert_int_equal(c, b->count);
+    if (c == 0)
+        return;
+    assert_int_equal(a->layout, b->layout);
+    assert_memory_equal(a->coords, b->coords, 3 * c * sizeof(int32_t));
+    assert_memory_equal(a->versions, b->versions, c * sizeof(uint64_t));
+    assert_memory_equal(a->geom, b->geom, tsdf_block_set_geom_bytes(a));
+    assert_int_equal(a->rgb != NULL, b->rgb != NULL);
+    if (a->rgb != NULL)
+        assert_memory_equal(a->rgb, b->rgb, c * TSDF_BLOCK_RGB_BYTES);
 }
 
 static void assert_maps_equal(const snap_map *a, const snap_map *b, size_t n)
@@ -89,14 +120,9 @@ static void assert_maps_equal(const snap_map *a, const snap_map *b, size_t n)
         assert_int_equal(a[i].params.memory_cap_bytes, b[i].params.memory_cap_bytes);
         assert_int_equal(a[i].params.backend, b[i].params.backend);
         assert_int_equal(a[i].params.cuda_device, b[i].params.cuda_device);
-        size_t c = a[i].blocks.count;
-        assert_int_equal(c, b[i].blocks.count);
-        if (c == 0)
-            continue;
-        assert_memory_equal(a[i].blocks.coords, b[i].blocks.coords, 3 * c * sizeof(int32_t));
-        assert_memory_equal(a[i].blocks.versions, b[i].blocks.versions, c * sizeof(uint64_t));
-        assert_memory_equal(a[i].blocks.voxels, b[i].blocks.voxels,
-                            c * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+        assert_int_equal(a[i].params.layout, b[i].params.layout);
+        assert_sets_equal(&a[i].blocks, &b[i].blocks);
+        assert_sets_equal(&a[i].spilled, &b[i].spilled);
     }
 }
 
@@ -332,8 +358,8 @@ static void test_every_header_bit_and_random_bits_flipped(void **state)
     unsigned char *bytes = slurp(path, &len);
     snprintf(bad, sizeof bad, "%s/bad.bin", dir);
     tsdf_log_set_level(TSDF_LOG_ERROR);
-    /* Every bit of the header (32 + 2 * 136 + 4 bytes) and of the trailer. */
-    size_t header = 32 + 2 * 136 + 4;
+    /* Every bit of the header (32 + 2 * 160 + 4 bytes) and of the trailer. */
+    size_t header = 32 + 2 * 160 + 4;
     for (size_t bit = 0; bit < 8 * header; bit++) {
         bytes[bit / 8] ^= (unsigned char)(1u << (bit % 8));
         spit(bad, bytes, len);
@@ -372,10 +398,13 @@ static void test_distinct_codes(void **state)
     snap_map *got;
     size_t n;
 
-    bytes[8] = 2; /* format version 2 */
+    bytes[8] = 3; /* format version 3, which does not exist yet */
     spit(bad, bytes, len);
     assert_int_equal(snap_read(bad, &got, &n), TSDF_EVERSION);
-    bytes[8] = 1;
+    bytes[8] = 0; /* nor did 0 ever */
+    spit(bad, bytes, len);
+    assert_int_equal(snap_read(bad, &got, &n), TSDF_EVERSION);
+    bytes[8] = 2;
 
     bytes[0] = 'X'; /* magic */
     spit(bad, bytes, len);
@@ -451,10 +480,10 @@ static void *writer_main(void *arg)
     snprintf(m.name, sizeof m.name, "default");
     tsdf_volume_params_default(&m.params);
     tsdf_block_set_init(&m.blocks);
-    m.blocks.count = 3;
-    m.blocks.coords = calloc(3 * 3, sizeof *m.blocks.coords);
-    m.blocks.versions = calloc(3, sizeof *m.blocks.versions);
-    m.blocks.voxels = calloc(3 * TSDF_BLOCK_VOXELS, sizeof *m.blocks.voxels);
+    tsdf_block_set_init(&m.spilled);
+    assert_int_equal(tsdf_block_set_alloc(&m.blocks, 3, TSDF_LAYOUT_S16, 1e-6f, 0), TSDF_OK);
+    m.spilled.layout = TSDF_LAYOUT_S16;
+    m.spilled.sdf_unit_m = 1e-6f;
     intptr_t failures = 0;
     for (int i = 0; i < SAVES_EACH; i++) {
         m.blocks.coords[0] = i;
@@ -555,8 +584,7 @@ static void test_engine_round_trip(void **state)
     assert_int_equal(tsdf_volume_export_blocks(w, &again), TSDF_OK);
     assert_int_equal(again.count, m.blocks.count);
     assert_memory_equal(again.coords, m.blocks.coords, 3 * again.count * sizeof(int32_t));
-    assert_memory_equal(again.voxels, m.blocks.voxels,
-                        again.count * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+    assert_memory_equal(again.geom, m.blocks.geom, tsdf_block_set_geom_bytes(&again));
 
     tsdf_block_set_fini(&again);
     snap_maps_free(got, n);
@@ -648,6 +676,135 @@ static void check_overflowing_name(const char *big_name)
 /* Only when nothing plausible is left does a far-future file serve (a
  * clock set back by more than a day must not make a good snapshot
  * unreachable). */
+/* Version 2 keeps each map's layout and colour as they are, and its
+ * spilled blocks beside the resident ones; a map of s16 without colour
+ * takes 2068 bytes a block (20 of coordinates and version, 2048 of
+ * geometry), a third of version 1's 6164. */
+static void test_layouts_colour_and_spilled_round_trip(void **state)
+{
+    const char *dir = fresh_dir("layouts");
+    snap_map maps[4];
+    (void)state;
+    fill_map_as(&maps[0], "s16-grey", 5, 9, TSDF_LAYOUT_S16, 0, 0);
+    fill_map_as(&maps[1], "s16-colour", 4, 10, TSDF_LAYOUT_S16, 1, 3);
+    fill_map_as(&maps[2], "f32-grey", 3, 11, TSDF_LAYOUT_F32, 0, 2);
+    fill_map_as(&maps[3], "f32-colour", 2, 12, TSDF_LAYOUT_F32, 1, 0);
+    char path[4096];
+    assert_int_equal(snap_write(dir, maps, 4, path, sizeof path), TSDF_OK);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal((uint64_t)st.st_size, snap_file_size(maps, 4));
+    assert_int_equal(snap_file_size(&maps[0], 1), 32 + 160 + 4 + 20 + 5 * 2068);
+    assert_int_equal(snap_file_size(&maps[1], 1), 32 + 160 + 4 + 20 + 7 * (2068 + 1536));
+    assert_int_equal(snap_file_size(&maps[2], 1), 32 + 160 + 4 + 20 + 5 * (20 + 4096));
+    snap_map *got = NULL;
+    size_t n = 0;
+    assert_int_equal(snap_read(path, &got, &n), TSDF_OK);
+    assert_int_equal(n, 4);
+    assert_maps_equal(maps, got, 4);
+    assert_null(got[0].blocks.rgb);
+    assert_non_null(got[1].spilled.rgb);
+    snap_maps_free(got, n);
+
+    /* A map whose spilled blocks are of another layout is refused. */
+    maps[2].spilled.layout = TSDF_LAYOUT_S16;
+    assert_int_equal(snap_write(dir, &maps[2], 1, NULL, 0), TSDF_EINVAL);
+    maps[2].spilled.layout = TSDF_LAYOUT_F32;
+    free_maps(maps, 4);
+}
+
+/* The frames the version 1 fixture was made from (tests/data/README.md)
+ * into a CPU volume of `layout`. */
+static tsdf_volume *fixture_volume(tsdf_layout layout)
+{
+    tsdf_synth_sequence seq;
+    tsdf_volume_params p;
+    tsdf_volume *v = NULL;
+    float depth[80 * 60];
+    uint8_t rgb[80 * 60 * 3];
+    assert_int_equal(tsdf_synth_sequence_init(&seq, "sphere"), TSDF_OK);
+    assert_int_equal(tsdf_synth_sequence_set_resolution(&seq, 80, 60), TSDF_OK);
+    tsdf_volume_params_default(&p);
+    p.backend = TSDF_BACKEND_CPU;
+    p.voxel_size_m = 0.03f;
+    p.layout = layout;
+    assert_int_equal(tsdf_volume_create(&p, &v), TSDF_OK);
+    for (uint32_t i = 0; i < 6; i++) {
+        tsdf_frame f;
+        assert_int_equal(tsdf_synth_sequence_frame(&seq, i, depth, rgb, &f), TSDF_OK);
+        assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+    }
+    return v;
+}
+
+/* A snapshot of format version 1, written by tsdfd before the storage
+ * layer (tests/data/snapshot-v1-sphere.tsdfsnap), still loads: it comes as
+ * f32 blocks with colour, equal voxel for voxel to what the engine
+ * integrates from the same frames now; imported into an s16 volume it
+ * equals that volume's own integration within the quantum, weights and
+ * colours exactly. */
+static void test_version1_file_still_loads(void **state)
+{
+    const char *path = tsdf_test_source_path("tests/data/snapshot-v1-sphere.tsdfsnap");
+    snap_map *got = NULL;
+    size_t n = 0;
+    (void)state;
+    assert_int_equal(snap_read(path, &got, &n), TSDF_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(got[0].name, "sphere");
+    assert_int_equal(got[0].version, 6);
+    assert_int_equal(got[0].params.layout, 0); /* the file does not say */
+    assert_int_equal(got[0].blocks.count, 34);
+    assert_int_equal(got[0].blocks.layout, TSDF_LAYOUT_F32);
+    assert_non_null(got[0].blocks.rgb);
+    assert_int_equal(got[0].spilled.count, 0);
+
+    tsdf_volume *f32 = fixture_volume(TSDF_LAYOUT_F32);
+    tsdf_block_set now;
+    tsdf_block_set_init(&now);
+    assert_int_equal(tsdf_volume_export_blocks(f32, &now), TSDF_OK);
+    assert_int_equal(now.count, got[0].blocks.count);
+    assert_memory_equal(now.coords, got[0].blocks.coords, 3 * now.count * sizeof(int32_t));
+    assert_memory_equal(now.versions, got[0].blocks.versions, now.count * sizeof(uint64_t));
+    assert_memory_equal(now.geom, got[0].blocks.geom, tsdf_block_set_geom_bytes(&now));
+    assert_memory_equal(now.rgb, got[0].blocks.rgb, now.count * TSDF_BLOCK_RGB_BYTES);
+    tsdf_block_set_fini(&now);
+    tsdf_volume_destroy(f32);
+
+    tsdf_volume *s16 = fixture_volume(TSDF_LAYOUT_S16), *loaded = NULL;
+    tsdf_volume_params p = *tsdf_volume_get_params(s16);
+    assert_int_equal(tsdf_volume_create(&p, &loaded), TSDF_OK);
+    assert_int_equal(tsdf_volume_import_blocks(loaded, &got[0].blocks), TSDF_OK);
+    tsdf_block_set a, b;
+    tsdf_block_set_init(&a);
+    tsdf_block_set_init(&b);
+    assert_int_equal(tsdf_volume_export_blocks(s16, &a), TSDF_OK);
+    assert_int_equal(tsdf_volume_export_blocks(loaded, &b), TSDF_OK);
+    assert_int_equal(a.count, b.count);
+    assert_int_equal(b.layout, TSDF_LAYOUT_S16);
+    const float unit = a.sdf_unit_m;
+    size_t differ = 0;
+    for (size_t i = 0; i < a.count; i++) {
+        for (unsigned k = 0; k < TSDF_BLOCK_VOXELS; k++) {
+            tsdf_vox x = tsdf_block_set_get(&a, i, k), y = tsdf_block_set_get(&b, i, k);
+            assert_true(x.weight == y.weight);
+            /* Integrated in s16, every frame rounds; converted once from
+             * f32, once: they differ by a few units at most. */
+            assert_true(fabsf(x.sdf_m - y.sdf_m) <= 8.0f * unit);
+            differ += x.sdf_m != y.sdf_m;
+        }
+    }
+    assert_memory_equal(a.rgb, b.rgb, a.count * TSDF_BLOCK_RGB_BYTES);
+    print_message("version 1 fixture into s16: %zu of %zu voxels differ, by at most 8 units of "
+                  "%.3g m\n",
+                  differ, a.count * TSDF_BLOCK_VOXELS, (double)unit);
+    tsdf_block_set_fini(&a);
+    tsdf_block_set_fini(&b);
+    tsdf_volume_destroy(s16);
+    tsdf_volume_destroy(loaded);
+    snap_maps_free(got, n);
+}
+
 static void test_future_snapshot_is_the_last_resort(void **state)
 {
     (void)state;
@@ -776,6 +933,8 @@ int main(void)
         cmocka_unit_test(test_find_latest_valid_skips_corrupt),
         cmocka_unit_test(test_concurrent_saves),
         cmocka_unit_test(test_engine_round_trip),
+        cmocka_unit_test(test_layouts_colour_and_spilled_round_trip),
+        cmocka_unit_test(test_version1_file_still_loads),
         cmocka_unit_test(test_snapshot_sequence_beyond_u64_is_not_newest),
         cmocka_unit_test(test_future_snapshot_is_the_last_resort),
         cmocka_unit_test(test_write_file_refuses_reserved_names),

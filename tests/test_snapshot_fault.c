@@ -40,6 +40,7 @@
 #include "tsdf_client.h"
 #include "tsdf_error.h"
 #include "tsdf_synth.h"
+#include "tsdf_voxel_layout.h"
 
 #ifndef TSDFD_BIN
 #define TSDFD_BIN ""
@@ -194,9 +195,13 @@ static void assert_same_map(const snap_map *want, const snap_map *got)
     size_t c = want->blocks.count;
     if (c == 0)
         return;
+    assert_int_equal(want->blocks.layout, got->blocks.layout);
     assert_memory_equal(want->blocks.coords, got->blocks.coords, 3 * c * sizeof(int32_t));
-    assert_memory_equal(want->blocks.voxels, got->blocks.voxels,
-                        c * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+    assert_memory_equal(want->blocks.geom, got->blocks.geom,
+                        tsdf_block_set_geom_bytes(&want->blocks));
+    assert_int_equal(want->blocks.rgb != NULL, got->blocks.rgb != NULL);
+    if (want->blocks.rgb != NULL)
+        assert_memory_equal(want->blocks.rgb, got->blocks.rgb, c * TSDF_BLOCK_RGB_BYTES);
 }
 
 /* 1 when the state directory holds a temporary file: a save is running. */
@@ -217,9 +222,10 @@ static int maps_equal(const snap_map *a, const snap_map *b)
 {
     size_t c = a->blocks.count;
     return c == b->blocks.count &&
-           (c == 0 || (memcmp(a->blocks.coords, b->blocks.coords, 3 * c * sizeof(int32_t)) == 0 &&
-                       memcmp(a->blocks.voxels, b->blocks.voxels,
-                              c * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel)) == 0));
+           (c == 0 ||
+            (a->blocks.layout == b->blocks.layout &&
+             memcmp(a->blocks.coords, b->blocks.coords, 3 * c * sizeof(int32_t)) == 0 &&
+             memcmp(a->blocks.geom, b->blocks.geom, tsdf_block_set_geom_bytes(&a->blocks)) == 0));
 }
 
 /* The second newest valid snapshot's "default" map differs from the

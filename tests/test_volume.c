@@ -81,10 +81,25 @@ static tsdf_volume_stats get_stats(tsdf_volume *v)
 static void assert_sets_equal(const tsdf_block_set *a, const tsdf_block_set *b)
 {
     assert_int_equal(a->count, b->count);
+    assert_int_equal(a->layout, b->layout);
+    assert_int_equal(a->rgb != NULL, b->rgb != NULL);
     if (a->count == 0)
         return;
     assert_memory_equal(a->coords, b->coords, 3 * a->count * sizeof(int32_t));
-    assert_memory_equal(a->voxels, b->voxels, a->count * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+    assert_memory_equal(a->geom, b->geom, tsdf_block_set_geom_bytes(a));
+    if (a->rgb != NULL)
+        assert_memory_equal(a->rgb, b->rgb, a->count * TSDF_BLOCK_RGB_BYTES);
+}
+
+/* Voxel i of a set, counting through its blocks (block i / 512). */
+static tsdf_vox vox_at(const tsdf_block_set *s, size_t i)
+{
+    return tsdf_block_set_get(s, i / TSDF_BLOCK_VOXELS, (unsigned)(i % TSDF_BLOCK_VOXELS));
+}
+
+static void vox_put(tsdf_block_set *s, size_t i, tsdf_vox x)
+{
+    tsdf_block_set_put(s, i / TSDF_BLOCK_VOXELS, (unsigned)(i % TSDF_BLOCK_VOXELS), x);
 }
 
 /* ---- names and parameters ------------------------------------------------ */
@@ -337,10 +352,10 @@ static void test_fusion_plane_band_accuracy(void **state)
     assert_int_equal(set.count, st.blocks_allocated);
     for (size_t bi = 0; bi < set.count; bi++) {
         for (int k = 0; k < TSDF_BLOCK_VOXELS; k++) {
-            const tsdf_voxel *vx = &set.voxels[bi * TSDF_BLOCK_VOXELS + k];
+            const tsdf_vox vx = tsdf_block_set_get(&set, bi, (unsigned)k);
             int x, y, z;
             float p[3], truth, err;
-            if (vx->weight <= 0.0f)
+            if (vx.weight <= 0.0f)
                 continue;
             tsdf_voxel_index_unpack(k, &x, &y, &z);
             tsdf_block_voxel_center(&set.coords[3 * bi], x, y, z, s, p);
@@ -348,13 +363,13 @@ static void test_fusion_plane_band_accuracy(void **state)
             truth = truth > trunc ? trunc : truth;
             /* Voxels more than trunc behind the surface are never updated. */
             assert_true(truth >= -trunc - 1e-5f);
-            err = fabsf(vx->sdf_m - truth);
+            err = fabsf(vx.sdf_m - truth);
             checked++;
             in_band += fabsf(truth) < trunc;
             sum_err += err;
             if (err > max_err)
                 max_err = err;
-            assert_true(vx->weight <= 10.0f);
+            assert_true(vx.weight <= 10.0f);
         }
     }
     print_message("plane: %zu observed voxels (%zu inside the band), mean |err| %.4f vox, "
@@ -393,8 +408,8 @@ static void test_u16_equals_f32(void **state)
     assert_int_equal(sa.count, sb.count);
     assert_memory_equal(sa.coords, sb.coords, 3 * sa.count * sizeof(int32_t));
     for (size_t i = 0; i < sa.count * TSDF_BLOCK_VOXELS; i++) {
-        assert_near(sa.voxels[i].sdf_m, sb.voxels[i].sdf_m, 1e-6f);
-        assert_true(sa.voxels[i].weight == sb.voxels[i].weight);
+        assert_near(vox_at(&sa, i).sdf_m, vox_at(&sb, i).sdf_m, 1e-6f);
+        assert_true(vox_at(&sa, i).weight == vox_at(&sb, i).weight);
     }
     tsdf_block_set_fini(&sa);
     tsdf_block_set_fini(&sb);
@@ -428,14 +443,15 @@ static void test_weight_clamp_and_color(void **state)
     assert_true(get_stats(v).has_color);
     tsdf_block_set_init(&set);
     assert_int_equal(tsdf_volume_export_blocks(v, &set), TSDF_OK);
+    assert_non_null(set.rgb);
     for (size_t i = 0; i < set.count * TSDF_BLOCK_VOXELS; i++) {
-        const tsdf_voxel *vx = &set.voxels[i];
-        assert_true(vx->weight <= 5.0f);
-        if (vx->weight == 5.0f) {
+        const tsdf_vox vx = vox_at(&set, i);
+        assert_true(vx.weight <= 5.0f);
+        if (vx.weight == 5.0f) {
             at_max++;
-            assert_int_equal(vx->rgb[0], 200);
-            assert_int_equal(vx->rgb[1], 100);
-            assert_int_equal(vx->rgb[2], 10);
+            assert_int_equal(set.rgb[3 * i], 200);
+            assert_int_equal(set.rgb[3 * i + 1], 100);
+            assert_int_equal(set.rgb[3 * i + 2], 10);
         }
     }
     /* All voxels of the band seen by all 8 frames are at the clamp. */
@@ -447,18 +463,18 @@ static void test_weight_clamp_and_color(void **state)
         size_t probe_idx = SIZE_MAX;
         tsdf_block_set s2;
         for (size_t i = 0; i < set.count * TSDF_BLOCK_VOXELS && probe_idx == SIZE_MAX; i++)
-            if (set.voxels[i].weight == 5.0f && fabsf(set.voxels[i].sdf_m) < 0.03f)
+            if (vox_at(&set, i).weight == 5.0f && fabsf(vox_at(&set, i).sdf_m) < 0.03f)
                 probe_idx = i;
         assert_true(probe_idx != SIZE_MAX);
-        before = set.voxels[probe_idx].sdf_m;
+        before = vox_at(&set, probe_idx).sdf_m;
         plane_frame(&f, depth, 1.01f, 0.0f, 0.0f, 0.0f);
         assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
         tsdf_block_set_init(&s2);
         assert_int_equal(tsdf_volume_export_blocks(v, &s2), TSDF_OK);
         assert_int_equal(s2.count, set.count);
-        after = s2.voxels[probe_idx].sdf_m;
+        after = vox_at(&s2, probe_idx).sdf_m;
         assert_near(after, (before * 5.0f + (before + 0.01f)) / 6.0f, 1e-5f);
-        assert_true(s2.voxels[probe_idx].weight == 5.0f);
+        assert_true(vox_at(&s2, probe_idx).weight == 5.0f);
         tsdf_block_set_fini(&s2);
     }
     tsdf_block_set_fini(&set);
@@ -810,8 +826,8 @@ static void test_memory_cap(void **state)
 
     /* A cap that holds the initial table and a few blocks: the frame does
      * not fit, nothing is integrated, the failure is counted. */
-    block_bytes = TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel);
-    cap = 1024 * 12 + 10 * (block_bytes + 16);
+    block_bytes = tsdf_pool_block_bytes(TSDF_LAYOUT_S16, 0);
+    cap = 1024 * 12 + 10 * block_bytes;
     v = make_volume(0.01f, 64.0f, cap, 1024);
     assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_ECAPACITY);
     st = get_stats(v);
@@ -959,16 +975,14 @@ static void test_export_import_roundtrip(void **state)
     /* Invalid sets are refused and leave b as it was. */
     {
         tsdf_block_set cur;
-        bad.count = sa.count;
-        bad.coords = malloc(3 * sa.count * sizeof(int32_t));
-        bad.voxels = malloc(sa.count * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
-        assert_non_null(bad.coords);
-        assert_non_null(bad.voxels);
+        /* f32 copies, so that any value can be written into them. */
+        assert_int_equal(tsdf_block_set_alloc(&bad, sa.count, TSDF_LAYOUT_F32, 0.0f, 0), TSDF_OK);
 
 #define RESET_BAD()                                                                                \
     do {                                                                                           \
         memcpy(bad.coords, sa.coords, 3 * sa.count * sizeof(int32_t));                             \
-        memcpy(bad.voxels, sa.voxels, sa.count *TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));           \
+        for (size_t i_ = 0; i_ < sa.count * TSDF_BLOCK_VOXELS; i_++)                               \
+            vox_put(&bad, i_, vox_at(&sa, i_));                                                    \
     } while (0)
         RESET_BAD();
         assert_int_equal(tsdf_volume_import_blocks(b, &bad), TSDF_OK);
@@ -979,16 +993,16 @@ static void test_export_import_roundtrip(void **state)
         bad.coords[4] = TSDF_BLOCK_COORD_MAX + 1;
         assert_int_equal(tsdf_volume_import_blocks(b, &bad), TSDF_EINVAL);
         RESET_BAD();
-        bad.voxels[77].sdf_m = NAN;
+        vox_put(&bad, 77, (tsdf_vox){NAN, 1.0f});
         assert_int_equal(tsdf_volume_import_blocks(b, &bad), TSDF_EINVAL);
         RESET_BAD();
-        bad.voxels[78].sdf_m = 1.0f; /* beyond the 4 cm band */
+        vox_put(&bad, 78, (tsdf_vox){1.0f, 1.0f}); /* beyond the 4 cm band */
         assert_int_equal(tsdf_volume_import_blocks(b, &bad), TSDF_EINVAL);
         RESET_BAD();
-        bad.voxels[79].weight = 65.0f;
+        vox_put(&bad, 79, (tsdf_vox){0.0f, 65.0f});
         assert_int_equal(tsdf_volume_import_blocks(b, &bad), TSDF_EINVAL);
         RESET_BAD();
-        bad.voxels[80].weight = -1.0f;
+        vox_put(&bad, 80, (tsdf_vox){0.0f, -1.0f});
         assert_int_equal(tsdf_volume_import_blocks(b, &bad), TSDF_EINVAL);
 #undef RESET_BAD
         tsdf_block_set_init(&cur);

@@ -29,6 +29,14 @@ const char *tsdf_test_data_dir(void)
     return path;
 }
 
+const char *tsdf_test_source_path(const char *rel)
+{
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/%s",
+             getenv("TSDF_SOURCE_DIR") ? getenv("TSDF_SOURCE_DIR") : TSDF_SOURCE_DIR, rel);
+    return path;
+}
+
 void tsdf_test_skip_program(const char *fmt, ...)
 {
     va_list ap;

@@ -18,6 +18,10 @@
  * prints why) when the folder is missing. */
 const char *tsdf_test_data_dir(void);
 
+/* The path of rel inside the source tree ($TSDF_SOURCE_DIR, which CTest
+ * sets, else the tree the test was built from), in a static buffer. */
+const char *tsdf_test_source_path(const char *rel);
+
 /* Prints "SKIPPED: <why>" and exits the whole test program with code 77.
  * For tests whose precondition (a GPU, a data set) is missing. */
 void tsdf_test_skip_program(const char *fmt, ...);

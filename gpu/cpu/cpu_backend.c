@@ -1,9 +1,8 @@
 /*
- * cpu_backend.c - the CPU reference backend: life cycle, integration,
- * statistics, export and import. Raycast and mesh live in cpu_raycast.c and
- * cpu_mesh.c. All per-voxel maths comes from tsdf_math.h, shared with the
- * CUDA backend, so this file is the oracle the GPU results are checked
- * against.
+ * cpu_backend.c - the CPU reference backend: life cycle, statistics, the
+ * block-store operations (select, read, write, erase) and the ops table.
+ * Integration, raycast and mesh live in cpu_integrate.c, cpu_raycast.c and
+ * cpu_mesh.c; the storage itself in cpu_store.c.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -12,7 +11,6 @@
 #include <time.h>
 
 #include "cpu_backend.h"
-#include "tsdf_backend.h"
 #include "tsdf_math.h"
 
 double cpu_now_ms(void)
@@ -22,87 +20,11 @@ double cpu_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-tsdf_voxel *cpu_volume_block(cpu_volume *v, int32_t bx, int32_t by, int32_t bz)
+int32_t cpu_volume_block(cpu_volume *v, int32_t bx, int32_t by, int32_t bz)
 {
-    uint32_t idx;
     if (!tsdf_block_coord_valid(bx, by, bz))
-        return NULL;
-    if (cpu_hash_find(&v->table, tsdf_block_key(bx, by, bz), &idx) != 1)
-        return NULL;
-    return v->voxels + (size_t)idx * TSDF_BLOCK_VOXELS;
-}
-
-tsdf_voxel *cpu_volume_voxel(cpu_volume *v, int32_t x, int32_t y, int32_t z)
-{
-    tsdf_voxel *b = cpu_volume_block(v, tsdf_floor_div8(x), tsdf_floor_div8(y), tsdf_floor_div8(z));
-    if (b == NULL)
-        return NULL;
-    return b + tsdf_voxel_index(x & 7, y & 7, z & 7);
-}
-
-static uint64_t pool_bytes(uint64_t blocks)
-{
-    return blocks * CPU_BLOCK_BYTES;
-}
-
-static uint64_t memory_bytes(const cpu_volume *v)
-{
-    return cpu_hash_bytes(v->table.capacity) + pool_bytes(v->pool_cap);
-}
-
-/* Resizes the pool arrays to new_cap blocks. On failure the pool is as it
- * was (realloc leaves the old block alone when it fails). */
-static int pool_resize(cpu_volume *v, uint32_t new_cap)
-{
-    uint64_t *keys, *versions;
-    tsdf_voxel *voxels;
-    keys = realloc(v->block_keys, (size_t)new_cap * sizeof(*keys));
-    if (keys == NULL)
-        return TSDF_ENOMEM;
-    v->block_keys = keys;
-    versions = realloc(v->block_versions, (size_t)new_cap * sizeof(*versions));
-    if (versions == NULL)
-        return TSDF_ENOMEM;
-    v->block_versions = versions;
-    voxels = realloc(v->voxels, (size_t)new_cap * TSDF_BLOCK_VOXELS * sizeof(*voxels));
-    if (voxels == NULL)
-        return TSDF_ENOMEM;
-    v->voxels = voxels;
-    v->pool_cap = new_cap;
-    return TSDF_OK;
-}
-
-/* The pool capacity to grow to for `needed` blocks: doubling amortises the
- * copies, but never past what the memory cap leaves next to a table of
- * table_cap slots (then exactly `needed`). */
-static uint64_t pool_target(const cpu_volume *v, uint64_t needed, uint64_t table_cap)
-{
-    uint64_t target;
-    if (needed <= v->pool_cap)
-        return v->pool_cap;
-    target = (uint64_t)v->pool_cap * 2;
-    if (target < 64)
-        target = 64;
-    if (target < needed)
-        target = needed;
-    if (target > (1u << 30))
-        target = needed;
-    if (v->params.memory_cap_bytes != 0 &&
-        cpu_hash_bytes(table_cap) + pool_bytes(target) > v->params.memory_cap_bytes)
-        target = needed;
-    return target;
-}
-
-static void pool_free(cpu_volume *v)
-{
-    free(v->block_keys);
-    free(v->block_versions);
-    free(v->voxels);
-    v->block_keys = NULL;
-    v->block_versions = NULL;
-    v->voxels = NULL;
-    v->pool_count = 0;
-    v->pool_cap = 0;
+        return -1;
+    return cpu_store_find(&v->store, tsdf_block_key(bx, by, bz));
 }
 
 /* ---- life cycle ------------------------------------------------------------ */
@@ -112,9 +34,8 @@ static void cpu_destroy(void *impl)
     cpu_volume *v = impl;
     if (v == NULL)
         return;
-    cpu_hash_fini(&v->table);
+    cpu_store_fini(&v->store);
     cpu_hash_fini(&v->frame_set);
-    pool_free(v);
     free(v->frame_keys);
     free(v->frame_blocks);
     free(v);
@@ -132,21 +53,23 @@ static int cpu_create(const tsdf_volume_params *p, void **impl)
     v->trunc_m = p->trunc_vox * p->voxel_size_m;
     v->inv_voxel_size = 1.0f / p->voxel_size_m;
     v->inv_block_size = 1.0f / ((float)TSDF_BLOCK_DIM * p->voxel_size_m);
-    v->initial_capacity = cpu_hash_pow2(p->initial_capacity_blocks);
-    if (p->memory_cap_bytes != 0 && cpu_hash_bytes(v->initial_capacity) > p->memory_cap_bytes) {
+    if (p->memory_cap_bytes != 0 &&
+        cpu_hash_bytes(cpu_hash_pow2(p->initial_capacity_blocks)) > p->memory_cap_bytes) {
         free(v);
         return TSDF_ECAPACITY;
     }
-    if ((rc = cpu_hash_init(&v->table, v->initial_capacity, p->max_load_factor)) != TSDF_OK)
-        goto fail_table;
+    rc = cpu_store_init(&v->store, p->layout, tsdf_quant_for(v->trunc_m),
+                        p->initial_capacity_blocks, p->max_load_factor);
+    if (rc != TSDF_OK)
+        goto fail_store;
     if ((rc = cpu_hash_init(&v->frame_set, 4096, 0.5f)) != TSDF_OK)
         goto fail_frame_set;
     *impl = v;
     return TSDF_OK;
 
 fail_frame_set:
-    cpu_hash_fini(&v->table);
-fail_table:
+    cpu_store_fini(&v->store);
+fail_store:
     free(v);
     return rc == TSDF_EINVAL ? TSDF_EBAD_PARAMS : rc;
 }
@@ -154,15 +77,9 @@ fail_table:
 static int cpu_reset(void *impl)
 {
     cpu_volume *v = impl;
-    cpu_hash fresh;
-    int rc;
-    if ((rc = cpu_hash_init(&fresh, v->initial_capacity, v->params.max_load_factor)) != TSDF_OK)
+    int rc = cpu_store_clear(&v->store);
+    if (rc != TSDF_OK)
         return rc;
-    v->growth_events_before += v->table.growth_events;
-    cpu_hash_fini(&v->table);
-    v->table = fresh;
-    pool_free(v);
-    v->has_color = 0;
     v->version++;
     return TSDF_OK;
 }
@@ -173,189 +90,28 @@ static int cpu_sync(void *impl)
     return TSDF_OK;
 }
 
-/* ---- integration ----------------------------------------------------------- */
-
-static int frame_keys_push(cpu_volume *v, uint64_t key)
-{
-    if (v->frame_count == v->frame_cap) {
-        size_t cap = v->frame_cap != 0 ? 2 * v->frame_cap : 4096;
-        uint64_t *keys = realloc(v->frame_keys, cap * sizeof(*keys));
-        if (keys == NULL)
-            return TSDF_ENOMEM;
-        v->frame_keys = keys;
-        uint32_t *blocks = realloc(v->frame_blocks, cap * sizeof(*blocks));
-        if (blocks == NULL)
-            return TSDF_ENOMEM;
-        v->frame_blocks = blocks;
-        v->frame_cap = cap;
-    }
-    v->frame_keys[v->frame_count++] = key;
-    return TSDF_OK;
-}
-
-/* Pass 1a: the set of blocks this frame needs, deduplicated, in first-seen
- * order, into frame_keys[0 .. frame_count). */
-static int collect_frame_blocks(cpu_volume *v, const tsdf_frame *f)
-{
-    uint64_t last_keys[4] = {TSDF_KEY_EMPTY, TSDF_KEY_EMPTY, TSDF_KEY_EMPTY, TSDF_KEY_EMPTY};
-    unsigned last_pos = 0;
-    int rc;
-
-    v->frame_count = 0;
-    cpu_hash_clear(&v->frame_set);
-    for (uint32_t py = 0; py < f->height; py++) {
-        for (uint32_t px = 0; px < f->width; px++) {
-            float d = tsdf_depth_sample_m(f->depth_format, f->depth, py * f->width + px,
-                                          f->depth_scale, f->min_depth_m, f->max_depth_m);
-            float origin[3], dir[3];
-            tsdf_block_dda dda;
-            int32_t b[3];
-            if (d == 0.0f)
-                continue;
-            tsdf_pixel_ray_world(f->T_world_cam, &f->K, (float)px, (float)py, origin, dir);
-            if (!tsdf_band_dda_init(&dda, origin, dir, d, v->trunc_m, v->inv_block_size))
-                continue;
-            while (tsdf_block_dda_next(&dda, b)) {
-                uint64_t key = tsdf_block_key(b[0], b[1], b[2]);
-                int inserted;
-                /* Neighbouring rays mostly walk the same blocks; a tiny
-                 * cache of recent keys saves most hash probes. */
-                if (key == last_keys[0] || key == last_keys[1] || key == last_keys[2] ||
-                    key == last_keys[3])
-                    continue;
-                last_keys[last_pos++ & 3] = key;
-                rc = cpu_hash_insert(&v->frame_set, key, 0, NULL, &inserted);
-                if (rc != TSDF_OK)
-                    return rc;
-                if (inserted && (rc = frame_keys_push(v, key)) != TSDF_OK)
-                    return rc;
-            }
-        }
-    }
-    return TSDF_OK;
-}
-
-/* Pass 1b: makes sure every needed block exists. Checks the memory cap
- * before changing anything; afterwards frame_blocks[i] is the block index
- * of frame_keys[i]. */
-static int allocate_frame_blocks(cpu_volume *v)
-{
-    uint64_t missing = 0, needed, table_cap, pool_cap;
-    int rc;
-
-    for (size_t i = 0; i < v->frame_count; i++) {
-        uint32_t idx;
-        rc = cpu_hash_find(&v->table, v->frame_keys[i], &idx);
-        if (rc < 0)
-            return rc;
-        v->frame_blocks[i] = rc == 1 ? idx : UINT32_MAX;
-        missing += rc == 0;
-    }
-    if (missing == 0)
-        return TSDF_OK;
-
-    needed = (uint64_t)v->pool_count + missing;
-    table_cap = cpu_hash_capacity_for(&v->table, needed);
-    if (needed > (1u << 30) ||
-        (v->params.memory_cap_bytes != 0 &&
-         cpu_hash_bytes(table_cap) + pool_bytes(needed) > v->params.memory_cap_bytes)) {
-        v->insert_failures += missing;
-        return TSDF_ECAPACITY;
-    }
-    pool_cap = pool_target(v, needed, table_cap);
-    if (pool_cap > v->pool_cap && (rc = pool_resize(v, (uint32_t)pool_cap)) != TSDF_OK)
-        return rc;
-    if ((rc = cpu_hash_reserve(&v->table, needed)) != TSDF_OK)
-        return rc;
-
-    for (size_t i = 0; i < v->frame_count; i++) {
-        uint32_t idx;
-        if (v->frame_blocks[i] != UINT32_MAX)
-            continue;
-        idx = v->pool_count;
-        /* Cannot grow (reserved above), so cannot fail but by a broken
-         * invariant, which it reports. */
-        rc = cpu_hash_insert(&v->table, v->frame_keys[i], idx, NULL, NULL);
-        if (rc != TSDF_OK)
-            return rc;
-        v->block_keys[idx] = v->frame_keys[i];
-        v->block_versions[idx] = v->version + 1;
-        memset(v->voxels + (size_t)idx * TSDF_BLOCK_VOXELS, 0,
-               TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
-        v->pool_count++;
-        v->frame_blocks[i] = idx;
-    }
-    return TSDF_OK;
-}
-
-/* Pass 2: every voxel of every block of this frame. */
-static void update_frame_blocks(cpu_volume *v, const tsdf_frame *f)
-{
-    float T_cam_world[16];
-    const float s = v->params.voxel_size_m;
-    tsdf_rigid_inverse(f->T_world_cam, T_cam_world);
-    for (size_t i = 0; i < v->frame_count; i++) {
-        uint32_t idx = v->frame_blocks[i];
-        tsdf_voxel *vox = v->voxels + (size_t)idx * TSDF_BLOCK_VOXELS;
-        int32_t b[3];
-        int changed = 0;
-        tsdf_block_key_unpack(v->frame_keys[i], &b[0], &b[1], &b[2]);
-        for (int z = 0; z < TSDF_BLOCK_DIM; z++) {
-            for (int y = 0; y < TSDF_BLOCK_DIM; y++) {
-                for (int x = 0; x < TSDF_BLOCK_DIM; x++) {
-                    float p[3];
-                    tsdf_block_voxel_center(b, x, y, z, s, p);
-                    changed |= tsdf_integrate_voxel(&vox[tsdf_voxel_index(x, y, z)], p, T_cam_world,
-                                                    f, v->trunc_m, v->params.max_weight);
-                }
-            }
-        }
-        if (changed)
-            v->block_versions[idx] = v->version;
-    }
-}
-
-static int cpu_integrate(void *impl, const tsdf_frame *f)
-{
-    cpu_volume *v = impl;
-    double t0 = cpu_now_ms(), t1;
-    int rc;
-
-    if ((rc = collect_frame_blocks(v, f)) != TSDF_OK ||
-        (rc = allocate_frame_blocks(v)) != TSDF_OK) {
-        v->frames_rejected++;
-        return rc;
-    }
-    t1 = cpu_now_ms();
-    v->version++;
-    update_frame_blocks(v, f);
-    if (f->rgb != NULL)
-        v->has_color = 1;
-    v->frames_integrated++;
-    v->last_upload_ms = 0.0;
-    v->last_alloc_ms = t1 - t0;
-    v->last_update_ms = cpu_now_ms() - t1;
-    return TSDF_OK;
-}
-
 /* ---- statistics ------------------------------------------------------------ */
 
 static int cpu_stats(void *impl, tsdf_volume_stats *out)
 {
     cpu_volume *v = impl;
+    const cpu_store *s = &v->store;
     out->backend = TSDF_BACKEND_CPU;
-    out->blocks_allocated = v->table.count;
-    out->capacity_slots = v->table.capacity;
-    out->load_factor = (double)v->table.count / (double)v->table.capacity;
-    cpu_hash_probe_stats(&v->table, &out->max_probe, &out->mean_probe, out->probe_hist);
-    out->growth_events = v->growth_events_before + v->table.growth_events;
+    out->blocks_allocated = cpu_store_count(s);
+    out->capacity_slots = s->table.capacity;
+    out->load_factor = (double)s->table.count / (double)s->table.capacity;
+    cpu_hash_probe_stats(&s->table, &out->max_probe, &out->mean_probe, out->probe_hist);
+    out->growth_events = s->growth_before + s->table.growth_events;
     out->frames_integrated = v->frames_integrated;
     out->frames_rejected = v->frames_rejected;
     out->insert_failures = v->insert_failures;
-    out->memory_bytes = memory_bytes(v);
+    out->memory_bytes = cpu_store_bytes(s);
     out->memory_cap_bytes = v->params.memory_cap_bytes;
     out->version = v->version;
-    out->has_color = v->has_color;
+    out->has_color = s->rgb != NULL;
+    out->layout = s->layout;
+    out->pool_capacity_blocks = s->pool_cap;
+    out->blocks_erased = s->erased_total;
     out->last_upload_ms = v->last_upload_ms;
     out->last_alloc_ms = v->last_alloc_ms;
     out->last_update_ms = v->last_update_ms;
@@ -364,132 +120,187 @@ static int cpu_stats(void *impl, tsdf_volume_stats *out)
     return TSDF_OK;
 }
 
-/* ---- export / import ------------------------------------------------------- */
+/* ---- the block store ------------------------------------------------------ */
 
-typedef struct {
-    uint64_t key;
-    uint32_t idx;
-} key_index;
-
-static int cmp_key_index(const void *a, const void *b)
+static int cmp_u64(const void *a, const void *b)
 {
-    uint64_t x = ((const key_index *)a)->key, y = ((const key_index *)b)->key;
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
 }
 
-static int cpu_export(void *impl, tsdf_block_set *out)
+static int cpu_select(void *impl, const tsdf_block_select *q, uint64_t **keys, size_t *n)
 {
     cpu_volume *v = impl;
-    size_t n = v->pool_count;
-    key_index *order = NULL;
-    tsdf_block_set s;
+    const cpu_store *s = &v->store;
+    const float block_m = (float)TSDF_BLOCK_DIM * v->params.voxel_size_m;
+    uint64_t *out = NULL;
+    size_t count = 0;
 
-    tsdf_block_set_init(&s);
-    if (n != 0) {
-        order = malloc(n * sizeof(*order));
-        s.coords = malloc(3 * n * sizeof(*s.coords));
-        s.versions = malloc(n * sizeof(*s.versions));
-        s.voxels = malloc(n * TSDF_BLOCK_VOXELS * sizeof(*s.voxels));
-        if (order == NULL || s.coords == NULL || s.versions == NULL || s.voxels == NULL) {
-            free(order);
-            tsdf_block_set_fini(&s);
+    *keys = NULL;
+    *n = 0;
+    if (cpu_store_count(s) != 0) {
+        out = malloc((size_t)cpu_store_count(s) * sizeof(*out));
+        if (out == NULL)
             return TSDF_ENOMEM;
-        }
-        for (size_t i = 0; i < n; i++) {
-            order[i].key = v->block_keys[i];
-            order[i].idx = (uint32_t)i;
-        }
-        qsort(order, n, sizeof(*order), cmp_key_index);
-        for (size_t i = 0; i < n; i++) {
-            uint32_t idx = order[i].idx;
-            tsdf_block_key_unpack(order[i].key, &s.coords[3 * i], &s.coords[3 * i + 1],
-                                  &s.coords[3 * i + 2]);
-            s.versions[i] = v->block_versions[idx];
-            memcpy(s.voxels + i * TSDF_BLOCK_VOXELS, v->voxels + (size_t)idx * TSDF_BLOCK_VOXELS,
-                   TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
-        }
-        s.count = n;
-        free(order);
     }
-    tsdf_block_set_fini(out);
-    s.version = v->version;
-    *out = s;
+    for (uint32_t i = 0; i < s->used; i++) {
+        int32_t b[3];
+        if (s->keys[i] == TSDF_KEY_EMPTY)
+            continue;
+        tsdf_block_key_unpack(s->keys[i], &b[0], &b[1], &b[2]);
+        if (q == NULL || tsdf_block_selected(q, b, s->versions[i], block_m))
+            out[count++] = s->keys[i];
+    }
+    if (count == 0) {
+        free(out);
+        return TSDF_OK;
+    }
+    qsort(out, count, sizeof(*out), cmp_u64);
+    *keys = out;
+    *n = count;
     return TSDF_OK;
 }
 
-/* Builds the new content aside and swaps it in only when complete, so a
- * failure leaves the volume as it was. Every imported block gets the new
- * volume version, one above both the volume's and the set's: for
- * mesh(since_version) the whole content changed. */
-static int cpu_import(void *impl, const tsdf_block_set *in)
+static int cpu_read(void *impl, const uint64_t *keys, size_t n, tsdf_block_set *out)
 {
     cpu_volume *v = impl;
-    /* The version continues above the exporter's, so `mesh since` of a
-     * client that saw the snapshot's versions still finds later changes. */
-    const uint64_t version = (in->version > v->version ? in->version : v->version) + 1;
-    cpu_volume fresh;
-    uint64_t table_cap;
-    /* The content is replaced, so is the colour flag: set when any imported
-     * voxel has a colour. */
-    int has_color = 0;
+    const cpu_store *s = &v->store;
+    tsdf_block_set set;
     int rc;
 
-    memset(&fresh, 0, sizeof(fresh));
-    fresh.params = v->params;
-    if ((rc = cpu_hash_init(&fresh.table, v->initial_capacity, v->params.max_load_factor)) !=
-        TSDF_OK)
+    tsdf_block_set_init(&set);
+    rc = tsdf_block_set_alloc(&set, n, s->layout, s->quant.unit_m, s->rgb != NULL);
+    if (rc != TSDF_OK)
         return rc;
-    table_cap = cpu_hash_capacity_for(&fresh.table, in->count);
-    if (v->params.memory_cap_bytes != 0 &&
-        cpu_hash_bytes(table_cap) + pool_bytes(in->count) > v->params.memory_cap_bytes) {
-        cpu_hash_fini(&fresh.table);
-        return TSDF_ECAPACITY;
+    for (size_t i = 0; i < n; i++) {
+        int32_t idx = cpu_store_find(&v->store, keys[i]);
+        if (idx < 0) {
+            tsdf_block_set_fini(&set);
+            return TSDF_EINTERNAL;
+        }
+        tsdf_block_key_unpack(keys[i], &set.coords[3 * i], &set.coords[3 * i + 1],
+                              &set.coords[3 * i + 2]);
+        set.versions[i] = s->versions[idx];
+        memcpy((uint8_t *)set.geom + i * s->geom_block_bytes, cpu_store_geom(s, (uint32_t)idx),
+               s->geom_block_bytes);
+        if (set.rgb != NULL)
+            memcpy(set.rgb + i * TSDF_BLOCK_RGB_BYTES, cpu_store_rgb(s, (uint32_t)idx),
+                   TSDF_BLOCK_RGB_BYTES);
     }
-    if ((rc = cpu_hash_reserve(&fresh.table, in->count)) != TSDF_OK ||
-        (in->count != 0 && (rc = pool_resize(&fresh, (uint32_t)in->count)) != TSDF_OK)) {
-        cpu_hash_fini(&fresh.table);
-        pool_free(&fresh);
-        return rc;
+    set.version = v->version;
+    tsdf_block_set_fini(out);
+    *out = set;
+    return TSDF_OK;
+}
+
+/* Copies block i of *in into pool slot idx, stamped with version. */
+static void write_block(cpu_store *s, uint32_t idx, const tsdf_block_set *in, size_t i,
+                        uint64_t version)
+{
+    s->versions[idx] = version;
+    memcpy(cpu_store_geom(s, idx), (const uint8_t *)in->geom + i * s->geom_block_bytes,
+           s->geom_block_bytes);
+    if (s->rgb != NULL) {
+        uint8_t *dst = cpu_store_rgb(s, idx);
+        if (in->rgb != NULL)
+            memcpy(dst, in->rgb + i * TSDF_BLOCK_RGB_BYTES, TSDF_BLOCK_RGB_BYTES);
+        else
+            memset(dst, 0, TSDF_BLOCK_RGB_BYTES);
     }
+}
+
+/* Writes every block of *in into s, which has room for them. */
+static int write_blocks(cpu_store *s, const tsdf_block_set *in, uint64_t version)
+{
     for (size_t i = 0; i < in->count; i++) {
         const int32_t *c = &in->coords[3 * i];
         uint64_t key = tsdf_block_key(c[0], c[1], c[2]);
-        int inserted = 0;
-        rc = cpu_hash_insert(&fresh.table, key, (uint32_t)i, NULL, &inserted);
-        if (rc != TSDF_OK || !inserted) {
-            cpu_hash_fini(&fresh.table);
-            pool_free(&fresh);
-            return rc != TSDF_OK ? rc : TSDF_EINVAL;
-        }
-        fresh.block_keys[i] = key;
-        fresh.block_versions[i] = version;
-        memcpy(fresh.voxels + i * TSDF_BLOCK_VOXELS, in->voxels + i * TSDF_BLOCK_VOXELS,
-               TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
-        for (size_t k = 0; k < TSDF_BLOCK_VOXELS && !has_color; k++) {
-            const uint8_t *rgb = in->voxels[i * TSDF_BLOCK_VOXELS + k].rgb;
-            has_color = (rgb[0] | rgb[1] | rgb[2]) != 0;
-        }
+        int64_t idx = cpu_store_find(s, key);
+        if (idx < 0 && (idx = cpu_store_add(s, key, version)) < 0)
+            return (int)idx;
+        write_block(s, (uint32_t)idx, in, i, version);
     }
-    fresh.pool_count = (uint32_t)in->count;
+    return TSDF_OK;
+}
 
-    v->growth_events_before += v->table.growth_events;
-    cpu_hash_fini(&v->table);
-    pool_free(v);
-    v->table = fresh.table;
-    /* Growth while building the fresh table is an import, not a growth of
-     * the volume's table under load. */
-    v->table.growth_events = 0;
-    v->block_keys = fresh.block_keys;
-    v->block_versions = fresh.block_versions;
-    v->voxels = fresh.voxels;
-    v->pool_count = fresh.pool_count;
-    v->pool_cap = fresh.pool_cap;
-    v->has_color = has_color;
+/* Import: the new content is built in a store of its own and swapped in
+ * only when complete, so a failure leaves the volume as it was. */
+static int write_replace(cpu_volume *v, const tsdf_block_set *in, uint64_t version)
+{
+    cpu_store fresh;
+    int rc = cpu_store_init(&fresh, v->store.layout, v->store.quant, v->store.initial_slots,
+                            v->store.table.max_load);
+    if (rc != TSDF_OK)
+        return rc;
+    if ((rc = cpu_store_reserve(&fresh, in->count, in->rgb != NULL, v->params.memory_cap_bytes,
+                                0)) != TSDF_OK ||
+        (rc = write_blocks(&fresh, in, version)) != TSDF_OK) {
+        cpu_store_fini(&fresh);
+        return rc;
+    }
+    /* Growth while building the imported table is an import, not a growth
+     * of the volume's table under load; the erase count stays the
+     * volume's. */
+    fresh.growth_before = v->store.growth_before + v->store.table.growth_events;
+    fresh.table.growth_events = 0;
+    fresh.erased_total = v->store.erased_total;
+    cpu_store_fini(&v->store);
+    v->store = fresh;
+    return TSDF_OK;
+}
+
+static int cpu_write(void *impl, const tsdf_block_set *in, int replace, uint64_t version)
+{
+    cpu_volume *v = impl;
+    int rc;
+    if (replace) {
+        rc = write_replace(v, in, version);
+    } else {
+        /* Reserving for every block (present ones too) keeps the check
+         * simple and the invariant that nothing changes on failure: room
+         * for blocks that turn out present is merely spare capacity. */
+        uint64_t missing = 0;
+        for (size_t i = 0; i < in->count; i++) {
+            const int32_t *c = &in->coords[3 * i];
+            missing += cpu_store_find(&v->store, tsdf_block_key(c[0], c[1], c[2])) < 0;
+        }
+        rc = cpu_store_reserve(&v->store, missing, in->rgb != NULL, v->params.memory_cap_bytes, 0);
+        if (rc == TSDF_ECAPACITY)
+            v->insert_failures += missing;
+        if (rc == TSDF_OK)
+            rc = write_blocks(&v->store, in, version);
+    }
+    if (rc != TSDF_OK)
+        return rc;
     v->version = version;
     return TSDF_OK;
 }
 
-/* ---- memory ------------------------------------------------------------------ */
+static int cpu_erase(void *impl, const uint64_t *keys, size_t n, size_t *erased)
+{
+    cpu_volume *v = impl;
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        int rc = cpu_store_erase(&v->store, keys[i]);
+        if (rc < 0)
+            return rc;
+        count += (size_t)rc;
+    }
+    if (count != 0)
+        v->version++;
+    *erased = count;
+    return TSDF_OK;
+}
+
+static int cpu_find(void *impl, const uint64_t *keys, size_t n, uint8_t *present)
+{
+    cpu_volume *v = impl;
+    for (size_t i = 0; i < n; i++)
+        present[i] = cpu_store_find(&v->store, keys[i]) >= 0;
+    return TSDF_OK;
+}
+
+/* ---- memory and version -------------------------------------------------------- */
 
 /* The next allocation decision reads params.memory_cap_bytes, so changing it
  * is all a new cap needs; memory above it stays until reset or import. */
@@ -502,7 +313,12 @@ static int cpu_set_memory_cap(void *impl, uint64_t cap_bytes)
 
 static uint64_t cpu_memory_bytes(void *impl)
 {
-    return memory_bytes(impl);
+    return cpu_store_bytes(&((cpu_volume *)impl)->store);
+}
+
+static uint64_t cpu_version(void *impl)
+{
+    return ((cpu_volume *)impl)->version;
 }
 
 const tsdf_backend_ops tsdf_cpu_ops = {
@@ -515,8 +331,12 @@ const tsdf_backend_ops tsdf_cpu_ops = {
     .raycast = cpu_raycast,
     .mesh = cpu_mesh,
     .stats = cpu_stats,
-    .export_blocks = cpu_export,
-    .import_blocks = cpu_import,
     .set_memory_cap = cpu_set_memory_cap,
     .memory_bytes = cpu_memory_bytes,
+    .version = cpu_version,
+    .select = cpu_select,
+    .read = cpu_read,
+    .write = cpu_write,
+    .erase = cpu_erase,
+    .find = cpu_find,
 };

@@ -170,6 +170,41 @@ int cpu_hash_insert(cpu_hash *h, uint64_t key, uint32_t value, uint32_t *value_o
     return TSDF_OK;
 }
 
+int cpu_hash_erase(cpu_hash *h, uint64_t key, uint32_t *value_out)
+{
+    const uint64_t mask = h->capacity - 1;
+    int64_t found = probe(h, key);
+    if (found < 0) {
+        h->probe_failures++;
+        return TSDF_EINTERNAL;
+    }
+    if (h->keys[found] != key)
+        return 0;
+    if (value_out != NULL)
+        *value_out = h->values[found];
+    /* The hole at i moves down the probe run: a later key j may fill it
+     * unless its home slot lies cyclically in (i, j], where a probe for it
+     * starts after the hole and would never look there. The run ends at
+     * the first empty slot, which exists (the load stays below 1). */
+    uint64_t i = (uint64_t)found, j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        uint64_t k = h->keys[j];
+        if (k == TSDF_KEY_EMPTY)
+            break;
+        uint64_t home = tsdf_key_hash(k) & mask;
+        /* Distances from i, cyclically: home in (i, j] keeps k where it is. */
+        if (((home - i) & mask) != 0 && ((home - i) & mask) <= ((j - i) & mask))
+            continue;
+        h->keys[i] = k;
+        h->values[i] = h->values[j];
+        i = j;
+    }
+    h->keys[i] = TSDF_KEY_EMPTY;
+    h->count--;
+    return 1;
+}
+
 void cpu_hash_probe_stats(const cpu_hash *h, uint32_t *max_probe, double *mean_probe,
                           uint64_t *hist)
 {

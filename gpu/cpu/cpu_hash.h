@@ -3,11 +3,15 @@
  * (tsdf_block_key) -> 32-bit values (block pool indices), open addressing
  * with linear probing in a power-of-two table, hashed by tsdf_key_hash.
  *
- * The table never drops a key and has no erase (a volume only loses blocks
- * all at once, by reset or import). It grows by rehashing into a table twice
- * as large BEFORE an insert would take the load factor above max_load, so a
+ * The table never drops a key. It grows by rehashing into a table twice as
+ * large BEFORE an insert would take the load factor above max_load, so a
  * probe always finds an empty slot; a probe that nevertheless wraps around
  * the whole table returns TSDF_EINTERNAL and is counted in probe_failures.
+ * Erase removes a key by backward shifting (Knuth's algorithm R for linear
+ * probing): the keys after it in its probe run move back into the hole
+ * where that keeps them reachable from their home slot, so the table never
+ * holds tombstones and every probe stays as short as if the erased key had
+ * never been inserted.
  *
  * Ownership: caller-owned struct, cpu_hash_init / cpu_hash_fini.
  * Threads: not thread-safe; one thread at a time.
@@ -61,6 +65,11 @@ int cpu_hash_reserve(cpu_hash *h, uint64_t count);
  * there (*inserted = 0). Grows first when needed. value_out and inserted may
  * be NULL. TSDF_EINVAL for TSDF_KEY_EMPTY, TSDF_ENOMEM, TSDF_EINTERNAL. */
 int cpu_hash_insert(cpu_hash *h, uint64_t key, uint32_t value, uint32_t *value_out, int *inserted);
+
+/* Removes key; 1 (and its value in *value_out, optional) when it was
+ * there, 0 when absent, TSDF_EINTERNAL when the probe wrapped around a full
+ * table (counted). */
+int cpu_hash_erase(cpu_hash *h, uint64_t key, uint32_t *value_out);
 
 /* Probe statistics computed from the table: the displacement of each key
  * from its home slot. hist may be NULL; otherwise TSDF_PROBE_HIST_BINS bins,

@@ -23,6 +23,7 @@
 
 typedef struct {
     cpu_volume *v;
+    const cpu_store *st;
     int with_color;
 
     /* block key -> index of that block's EDGE_SLOTS vertex ids in edge_ids */
@@ -36,19 +37,34 @@ typedef struct {
     size_t vcount, vcap;
     uint32_t *indices;
     size_t tcount, tcap;
+    /* the owner block of each triangle (tri_keys), when asked for */
+    uint64_t *tri_keys;
+    int tri_keys_wanted;
+    uint64_t cur_key;
 
     /* one-entry block cache for voxel lookups */
     int32_t ckey[3];
-    tsdf_voxel *cblk;
+    int32_t cblk;
     int cvalid;
 } mesher;
 
 #define TSDF_MESH_SOURCE mesher
 #include "tsdf_mesh_vertex.h"
 
+/* The channel index of voxel v of pool block b. */
+static size_t voxel_at(int32_t b, int v)
+{
+    return (size_t)b * TSDF_BLOCK_VOXELS + (size_t)v;
+}
+
+static tsdf_vox load(const mesher *m, size_t i)
+{
+    return tsdf_vox_load(m->st->layout, m->st->geom, i, m->st->quant);
+}
+
 /* The voxel lookup of tsdf_mesh_vertex.h, through the mesher's one-entry
  * block cache. */
-static const tsdf_voxel *tsdf_mesh_source_voxel(mesher *m, int32_t x, int32_t y, int32_t z)
+static int tsdf_mesh_source_voxel(mesher *m, int32_t x, int32_t y, int32_t z, tsdf_vox *out)
 {
     int32_t bx = tsdf_floor_div8(x), by = tsdf_floor_div8(y), bz = tsdf_floor_div8(z);
     if (!m->cvalid || m->ckey[0] != bx || m->ckey[1] != by || m->ckey[2] != bz) {
@@ -58,9 +74,10 @@ static const tsdf_voxel *tsdf_mesh_source_voxel(mesher *m, int32_t x, int32_t y,
         m->ckey[2] = bz;
         m->cvalid = 1;
     }
-    if (m->cblk == NULL)
-        return NULL;
-    return m->cblk + tsdf_voxel_index(x & 7, y & 7, z & 7);
+    if (m->cblk < 0)
+        return 0;
+    *out = load(m, voxel_at(m->cblk, tsdf_voxel_index(x & 7, y & 7, z & 7)));
+    return 1;
 }
 
 static int grow(void **arr, size_t *cap, size_t need, size_t elem, size_t min_cap)
@@ -105,10 +122,9 @@ static int edge_slot(mesher *m, const int32_t g[3], int axis, uint32_t **slot)
     return TSDF_OK;
 }
 
-/* The id of the vertex on the edge from voxel g0 (sdf s0) one step along
- * axis to g1 (sdf s1), made on first use. */
-static int edge_vertex(mesher *m, const int32_t g0[3], int axis, const tsdf_voxel *v0,
-                       const tsdf_voxel *v1, uint32_t *id)
+/* The id of the vertex on the edge from voxel g0 (channel index i0) one
+ * step along axis to g1 (i1), made on first use. */
+static int edge_vertex(mesher *m, const int32_t g0[3], int axis, size_t i0, size_t i1, uint32_t *id)
 {
     uint32_t *slot;
     int rc;
@@ -136,8 +152,11 @@ static int edge_vertex(mesher *m, const int32_t g0[3], int axis, const tsdf_voxe
     }
     m->vcap = cap;
 
-    tsdf_mesh_edge_vertex(m, g0, axis, v0, v1, m->v->params.voxel_size_m,
-                          &m->positions[3 * m->vcount], &m->normals[3 * m->vcount],
+    tsdf_mesh_edge_vertex(m, g0, axis, load(m, i0), load(m, i1),
+                          m->with_color ? m->st->rgb + TSDF_RGB_BYTES * i0 : NULL,
+                          m->with_color ? m->st->rgb + TSDF_RGB_BYTES * i1 : NULL,
+                          m->v->params.voxel_size_m, &m->positions[3 * m->vcount],
+                          &m->normals[3 * m->vcount],
                           m->with_color ? &m->colors[3 * m->vcount] : NULL);
     *slot = (uint32_t)m->vcount;
     *id = *slot;
@@ -149,7 +168,7 @@ static int edge_vertex(mesher *m, const int32_t g0[3], int axis, const tsdf_voxe
 static int mesh_block(mesher *m, const int32_t b[3])
 {
     /* The block and its +x/+y/+z neighbours: nb[dx + 2 dy + 4 dz]. */
-    tsdf_voxel *nb[8];
+    int32_t nb[8];
     for (int k = 0; k < 8; k++)
         nb[k] =
             cpu_volume_block(m->v, b[0] + (k & 1), b[1] + ((k >> 1) & 1), b[2] + ((k >> 2) & 1));
@@ -157,19 +176,20 @@ static int mesh_block(mesher *m, const int32_t b[3])
     for (int z = 0; z < TSDF_BLOCK_DIM; z++) {
         for (int y = 0; y < TSDF_BLOCK_DIM; y++) {
             for (int x = 0; x < TSDF_BLOCK_DIM; x++) {
-                const tsdf_voxel *cv[8];
+                size_t cv[8];
                 float c8[8];
                 int ok = 1, cube, rc;
                 for (int k = 0; k < 8 && ok; k++) {
                     int lx = x + (k & 1), ly = y + ((k >> 1) & 1), lz = z + ((k >> 2) & 1);
                     int bi = (lx >> 3) | ((ly >> 3) << 1) | ((lz >> 3) << 2);
-                    if (nb[bi] == NULL) {
+                    if (nb[bi] < 0) {
                         ok = 0;
                         break;
                     }
-                    cv[k] = nb[bi] + tsdf_voxel_index(lx & 7, ly & 7, lz & 7);
-                    ok = tsdf_voxel_known(cv[k]);
-                    c8[k] = cv[k]->sdf_m;
+                    cv[k] = voxel_at(nb[bi], tsdf_voxel_index(lx & 7, ly & 7, lz & 7));
+                    tsdf_vox vx = load(m, cv[k]);
+                    ok = tsdf_vox_known(vx);
+                    c8[k] = vx.sdf_m;
                 }
                 if (!ok)
                     continue;
@@ -190,10 +210,20 @@ static int mesh_block(mesher *m, const int32_t b[3])
                         if (rc != TSDF_OK)
                             return rc;
                     }
-                    rc = grow((void **)&m->indices, &m->tcap, m->tcount + 1, 3 * sizeof(uint32_t),
-                              1024);
+                    size_t cap = m->tcap;
+                    rc =
+                        grow((void **)&m->indices, &cap, m->tcount + 1, 3 * sizeof(uint32_t), 1024);
                     if (rc != TSDF_OK)
                         return rc;
+                    if (m->tri_keys_wanted) {
+                        size_t kcap = m->tcap;
+                        rc = grow((void **)&m->tri_keys, &kcap, m->tcount + 1, sizeof(uint64_t),
+                                  1024);
+                        if (rc != TSDF_OK)
+                            return rc;
+                        m->tri_keys[m->tcount] = m->cur_key;
+                    }
+                    m->tcap = cap;
                     memcpy(&m->indices[3 * m->tcount], tri, sizeof(tri));
                     m->tcount++;
                 }
@@ -201,43 +231,6 @@ static int mesh_block(mesher *m, const int32_t b[3])
         }
     }
     return TSDF_OK;
-}
-
-/* Whether block b is selected by the parameters. Its cells reach one voxel
- * into the + neighbours, so "changed since" looks at those too. */
-static int block_selected(cpu_volume *v, const tsdf_mesh_params *p, const int32_t b[3],
-                          uint64_t version)
-{
-    if (p == NULL)
-        return 1;
-    if (p->use_box) {
-        const float bs = (float)TSDF_BLOCK_DIM * v->params.voxel_size_m;
-        for (int a = 0; a < 3; a++) {
-            float lo = (float)b[a] * bs, hi = (float)(b[a] + 1) * bs;
-            if (hi < p->box.min[a] || lo > p->box.max[a])
-                return 0;
-        }
-    }
-    if (p->since_version != 0 && version <= p->since_version) {
-        int changed = 0;
-        for (int k = 1; k < 8 && !changed; k++) {
-            int32_t n[3] = {b[0] + (k & 1), b[1] + ((k >> 1) & 1), b[2] + ((k >> 2) & 1)};
-            uint32_t idx;
-            if (!tsdf_block_coord_valid(n[0], n[1], n[2]))
-                continue;
-            if (cpu_hash_find(&v->table, tsdf_block_key(n[0], n[1], n[2]), &idx) == 1)
-                changed = v->block_versions[idx] > p->since_version;
-        }
-        if (!changed)
-            return 0;
-    }
-    return 1;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 static void mesher_free(mesher *m)
@@ -248,45 +241,73 @@ static void mesher_free(mesher *m)
     free(m->normals);
     free(m->colors);
     free(m->indices);
+    free(m->tri_keys);
 }
 
-int cpu_mesh(void *impl, const tsdf_mesh_params *p, tsdf_mesh *out)
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The keys of every block, ascending: the order that makes the mesh the
+ * same whatever the insertion order was (and comparable with the CUDA
+ * backend's). */
+static int all_keys(const cpu_store *st, uint64_t **keys, size_t *n)
+{
+    size_t count = 0;
+    *keys = NULL;
+    *n = 0;
+    if (cpu_store_count(st) == 0)
+        return TSDF_OK;
+    uint64_t *k = malloc((size_t)cpu_store_count(st) * sizeof(*k));
+    if (k == NULL)
+        return TSDF_ENOMEM;
+    for (uint32_t i = 0; i < st->used; i++)
+        if (st->keys[i] != TSDF_KEY_EMPTY)
+            k[count++] = st->keys[i];
+    qsort(k, count, sizeof(*k), cmp_u64);
+    *keys = k;
+    *n = count;
+    return TSDF_OK;
+}
+
+int cpu_mesh(void *impl, const uint64_t *keys, size_t n, tsdf_mesh *out, uint64_t **tri_keys,
+             uint64_t **meshed, size_t *n_meshed)
 {
     cpu_volume *v = impl;
     double t0 = cpu_now_ms();
-    uint64_t *sel = NULL;
-    size_t nsel = 0;
+    uint64_t *all = NULL, *done = NULL;
+    size_t ndone = 0;
     mesher m;
     int rc;
 
     memset(&m, 0, sizeof(m));
     m.v = v;
-    m.with_color = v->has_color;
+    m.st = &v->store;
+    m.with_color = v->store.rgb != NULL;
+    m.tri_keys_wanted = tri_keys != NULL;
     if ((rc = cpu_hash_init(&m.edge_blocks, 1024, 0.5f)) != TSDF_OK)
         return rc;
-
-    /* Blocks in key order, so the mesh is the same whatever the insertion
-     * order was (and comparable with the CUDA backend's). */
-    if (v->pool_count != 0) {
-        sel = malloc((size_t)v->pool_count * sizeof(*sel));
-        if (sel == NULL) {
-            rc = TSDF_ENOMEM;
+    if (keys == NULL) {
+        if ((rc = all_keys(&v->store, &all, &n)) != TSDF_OK)
             goto out;
-        }
+        keys = all;
     }
-    for (uint32_t i = 0; i < v->pool_count; i++) {
-        int32_t b[3];
-        tsdf_block_key_unpack(v->block_keys[i], &b[0], &b[1], &b[2]);
-        if (block_selected(v, p, b, v->block_versions[i]))
-            sel[nsel++] = v->block_keys[i];
+    if (meshed != NULL && n != 0 && (done = malloc(n * sizeof(*done))) == NULL) {
+        rc = TSDF_ENOMEM;
+        goto out;
     }
-    if (nsel != 0)
-        qsort(sel, nsel, sizeof(*sel), cmp_u64);
-    for (size_t i = 0; i < nsel; i++) {
+    for (size_t i = 0; i < n; i++) {
         int32_t b[3];
-        tsdf_block_key_unpack(sel[i], &b[0], &b[1], &b[2]);
+        if (cpu_store_find(&v->store, keys[i]) < 0)
+            continue;
+        tsdf_block_key_unpack(keys[i], &b[0], &b[1], &b[2]);
+        m.cur_key = keys[i];
         if ((rc = mesh_block(&m, b)) != TSDF_OK)
             goto out;
+        if (done != NULL)
+            done[ndone++] = keys[i];
     }
 
     tsdf_mesh_fini(out);
@@ -299,10 +320,20 @@ int cpu_mesh(void *impl, const tsdf_mesh_params *p, tsdf_mesh *out)
     m.positions = m.normals = NULL;
     m.colors = NULL;
     m.indices = NULL;
+    if (tri_keys != NULL) {
+        *tri_keys = m.tri_keys;
+        m.tri_keys = NULL;
+    }
+    if (meshed != NULL) {
+        *meshed = done;
+        *n_meshed = ndone;
+        done = NULL;
+    }
     v->last_mesh_ms = cpu_now_ms() - t0;
     rc = TSDF_OK;
 out:
-    free(sel);
+    free(all);
+    free(done);
     mesher_free(&m);
     return rc;
 }

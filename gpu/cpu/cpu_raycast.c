@@ -1,7 +1,7 @@
 /*
  * cpu_raycast.c - the CPU reference raycast: per pixel, the march of
  * tsdf_raycast_march.h (shared with the CUDA kernel), with blocks found in
- * the CPU volume's hash table.
+ * the CPU store's hash table.
  */
 #include <stddef.h>
 
@@ -11,8 +11,7 @@
 #define TSDF_RAY_SOURCE cpu_volume *
 #include "tsdf_raycast_march.h"
 
-static const tsdf_voxel *tsdf_ray_source_block(const tsdf_ray_volume *vol, int32_t bx, int32_t by,
-                                               int32_t bz)
+static int32_t tsdf_ray_source_block(const tsdf_ray_volume *vol, int32_t bx, int32_t by, int32_t bz)
 {
     return cpu_volume_block(vol->src, bx, by, bz);
 }
@@ -25,6 +24,10 @@ int cpu_raycast(void *impl, const tsdf_raycast_params *p, tsdf_raycast_output *o
     tsdf_ray_cache cache;
 
     vol.src = v;
+    vol.layout = v->store.layout;
+    vol.geom = v->store.geom;
+    vol.rgb = v->store.rgb;
+    vol.quant = v->store.quant;
     vol.voxel_size_m = v->params.voxel_size_m;
     vol.inv_voxel_size = v->inv_voxel_size;
     vol.inv_block_size = v->inv_block_size;

@@ -1,8 +1,8 @@
 /*
  * cuda_backend.cu - the CUDA backend's life cycle and bookkeeping: device
- * probe, error mapping, create / destroy / reset, statistics, block export
- * and import, the frame timeline, the test hooks, and the tsdf_cuda_ops
- * table the front end dispatches to.
+ * probe, error mapping, create / destroy / reset, statistics, the frame
+ * timeline, the test hooks, and the tsdf_cuda_ops table the front end
+ * dispatches to (the store operations themselves are in cuda_store.cu).
  *
  * Errors: every CUDA call goes through cuda_check, which maps a failure to
  * TSDF_ECUDA and keeps its text per thread (tsdf_cuda_last_error_string).
@@ -117,8 +117,6 @@ static void free_scratch(struct cuda_volume *v)
 
 /* The per-frame candidate set: set_cap slots (power of two) and lists of
  * set_cap / 2 distinct keys, so the set never passes half full. */
-int cuda_scratch_reserve(struct cuda_volume *v, uint32_t set_cap);
-
 int cuda_scratch_reserve(struct cuda_volume *v, uint32_t set_cap)
 {
     if (set_cap <= v->set_cap)
@@ -184,11 +182,12 @@ static void cuda_destroy(void *impl)
         (void)cudaStreamSynchronize(v->upload_stream);
     free_staging(v);
     free_scratch(v);
-    cuda_dev_free(v, v->d_keys, (size_t)v->capacity * sizeof(uint64_t));
-    cuda_dev_free(v, v->d_vals, (size_t)v->capacity * sizeof(int32_t));
+    cuda_table_free(v);
     cuda_dev_free(v, v->d_block_keys, (size_t)v->pool_cap * sizeof(uint64_t));
     cuda_dev_free(v, v->d_block_versions, (size_t)v->pool_cap * sizeof(uint64_t));
-    cuda_dev_free(v, v->d_voxels, (size_t)v->pool_cap * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
+    cuda_dev_free(v, v->d_free, (size_t)v->pool_cap * sizeof(uint32_t));
+    cuda_dev_free(v, v->d_geom, (size_t)v->pool_cap * v->geom_block_bytes);
+    cuda_dev_free(v, v->d_rgb, (size_t)v->pool_cap * TSDF_BLOCK_RGB_BYTES);
     cuda_dev_free(v, v->d_counters, CUDA_CTR_COUNT * sizeof(uint32_t));
     cuda_dev_free(v, v->d_ray, v->ray_cap);
     for (int i = 0; i < CUDA_MESH_BUFFERS; i++)
@@ -277,6 +276,9 @@ static int cuda_create(const tsdf_volume_params *p, void **impl)
         return TSDF_ENOMEM;
     v->p = *p;
     v->device = p->cuda_device;
+    /* The same expressions as the CPU backend, so both quantise alike. */
+    v->quant = tsdf_quant_for(p->trunc_vox * p->voxel_size_m);
+    v->geom_block_bytes = tsdf_layout_block_bytes(p->layout);
     int rc = cuda_create_impl(v);
     if (rc != TSDF_OK) {
         cuda_destroy(v);
@@ -337,42 +339,19 @@ static int cuda_sync(void *impl)
     return enter_synced((struct cuda_volume *)impl);
 }
 
-/* The memory that holds the volume's content: the table's slots and the
- * block pool (its spare capacity included), as the CPU backend counts it
- * and as the memory cap is checked (cuda_hash.cu). The per-frame scratch,
- * the staging and the query buffers come on top (mem_bytes counts every
- * allocation): they are bounded by the frame and image sizes, not by the
- * map's growth, and a budget of content is what a cap can enforce without
- * refusing frames for buffers of a fixed size. Host arithmetic only. */
-static uint64_t content_bytes(const struct cuda_volume *v)
-{
-    return (uint64_t)v->capacity * CUDA_SLOT_BYTES + (uint64_t)v->pool_cap * CUDA_BLOCK_BYTES;
-}
-
 static int cuda_reset(void *impl)
 {
     struct cuda_volume *v = (struct cuda_volume *)impl;
     int rc = enter_synced(v);
     if (rc != TSDF_OK)
         return rc;
-    uint32_t cap = round_pow2(v->p.initial_capacity_blocks);
-    if (cap != v->capacity) {
-        cuda_dev_free(v, v->d_keys, (size_t)v->capacity * sizeof(uint64_t));
-        cuda_dev_free(v, v->d_vals, (size_t)v->capacity * sizeof(int32_t));
-        v->d_keys = NULL;
-        v->d_vals = NULL;
-        v->capacity = 0;
-        rc = cuda_table_alloc(v, cap);
-        if (rc != TSDF_OK)
-            return rc;
-    } else {
-        CUDA_TRY(cudaMemsetAsync(v->d_keys, 0xff, (size_t)cap * sizeof(uint64_t), v->stream));
-    }
-    /* The bump allocator starts over; the pool's memory is kept for reuse.
-     * As on the CPU backend, has_color and the counters are kept. */
-    v->blocks = 0;
+    /* As on the CPU backend: the blocks and the colour go, the counters
+     * stay, the version moves on. */
+    rc = cuda_store_clear(v);
+    if (rc != TSDF_OK)
+        return rc;
     v->version++;
-    return cuda_sync_all(v);
+    return TSDF_OK;
 }
 
 static int cuda_stats(void *impl, tsdf_volume_stats *out)
@@ -393,10 +372,13 @@ static int cuda_stats(void *impl, tsdf_volume_stats *out)
     out->frames_integrated = v->frames_integrated;
     out->frames_rejected = v->frames_rejected;
     out->insert_failures = v->insert_failures;
-    out->memory_bytes = content_bytes(v);
+    out->memory_bytes = cuda_content_bytes(v);
     out->memory_cap_bytes = v->p.memory_cap_bytes;
     out->version = v->version;
-    out->has_color = v->has_color;
+    out->has_color = v->d_rgb != NULL;
+    out->layout = v->p.layout;
+    out->pool_capacity_blocks = v->pool_cap;
+    out->blocks_erased = v->erased_total;
     if (v->timeline_frames > 0) {
         const struct cuda_frame_events *fe =
             &v->timeline[(v->timeline_frames - 1) % CUDA_TIMELINE_RING];
@@ -458,158 +440,6 @@ static int cuda_timeline_op(void *impl, tsdf_frame_timeline *out, size_t max, si
     return cuda_timeline((struct cuda_volume *)impl, out, max, n);
 }
 
-/* ---- export / import ------------------------------------------------------- */
-
-/* Sorting pairs keeps the comparison free of shared state: workers of
- * different maps export at the same time (a save exports every map in
- * parallel), so a file-scope key array for qsort would race. */
-typedef struct {
-    uint64_t key;
-    uint32_t idx;
-} cuda_key_index;
-
-static int cmp_key_index(const void *a, const void *b)
-{
-    uint64_t ka = ((const cuda_key_index *)a)->key, kb = ((const cuda_key_index *)b)->key;
-    return ka < kb ? -1 : ka > kb;
-}
-
-static int cuda_export_blocks(void *impl, tsdf_block_set *out)
-{
-    struct cuda_volume *v = (struct cuda_volume *)impl;
-    int rc = enter_synced(v);
-    if (rc != TSDF_OK)
-        return rc;
-    size_t n = v->blocks;
-    uint64_t *keys = (uint64_t *)malloc((n ? n : 1) * sizeof(uint64_t));
-    uint64_t *vers = (uint64_t *)malloc((n ? n : 1) * sizeof(uint64_t));
-    tsdf_voxel *vox = (tsdf_voxel *)malloc((n ? n : 1) * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
-    cuda_key_index *order = (cuda_key_index *)malloc((n ? n : 1) * sizeof(cuda_key_index));
-    int32_t *coords = (int32_t *)malloc((n ? n : 1) * 3 * sizeof(int32_t));
-    uint64_t *out_vers = (uint64_t *)malloc((n ? n : 1) * sizeof(uint64_t));
-    tsdf_voxel *out_vox =
-        (tsdf_voxel *)malloc((n ? n : 1) * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
-    if (!keys || !vers || !vox || !order || !coords || !out_vers || !out_vox) {
-        rc = TSDF_ENOMEM;
-        goto done;
-    }
-    if (n) {
-        rc = cuda_check(cudaMemcpyAsync(keys, v->d_block_keys, n * sizeof(uint64_t),
-                                        cudaMemcpyDeviceToHost, v->stream),
-                        "export keys", __FILE__, __LINE__);
-        if (rc == TSDF_OK)
-            rc = cuda_check(cudaMemcpyAsync(vers, v->d_block_versions, n * sizeof(uint64_t),
-                                            cudaMemcpyDeviceToHost, v->stream),
-                            "export versions", __FILE__, __LINE__);
-        if (rc == TSDF_OK)
-            rc = cuda_check(cudaMemcpyAsync(vox, v->d_voxels,
-                                            n * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel),
-                                            cudaMemcpyDeviceToHost, v->stream),
-                            "export voxels", __FILE__, __LINE__);
-        if (rc == TSDF_OK)
-            rc = cuda_sync_all(v);
-        if (rc != TSDF_OK)
-            goto done;
-    }
-    for (size_t i = 0; i < n; i++) {
-        order[i].key = keys[i];
-        order[i].idx = (uint32_t)i;
-    }
-    qsort(order, n, sizeof(cuda_key_index), cmp_key_index);
-    for (size_t i = 0; i < n; i++) {
-        uint32_t b = order[i].idx;
-        tsdf_block_key_unpack(keys[b], &coords[3 * i], &coords[3 * i + 1], &coords[3 * i + 2]);
-        out_vers[i] = vers[b];
-        memcpy(&out_vox[i * TSDF_BLOCK_VOXELS], &vox[(size_t)b * TSDF_BLOCK_VOXELS],
-               TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel));
-    }
-    tsdf_block_set_fini(out);
-    out->count = n;
-    out->coords = coords;
-    out->versions = out_vers;
-    out->voxels = out_vox;
-    out->version = v->version;
-    coords = NULL;
-    out_vers = NULL;
-    out_vox = NULL;
-done:
-    free(keys);
-    free(vers);
-    free(vox);
-    free(order);
-    free(coords);
-    free(out_vers);
-    free(out_vox);
-    return rc;
-}
-
-static int cuda_import_blocks(void *impl, const tsdf_block_set *in)
-{
-    struct cuda_volume *v = (struct cuda_volume *)impl;
-    int rc = enter_synced(v);
-    if (rc != TSDF_OK)
-        return rc;
-    size_t n = in->count;
-    /* Check that the blocks fit before dropping anything. */
-    {
-        uint64_t cap = round_pow2(v->p.initial_capacity_blocks);
-        while ((double)n > (double)v->p.max_load_factor * (double)cap)
-            cap *= 2;
-        if (v->p.memory_cap_bytes &&
-            cap * CUDA_SLOT_BYTES + n * CUDA_BLOCK_BYTES > v->p.memory_cap_bytes)
-            return TSDF_ECAPACITY;
-    }
-    uint64_t *keys = (uint64_t *)malloc((n ? n : 1) * sizeof(uint64_t));
-    if (keys == NULL)
-        return TSDF_ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        keys[i] = tsdf_block_key(in->coords[3 * i], in->coords[3 * i + 1], in->coords[3 * i + 2]);
-    /* As on the CPU backend: the version moves one above the larger of its
-     * own and the set's (every imported block carries the new version), growth while building the
-     * imported table is not counted as growth under load, and has_color is kept. */
-    const uint64_t growth_before = v->growth_events;
-    const int had_color = v->has_color;
-    /* The version continues above the exporter's (the reset below moves it
-     * one further), so `mesh since` of a client that saw the snapshot's
-     * versions still finds every later change. */
-    if (in->version > v->version)
-        v->version = in->version;
-    rc = cuda_reset(v);
-    if (rc == TSDF_OK)
-        rc = cuda_reserve(v, n);
-    v->growth_events = growth_before;
-    if (rc == TSDF_OK && n > 0) {
-        /* The keys go through the frame list (sized up as needed), the
-         * voxels and versions straight into the pool: block i is pool
-         * block i. */
-        uint32_t set_cap = v->set_cap;
-        while (set_cap / 2 < n)
-            set_cap *= 2;
-        rc = cuda_scratch_reserve(v, set_cap);
-        if (rc == TSDF_OK)
-            rc = cuda_check(cudaMemcpyAsync(v->d_unique, keys, n * sizeof(uint64_t),
-                                            cudaMemcpyHostToDevice, v->stream),
-                            "import keys", __FILE__, __LINE__);
-        if (rc == TSDF_OK)
-            rc = cuda_insert_new(v, v->d_unique, (uint32_t)n, NULL, NULL);
-        if (rc == TSDF_OK)
-            rc = cuda_check(cudaMemcpyAsync(v->d_voxels, in->voxels,
-                                            n * TSDF_BLOCK_VOXELS * sizeof(tsdf_voxel),
-                                            cudaMemcpyHostToDevice, v->stream),
-                            "import voxels", __FILE__, __LINE__);
-        if (rc == TSDF_OK)
-            rc = cuda_sync_all(v);
-    }
-    free(keys);
-    if (rc != TSDF_OK)
-        return rc;
-    int has_color = had_color;
-    for (size_t i = 0; i < n * TSDF_BLOCK_VOXELS && !has_color; i++)
-        has_color = in->voxels[i].rgb[0] | in->voxels[i].rgb[1] | in->voxels[i].rgb[2];
-    v->has_color = has_color;
-    return TSDF_OK;
-}
-
 /* ---- the operations ---------------------------------------------------------- */
 
 static int cuda_integrate_op(void *impl, const tsdf_frame *f)
@@ -635,13 +465,64 @@ static int cuda_raycast_op(void *impl, const tsdf_raycast_params *p, tsdf_raycas
     return cuda_raycast(v, p, out);
 }
 
-static int cuda_mesh_op(void *impl, const tsdf_mesh_params *p, tsdf_mesh *out)
+static int cuda_mesh_op(void *impl, const uint64_t *keys, size_t n, tsdf_mesh *out,
+                        uint64_t **tri_keys, uint64_t **meshed, size_t *n_meshed)
 {
     struct cuda_volume *v = (struct cuda_volume *)impl;
     int rc = enter_settled(v);
     if (rc != TSDF_OK)
         return rc;
-    return cuda_mesh(v, p, out);
+    return cuda_mesh(v, keys, n, out, tri_keys, meshed, n_meshed);
+}
+
+/* ---- the block store ------------------------------------------------------- */
+
+static int cuda_select_op(void *impl, const tsdf_block_select *q, uint64_t **keys, size_t *n)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    *keys = NULL;
+    *n = 0;
+    int rc = enter_synced(v);
+    if (rc != TSDF_OK)
+        return rc;
+    return cuda_store_select(v, q, keys, n);
+}
+
+static int cuda_read_op(void *impl, const uint64_t *keys, size_t n, tsdf_block_set *out)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    int rc = enter_synced(v);
+    if (rc != TSDF_OK)
+        return rc;
+    return cuda_store_read(v, keys, n, out);
+}
+
+static int cuda_write_op(void *impl, const tsdf_block_set *in, int replace, uint64_t version)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    int rc = enter_synced(v);
+    if (rc != TSDF_OK)
+        return rc;
+    return cuda_store_write(v, in, replace, version);
+}
+
+static int cuda_erase_op(void *impl, const uint64_t *keys, size_t n, size_t *erased)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    *erased = 0;
+    int rc = enter_synced(v);
+    if (rc != TSDF_OK)
+        return rc;
+    return cuda_store_erase(v, keys, n, erased);
+}
+
+static int cuda_find_op(void *impl, const uint64_t *keys, size_t n, uint8_t *present)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    int rc = enter_synced(v);
+    if (rc != TSDF_OK)
+        return rc;
+    return cuda_store_find(v, keys, n, present);
 }
 
 /* ---- memory ------------------------------------------------------------------ */
@@ -660,7 +541,12 @@ static int cuda_set_memory_cap(void *impl, uint64_t cap_bytes)
 
 static uint64_t cuda_memory_bytes(void *impl)
 {
-    return content_bytes((struct cuda_volume *)impl);
+    return cuda_content_bytes((struct cuda_volume *)impl);
+}
+
+static uint64_t cuda_version(void *impl)
+{
+    return ((struct cuda_volume *)impl)->version;
 }
 
 extern "C" int tsdf_cuda_total_memory(int ordinal, uint64_t *total_bytes)
@@ -681,6 +567,8 @@ extern "C" int tsdf_cuda_total_memory(int ordinal, uint64_t *total_bytes)
     return TSDF_OK;
 }
 
+/* In the order of tsdf_backend_ops (C++ has no designated initialisers
+ * for C structs before C++20). */
 extern "C" const tsdf_backend_ops tsdf_cuda_ops = {
     "cuda",
     cuda_create,
@@ -691,16 +579,18 @@ extern "C" const tsdf_backend_ops tsdf_cuda_ops = {
     cuda_raycast_op,
     cuda_mesh_op,
     cuda_stats,
-    cuda_export_blocks,
-    cuda_import_blocks,
     cuda_set_memory_cap,
     cuda_memory_bytes,
+    cuda_version,
     cuda_timeline_op,
+    cuda_select_op,
+    cuda_read_op,
+    cuda_write_op,
+    cuda_erase_op,
+    cuda_find_op,
 };
 
 /* ---- test hooks ---------------------------------------------------------------- */
-
-int cuda_insert_keys(struct cuda_volume *v, const uint64_t *d_keys, uint32_t n, uint32_t *added);
 
 extern "C" int tsdf_cuda_test_insert_keys(void *impl, const uint64_t *keys, size_t n,
                                           size_t *inserted)
@@ -769,4 +659,32 @@ extern "C" uint64_t tsdf_cuda_test_insert_errors(void *impl)
         cudaStreamSynchronize(v->stream) != cudaSuccess)
         return UINT64_MAX;
     return fail;
+}
+
+static int cmp_u64_hook(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+extern "C" int tsdf_cuda_test_erase_keys(void *impl, const uint64_t *keys, size_t n, size_t *erased)
+{
+    struct cuda_volume *v = (struct cuda_volume *)impl;
+    size_t gone = 0, m = 0;
+    /* The erase kernel takes distinct keys, as the front end passes them. */
+    uint64_t *u = (uint64_t *)malloc((n ? n : 1) * sizeof(uint64_t));
+    if (u == NULL)
+        return TSDF_ENOMEM;
+    memcpy(u, keys, n * sizeof(uint64_t));
+    qsort(u, n, sizeof(uint64_t), cmp_u64_hook);
+    for (size_t i = 0; i < n; i++)
+        if (m == 0 || u[i] != u[m - 1])
+            u[m++] = u[i];
+    int rc = enter_synced(v);
+    if (rc == TSDF_OK)
+        rc = cuda_store_erase(v, u, m, &gone);
+    free(u);
+    if (erased)
+        *erased = gone;
+    return rc;
 }

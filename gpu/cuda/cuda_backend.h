@@ -37,6 +37,9 @@ int tsdf_cuda_timeline(void *impl, tsdf_frame_timeline *out, size_t max, size_t 
  * TSDF_ECAPACITY when the cap forbids it. *inserted (optional) receives
  * how many new blocks were made. */
 int tsdf_cuda_test_insert_keys(void *impl, const uint64_t *keys, size_t n, size_t *inserted);
+/* Erases the keys of keys[0 .. n) that are present (duplicates allowed),
+ * the way eviction does; *erased (optional) receives how many went. */
+int tsdf_cuda_test_erase_keys(void *impl, const uint64_t *keys, size_t n, size_t *erased);
 /* Looks up n keys; idx_out[i] is the key's block index or -1. */
 int tsdf_cuda_test_find_keys(void *impl, const uint64_t *keys, size_t n, int32_t *idx_out);
 /* Keys whose insertion found no slot since creation (must be 0). */

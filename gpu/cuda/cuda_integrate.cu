@@ -32,8 +32,9 @@
  * nobody waits for yet. Both kernels evaluate, on the same counters, the
  * skip condition "the set overflowed, or missing > room", where room is
  * what is left under a HARD limit computed on the host at launch from the
- * exact host mirror of the block count (hard_room: min(pool capacity,
- * max(0.9, max_load) * slots, slots - 1, 2^31 - 1) - blocks). A skipped
+ * exact host mirrors of the pool and the table (hard_room: the free slots
+ * and the unused pool slots, and no more than keeps keys and tombstones at
+ * most max(0.9, max_load) * slots, slots - 1 and 2^31 - 1). A skipped
  * frame writes nothing but empties the set slots it listed. The frame is
  * then "pending": cuda_settle consumes it at the start of the next
  * integrate (after that call's upload is queued, so the upload still
@@ -41,14 +42,15 @@
  *   - it waits for `counted` and evaluates the same condition on the same
  *     counter values (nothing writes UNIQUE / MISSING / SET_OVERFLOW after
  *     collect), so host and device agree on whether the frame went in;
- *   - went in: blocks += missing (the device used ids blocks .. blocks +
- *     missing - 1, all < pool capacity), frames_integrated, has_color;
+ *   - went in: the pool's mirrors take the missing blocks (the device put
+ *     them where cuda_alloc_now said: the top of the free stack, then slots
+ *     from `used` on, all < pool capacity), frames_integrated;
  *   - skipped: an overflowed set is cleared whole (it also holds keys it
  *     could not list), and the frame is RE-RUN through the synchronous
  *     path from its staging half, with its own version and timeline slot;
- *   - then growth ahead of need (grow_ahead): the table once blocks passed
- *     max_load * slots, the pool when less than twice the largest frame's
- *     new blocks is left.
+ *   - then growth ahead of need (grow_ahead): the table once keys and
+ *     tombstones passed max_load * slots, the pool when less than twice the
+ *     largest frame's new blocks is left.
  *
  * Why the re-run gives the same volume as integrating in order:
  *   - Nothing of the skipped frame N was written: k_insert_frame returns
@@ -92,9 +94,6 @@
 #include <string.h>
 
 #include "cuda_internal.h"
-
-int cuda_scratch_reserve(struct cuda_volume *v, uint32_t set_cap);
-int cuda_sync_all(struct cuda_volume *v);
 
 /* ---- kernels ------------------------------------------------------------- */
 
@@ -193,12 +192,14 @@ static __global__ void k_clear_set(uint64_t *set, const uint32_t *unique_slot, u
  * know it at launch. Each voxel is still updated by exactly one thread,
  * with the same inputs, whatever the grid. When the frame was skipped (set
  * overflow, or more new blocks than `room`: the condition k_insert_frame
- * and cuda_settle evaluate on the same counters) only the set is emptied. */
-template <int FMT, bool COLOR>
+ * and cuda_settle evaluate on the same counters) only the set is emptied.
+ * Depth format, colour and layout are template arguments: the shared
+ * code's branches on them fold, and the loop has none. */
+template <int FMT, bool COLOR, int LAYOUT>
 static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
     k_update(frame_args a, const uint32_t *counters, uint32_t unique_cap, uint32_t room,
              const int32_t *frame_blocks, const uint64_t *block_keys, uint64_t *block_versions,
-             tsdf_voxel *voxels, uint64_t version, uint64_t *set, const uint32_t *unique_slot)
+             void *geom, uint8_t *rgb, uint64_t version, uint64_t *set, const uint32_t *unique_slot)
 {
     uint32_t n = counters[CUDA_CTR_UNIQUE];
     if (n > unique_cap)
@@ -225,11 +226,9 @@ static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
         tsdf_block_key_unpack(key, &bc[0], &bc[1], &bc[2]);
         float p[3];
         tsdf_block_voxel_center(bc, x, y, z, a.voxel_size, p);
-        tsdf_voxel *vp = &voxels[(size_t)b * TSDF_BLOCK_VOXELS + threadIdx.x];
-        tsdf_voxel vox = *vp;
-        int changed = tsdf_integrate_voxel(&vox, p, a.T_cam_world, &f, a.trunc_m, a.max_weight);
-        if (changed)
-            *vp = vox;
+        int changed = tsdf_integrate_voxel((tsdf_layout)LAYOUT, geom, COLOR ? rgb : NULL,
+                                           (size_t)b * TSDF_BLOCK_VOXELS + threadIdx.x, p,
+                                           a.T_cam_world, &f, a.trunc_m, a.max_weight, a.quant);
         if (__syncthreads_or(changed) && threadIdx.x == 0)
             block_versions[b] = version;
     }
@@ -340,39 +339,53 @@ static int launch_update(struct cuda_volume *v, const frame_args &a, uint32_t n_
     unsigned grid = v->update_grid;
     if (n_host != 0 && n_host < grid)
         grid = n_host;
-#define LAUNCH(FMT, COL)                                                                           \
-    k_update<FMT, COL><<<grid, TSDF_BLOCK_VOXELS, 0, v->stream>>>(                                 \
+    /* A colour frame's update needs the colour channel: integrate made it
+     * before queueing the frame (or the growth of the first pool did). */
+    if (color && v->d_rgb == NULL && v->pool_cap != 0)
+        return TSDF_EINTERNAL;
+#define LAUNCH(FMT, COL, LAY)                                                                      \
+    k_update<FMT, COL, LAY><<<grid, TSDF_BLOCK_VOXELS, 0, v->stream>>>(                            \
         a, v->d_counters, v->unique_cap, room, v->d_frame_blocks, v->d_block_keys,                 \
-        v->d_block_versions, v->d_voxels, v->version, v->d_set_keys, v->d_set_slot)
+        v->d_block_versions, v->d_geom, v->d_rgb, v->version, v->d_set_keys, v->d_set_slot)
+#define LAUNCH_LAYOUT(FMT, COL)                                                                    \
+    do {                                                                                           \
+        if (v->p.layout == TSDF_LAYOUT_S16)                                                        \
+            LAUNCH(FMT, COL, TSDF_LAYOUT_S16);                                                     \
+        else                                                                                       \
+            LAUNCH(FMT, COL, TSDF_LAYOUT_F32);                                                     \
+    } while (0)
     if (a.f.depth_format == TSDF_DEPTH_U16) {
         if (color)
-            LAUNCH(TSDF_DEPTH_U16, true);
+            LAUNCH_LAYOUT(TSDF_DEPTH_U16, true);
         else
-            LAUNCH(TSDF_DEPTH_U16, false);
+            LAUNCH_LAYOUT(TSDF_DEPTH_U16, false);
     } else {
         if (color)
-            LAUNCH(TSDF_DEPTH_F32, true);
+            LAUNCH_LAYOUT(TSDF_DEPTH_F32, true);
         else
-            LAUNCH(TSDF_DEPTH_F32, false);
+            LAUNCH_LAYOUT(TSDF_DEPTH_F32, false);
     }
+#undef LAUNCH_LAYOUT
 #undef LAUNCH
     CUDA_TRY_LAUNCH();
     return TSDF_OK;
 }
 
 /* Inserts the distinct keys now listed in d_unique (count in h_counters)
- * that are missing. Grows first; TSDF_ECAPACITY leaves the volume as it
- * was. */
-static int insert_missing(struct cuda_volume *v, uint32_t missing)
+ * that are missing, at the volume's version. Grows first (with the colour
+ * channel when with_rgb); TSDF_ECAPACITY leaves the volume as it was. */
+static int insert_missing(struct cuda_volume *v, uint32_t missing, int with_rgb)
 {
-    int rc = cuda_reserve(v, (uint64_t)v->blocks + missing);
+    v->peak_missing = tsdf_peak_update(v->peak_missing, missing);
+    int rc = cuda_reserve(v, missing, with_rgb, 2 * v->peak_missing);
     if (rc == TSDF_ECAPACITY) {
         v->insert_failures += missing;
         return rc;
     }
     if (rc != TSDF_OK)
         return rc;
-    return cuda_insert_new(v, v->d_missing, missing, v->d_frame_blocks, v->d_missing_src);
+    return cuda_insert_new(v, v->d_missing, missing, v->version, v->d_frame_blocks,
+                           v->d_missing_src);
 }
 
 /* Collects and classifies the frame's blocks, growing the per-frame set
@@ -413,13 +426,11 @@ static int frame_sync(struct cuda_volume *v, const frame_args &a, struct cuda_st
         return rc;
     uint32_t unique = v->h_counters[CUDA_CTR_UNIQUE];
     uint32_t missing = v->h_counters[CUDA_CTR_MISSING];
-    rc = insert_missing(v, missing);
+    rc = insert_missing(v, missing, a.f.rgb != NULL);
     if (rc != TSDF_OK) {
         int rc2 = clear_set(v, unique);
         return rc2 != TSDF_OK ? rc2 : rc;
     }
-    if (missing > v->peak_missing)
-        v->peak_missing = missing;
     CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_ALLOC_END], v->stream));
     CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_UPDATE_START], v->stream));
     if (unique > 0) {
@@ -434,21 +445,25 @@ static int frame_sync(struct cuda_volume *v, const frame_args &a, struct cuda_st
 }
 
 /* New blocks the asynchronous path lets one frame add: up to a HARD limit
- * of min(pool capacity, a load of max(0.9, max_load_factor), all slots but
- * one, 2^31 - 1 blocks). Growth keeps blocks under max_load_factor * slots
- * before each frame is queued, so the soft limit is passed by at most one
- * frame and the hard one never. */
+ * of the pool's free and unused slots, and of keys and tombstones at most
+ * max(0.9, max_load_factor) of the slots (all but one at the most), and
+ * 2^31 - 1 blocks. Growth keeps keys and tombstones under max_load_factor
+ * * slots before each frame is queued, so the soft limit is passed by at
+ * most one frame and the hard one never. */
 static uint32_t hard_room(const struct cuda_volume *v)
 {
     double load = v->p.max_load_factor > 0.9f ? (double)v->p.max_load_factor : 0.9;
     uint64_t limit = (uint64_t)(load * (double)v->capacity);
     if (limit >= v->capacity)
         limit = v->capacity - 1;
-    if (limit > v->pool_cap)
-        limit = v->pool_cap;
-    if (limit > 0x7fffffffull)
-        limit = 0x7fffffffull;
-    return limit > v->blocks ? (uint32_t)(limit - v->blocks) : 0u;
+    const uint64_t occupied = (uint64_t)v->blocks + v->tombstones;
+    uint64_t room = limit > occupied ? limit - occupied : 0;
+    const uint64_t pool_room = (uint64_t)v->free_count + (v->pool_cap - v->used);
+    if (room > pool_room)
+        room = pool_room;
+    if ((uint64_t)v->blocks + room > 0x7fffffffull)
+        room = 0x7fffffffull > v->blocks ? 0x7fffffffull - v->blocks : 0;
+    return (uint32_t)room;
 }
 
 /* The asynchronous path: collect, copy the counts back (not waited for),
@@ -500,28 +515,26 @@ static int frame_async(struct cuda_volume *v, const frame_args &a, struct cuda_s
  * failure. */
 static void grow_ahead(struct cuda_volume *v)
 {
-    if ((double)v->blocks > (double)v->p.max_load_factor * (double)v->capacity)
-        (void)cuda_reserve(v, v->blocks);
-    uint64_t want = (uint64_t)v->blocks + 2 * v->peak_missing;
-    if (want > v->pool_cap)
-        (void)cuda_reserve_pool(v, want);
+    /* Room for twice the largest frame: the table when keys and
+     * tombstones would pass max_load, the pool when its free and unused
+     * slots would not hold them. */
+    (void)cuda_reserve(v, 2 * v->peak_missing, 0, 0);
 }
 
 /* A frame is in the volume: the host-side bookkeeping. */
-static void frame_done(struct cuda_volume *v, struct cuda_frame_events *fe, int color)
+static void frame_done(struct cuda_volume *v, struct cuda_frame_events *fe)
 {
     v->frames_integrated++;
-    if (color)
-        v->has_color = 1;
     fe->frame = v->frames_integrated;
 }
 
-/* The pending frame turned out not to be integrated: undo its version
- * and its timeline slot (the newest: nothing was queued after it), count
- * it. The caller returns the error, so the next call reports it. */
+/* The pending frame turned out not to be integrated: undo its timeline
+ * slot (the newest: nothing was queued after it), count it. Its version is
+ * kept: tsdf_volume_version may already have reported it, and versions
+ * never go back (a number that no change carries is harmless). The caller
+ * returns the error, so the next call reports it. */
 static void settle_failed(struct cuda_volume *v, const struct cuda_pending *p)
 {
-    v->version = p->version - 1;
     v->frames_rejected++;
     if (v->timeline_frames > 0 &&
         p->fe == &v->timeline[(v->timeline_frames - 1) % CUDA_TIMELINE_RING]) {
@@ -547,11 +560,10 @@ int cuda_settle(struct cuda_volume *v)
     const uint32_t missing = v->h_counters[CUDA_CTR_MISSING];
     const uint32_t overflow = v->h_counters[CUDA_CTR_SET_OVERFLOW];
     if (overflow == 0 && missing <= p.room) {
-        /* The device inserted the frame's blocks at v->blocks onward. */
-        v->blocks += missing;
-        if (missing > v->peak_missing)
-            v->peak_missing = missing;
-        frame_done(v, p.fe, p.color);
+        /* The device put the frame's new blocks where cuda_alloc_now said. */
+        cuda_alloc_take(v, missing);
+        v->peak_missing = tsdf_peak_update(v->peak_missing, missing);
+        frame_done(v, p.fe);
     } else {
         /* Deferred: the device wrote nothing of the frame and emptied the
          * set slots it listed; an overflowed set also holds unlisted keys,
@@ -563,13 +575,18 @@ int cuda_settle(struct cuda_volume *v)
             rc = cuda_check(cudaMemsetAsync(v->d_set_keys, 0xff,
                                             (size_t)v->set_cap * sizeof(uint64_t), v->stream),
                             "clear set", __FILE__, __LINE__);
-        if (rc == TSDF_OK)
+        if (rc == TSDF_OK) {
+            /* The re-run writes the frame's own version. */
+            const uint64_t now = v->version;
+            v->version = p.version;
             rc = frame_sync(v, p.a, p.s, p.fe);
+            v->version = now;
+        }
         if (rc != TSDF_OK) {
             settle_failed(v, &p);
             return rc;
         }
-        frame_done(v, p.fe, p.color);
+        frame_done(v, p.fe);
     }
     grow_ahead(v);
     return TSDF_OK;
@@ -642,6 +659,16 @@ int cuda_integrate(struct cuda_volume *v, const tsdf_frame *f)
             return rc;
         }
     }
+    /* A colour frame into a volume without colour: the channel first (a
+     * pool that does not exist yet gets it when it is made), under the
+     * cap like any growth. */
+    if (rgb_bytes && v->d_rgb == NULL && v->pool_cap != 0) {
+        rc = cuda_reserve(v, 0, 1, 0);
+        if (rc != TSDF_OK) {
+            release_staging(v, s);
+            return rc;
+        }
+    }
     CUDA_TRY(cudaStreamWaitEvent(v->stream, s->uploaded, 0));
 
     frame_args a;
@@ -655,6 +682,7 @@ int cuda_integrate(struct cuda_volume *v, const tsdf_frame *f)
     a.trunc_m = v->p.trunc_vox * v->p.voxel_size_m;
     a.inv_block_size = 1.0f / ((float)TSDF_BLOCK_DIM * v->p.voxel_size_m);
     a.max_weight = v->p.max_weight;
+    a.quant = v->quant;
 
     /* The version this frame writes; on failure nothing carries it. */
     const uint64_t saved = v->version;
@@ -690,7 +718,7 @@ int cuda_integrate(struct cuda_volume *v, const tsdf_frame *f)
         s->used = 0;
         return rc;
     }
-    frame_done(v, fe, rgb_bytes != 0);
+    frame_done(v, fe);
     return TSDF_OK;
 }
 
@@ -702,8 +730,6 @@ static __global__ void k_keys_to_set(const uint64_t *keys, uint32_t n, frame_lis
     if (i < n)
         set_insert(L, keys[i]);
 }
-
-int cuda_insert_keys(struct cuda_volume *v, const uint64_t *d_keys, uint32_t n, uint32_t *added);
 
 int cuda_insert_keys(struct cuda_volume *v, const uint64_t *d_keys, uint32_t n, uint32_t *added)
 {
@@ -730,7 +756,7 @@ int cuda_insert_keys(struct cuda_volume *v, const uint64_t *d_keys, uint32_t n, 
     if (rc != TSDF_OK)
         return rc;
     v->version++;
-    rc = insert_missing(v, missing);
+    rc = insert_missing(v, missing, 0);
     if (rc != TSDF_OK)
         return rc;
     *added = missing;

@@ -3,15 +3,16 @@
  * CPU reference (gpu/cpu/cpu_mesh.c) up to vertex and triangle order.
  *
  * The CPU rules, kept here: a cell belongs to the block of its minimum
- * corner and needs all 8 corners known; a block is selected by box and
- * since_version (its +x/+y/+z neighbours count as changes); a vertex sits on
- * a crossed cell edge named by (start voxel, axis) and is shared by every
- * cell around that edge, across block seams too, so one vertex per used
- * edge; its position, normal and colour come from tsdf_mesh_edge_vertex
- * (tsdf_mesh_vertex.h), the code the CPU runs.
+ * corner and needs all 8 corners known; a vertex sits on a crossed cell
+ * edge named by (start voxel, axis) and is shared by every cell around that
+ * edge, across block seams too, so one vertex per used edge; its position,
+ * normal and colour come from tsdf_mesh_edge_vertex (tsdf_mesh_vertex.h),
+ * the code the CPU runs. Which blocks to mesh (a box, an incremental mesh)
+ * the front end decides (gpu/volume_mesh.c): it passes every block or a
+ * list of keys.
  *
  * Passes (all on the volume's stream):
- *   select   blocks by the parameters into a list;
+ *   select   every live block, or the listed keys that exist, into a list;
  *   touch    the selected blocks and their 7 + neighbours get a mesh-local
  *            index (edge-id arrays exist only for those);
  *   cells    one thread per cell: cube index, triangle count, and a flag on
@@ -29,25 +30,40 @@
 #include "cuda_internal.h"
 #include "tsdf_mc_tables.h"
 
-#define TSDF_MESH_SOURCE const cuda_table_view
-#include "tsdf_mesh_vertex.h"
+/* The voxel lookup of tsdf_mesh_vertex.h reads through this: the table
+ * view and the layout, which the kernels set from a template argument. */
+struct mesh_source {
+    cuda_table_view t;
+    tsdf_layout layout;
+    tsdf_quant quant;
+};
 
-int cuda_sync_all(struct cuda_volume *v);
+#define TSDF_MESH_SOURCE const mesh_source
+#include "tsdf_mesh_vertex.h"
 
 #define EDGE_SLOTS (3 * TSDF_BLOCK_VOXELS)
 #define NO_ID 0xffffffffu
 
 struct mesh_args {
-    cuda_table_view t;
+    mesh_source src;
     const uint64_t *block_keys;
-    const uint64_t *block_versions;
-    uint32_t nblocks;
+    uint32_t used; /* pool slots 0 .. used-1 may hold blocks */
     float voxel_size;
-    int use_box;
-    tsdf_aabb box;
-    uint64_t since_version;
     int with_color;
 };
+
+/* src with its layout fixed at compile time, so the loads' switch folds. */
+template <int LAYOUT> static __device__ __forceinline__ mesh_source fixed(const mesh_source &s)
+{
+    mesh_source f = s;
+    f.layout = (tsdf_layout)LAYOUT;
+    return f;
+}
+
+static __device__ __forceinline__ tsdf_vox load_vox(const mesh_source &s, size_t i)
+{
+    return tsdf_vox_load(s.layout, s.t.geom, i, s.quant);
+}
 
 /* ---- a block-wide exclusive scan that also reserves a global range -------- */
 
@@ -94,42 +110,44 @@ static __device__ int32_t find_block(const cuda_table_view &t, int32_t bx, int32
 
 /* The voxel lookup of tsdf_mesh_vertex.h: no cache (a thread makes one
  * vertex; the table is L2-resident). */
-static __device__ const tsdf_voxel *tsdf_mesh_source_voxel(const cuda_table_view *t, int32_t x,
-                                                           int32_t y, int32_t z)
+static __device__ int tsdf_mesh_source_voxel(const mesh_source *s, int32_t x, int32_t y, int32_t z,
+                                             tsdf_vox *out)
 {
-    int32_t b = find_block(*t, tsdf_floor_div8(x), tsdf_floor_div8(y), tsdf_floor_div8(z));
+    int32_t b = find_block(s->t, tsdf_floor_div8(x), tsdf_floor_div8(y), tsdf_floor_div8(z));
     if (b < 0)
-        return NULL;
-    return t->voxels + (size_t)b * TSDF_BLOCK_VOXELS + tsdf_voxel_index(x & 7, y & 7, z & 7);
+        return 0;
+    *out = load_vox(*s, (size_t)b * TSDF_BLOCK_VOXELS + tsdf_voxel_index(x & 7, y & 7, z & 7));
+    return 1;
 }
 
-static __global__ void k_select(mesh_args a, int32_t *sel, uint32_t *counters)
+/* Every live block of the pool into the list. */
+static __global__ void k_select_all(const uint64_t *block_keys, uint32_t used, int32_t *sel,
+                                    uint32_t *counters)
 {
     uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= a.nblocks)
+    if (i < used && block_keys[i] != TSDF_KEY_EMPTY)
+        sel[atomicAdd(&counters[0], 1u)] = (int32_t)i;
+}
+
+/* The listed keys that exist into the list. */
+static __global__ void k_select_keys(cuda_table_view t, const uint64_t *keys, uint32_t n,
+                                     int32_t *sel, uint32_t *counters)
+{
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
         return;
-    int32_t b[3];
-    tsdf_block_key_unpack(a.block_keys[i], &b[0], &b[1], &b[2]);
-    if (a.use_box) {
-        const float bs = (float)TSDF_BLOCK_DIM * a.voxel_size;
-        for (int ax = 0; ax < 3; ax++) {
-            float lo = (float)b[ax] * bs, hi = (float)(b[ax] + 1) * bs;
-            if (hi < a.box.min[ax] || lo > a.box.max[ax])
-                return;
-        }
-    }
-    if (a.since_version != 0 && a.block_versions[i] <= a.since_version) {
-        int changed = 0;
-        for (int k = 1; k < 8 && !changed; k++) {
-            int32_t n =
-                find_block(a.t, b[0] + (k & 1), b[1] + ((k >> 1) & 1), b[2] + ((k >> 2) & 1));
-            if (n >= 0)
-                changed = a.block_versions[n] > a.since_version;
-        }
-        if (!changed)
-            return;
-    }
-    sel[atomicAdd(&counters[0], 1u)] = (int32_t)i;
+    int32_t b = cuda_table_find(t, keys[i]);
+    if (b >= 0)
+        sel[atomicAdd(&counters[0], 1u)] = b;
+}
+
+/* The keys of the listed blocks (the blocks meshed). */
+static __global__ void k_sel_keys(const uint64_t *block_keys, const int32_t *sel, uint32_t n,
+                                  uint64_t *out)
+{
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        out[i] = block_keys[sel[i]];
 }
 
 /* For each selected block, its 8 blocks (itself and the + neighbours) and
@@ -145,7 +163,7 @@ static __global__ void k_touch(mesh_args a, const int32_t *sel, int32_t *nbl, in
     uint32_t s = i >> 3, k = i & 7;
     int32_t b[3];
     tsdf_block_key_unpack(a.block_keys[sel[s]], &b[0], &b[1], &b[2]);
-    int32_t n = find_block(a.t, b[0] + (k & 1), b[1] + ((k >> 1) & 1), b[2] + ((k >> 2) & 1));
+    int32_t n = find_block(a.src.t, b[0] + (k & 1), b[1] + ((k >> 1) & 1), b[2] + ((k >> 2) & 1));
     nbl[i] = n;
     if (n >= 0 && atomicCAS(&local[n], -1, -2) == -1) {
         uint32_t l = atomicAdd(&counters[1], 1u);
@@ -157,9 +175,9 @@ static __global__ void k_touch(mesh_args a, const int32_t *sel, int32_t *nbl, in
 
 /* The 8 corner voxels of cell (x, y, z) of a selected block; 0 when one is
  * missing or unknown. */
-static __device__ __forceinline__ int cell_corners(const tsdf_voxel *voxels, const int32_t *nb,
-                                                   int x, int y, int z, float c8[8],
-                                                   int32_t cblk[8], int cidx[8])
+static __device__ __forceinline__ int cell_corners(const mesh_source &src, const int32_t *nb, int x,
+                                                   int y, int z, float c8[8], int32_t cblk[8],
+                                                   int cidx[8])
 {
 #pragma unroll
     for (int k = 0; k < 8; k++) {
@@ -169,8 +187,8 @@ static __device__ __forceinline__ int cell_corners(const tsdf_voxel *voxels, con
         if (blk < 0)
             return 0;
         int vi = tsdf_voxel_index(lx & 7, ly & 7, lz & 7);
-        tsdf_voxel vx = voxels[(size_t)blk * TSDF_BLOCK_VOXELS + vi];
-        if (!tsdf_voxel_known(&vx))
+        tsdf_vox vx = load_vox(src, (size_t)blk * TSDF_BLOCK_VOXELS + vi);
+        if (!tsdf_vox_known(vx))
             return 0;
         c8[k] = vx.sdf_m;
         cblk[k] = blk;
@@ -181,10 +199,12 @@ static __device__ __forceinline__ int cell_corners(const tsdf_voxel *voxels, con
 
 /* One CTA per selected block, one thread per cell: flags used edges at
  * their owners and counts triangles. */
+template <int LAYOUT>
 static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
-    k_cells(const tsdf_voxel *voxels, const int32_t *nbl, const int32_t *local, uint32_t *edge_ids,
+    k_cells(mesh_source src_any, const int32_t *nbl, const int32_t *local, uint32_t *edge_ids,
             uint8_t *cell_cube)
 {
+    const mesh_source src = fixed<LAYOUT>(src_any);
     __shared__ int32_t nb[8];
     if (threadIdx.x < 8)
         nb[threadIdx.x] = nbl[blockIdx.x * 8 + threadIdx.x];
@@ -195,7 +215,7 @@ static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
     int32_t cblk[8];
     int cidx[8];
     int cube = 0;
-    if (cell_corners(voxels, nb, x, y, z, c8, cblk, cidx)) {
+    if (cell_corners(src, nb, x, y, z, c8, cblk, cidx)) {
         cube = tsdf_mc_cube_index(c8);
         if (cube == 255)
             cube = 0;
@@ -243,9 +263,11 @@ static __global__ void k_number_tris(const uint8_t *cell_cube, uint32_t n, uint3
 }
 
 /* One thread per edge slot of a touched block: emits the slot's vertex. */
+template <int LAYOUT>
 static __global__ void k_vertices(mesh_args a, const int32_t *touched, const uint32_t *edge_ids,
                                   uint32_t n, float *pos, float *nrm, uint8_t *col)
 {
+    const mesh_source src = fixed<LAYOUT>(a.src);
     uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
         return;
@@ -263,28 +285,33 @@ static __global__ void k_vertices(mesh_args a, const int32_t *touched, const uin
                      b[2] * TSDF_BLOCK_DIM + z};
     int32_t g1[3] = {g0[0], g0[1], g0[2]};
     g1[axis] += 1;
-    tsdf_voxel v0 = a.t.voxels[(size_t)blk * TSDF_BLOCK_VOXELS + vi];
+    const size_t i0 = (size_t)blk * TSDF_BLOCK_VOXELS + vi;
     int32_t b1 =
-        find_block(a.t, tsdf_floor_div8(g1[0]), tsdf_floor_div8(g1[1]), tsdf_floor_div8(g1[2]));
+        find_block(src.t, tsdf_floor_div8(g1[0]), tsdf_floor_div8(g1[1]), tsdf_floor_div8(g1[2]));
     /* A flagged edge comes from a cell with all corners known, so b1
      * exists; guard anyway rather than read out of bounds. */
     if (b1 < 0)
         return;
-    tsdf_voxel v1 = a.t.voxels[(size_t)b1 * TSDF_BLOCK_VOXELS +
-                               tsdf_voxel_index(g1[0] & 7, g1[1] & 7, g1[2] & 7)];
+    const size_t i1 =
+        (size_t)b1 * TSDF_BLOCK_VOXELS + tsdf_voxel_index(g1[0] & 7, g1[1] & 7, g1[2] & 7);
+    const int color = a.with_color && src.t.rgb != NULL;
     float p[3], nv[3];
-    tsdf_mesh_edge_vertex(&a.t, g0, axis, &v0, &v1, a.voxel_size, p, nv,
-                          a.with_color ? &col[3 * (size_t)id] : NULL);
+    tsdf_mesh_edge_vertex(&src, g0, axis, load_vox(src, i0), load_vox(src, i1),
+                          color ? src.t.rgb + TSDF_RGB_BYTES * i0 : NULL,
+                          color ? src.t.rgb + TSDF_RGB_BYTES * i1 : NULL, a.voxel_size, p, nv,
+                          color ? &col[3 * (size_t)id] : NULL);
     for (int ax = 0; ax < 3; ax++) {
         pos[3 * (size_t)id + ax] = p[ax];
         nrm[3 * (size_t)id + ax] = nv[ax];
     }
 }
 
-/* One CTA per selected block, one thread per cell: writes its triangles. */
+/* One CTA per selected block, one thread per cell: writes its triangles
+ * and, when tri_keys is not NULL, the key of the block they belong to. */
 static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
     k_tris(const int32_t *nbl, const int32_t *local, const uint32_t *edge_ids,
-           const uint8_t *cell_cube, const uint32_t *tri_offset, uint32_t *indices)
+           const uint8_t *cell_cube, const uint32_t *tri_offset, uint32_t *indices,
+           const int32_t *sel, const uint64_t *block_keys, uint64_t *tri_keys)
 {
     __shared__ int32_t nb[8];
     if (threadIdx.x < 8) {
@@ -310,6 +337,8 @@ static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
                           tsdf_voxel_index(lx & 7, ly & 7, lz & 7);
             indices[3 * (size_t)out + j] = edge_ids[slot];
         }
+        if (tri_keys != NULL)
+            tri_keys[out] = block_keys[sel[blockIdx.x]];
         out++;
     }
 }
@@ -355,45 +384,91 @@ static void scratch_free(struct cuda_volume *v, struct mesh_scratch *s)
     s->n = 0;
 }
 
-static int mesh_impl(struct cuda_volume *v, const tsdf_mesh_params *p, tsdf_mesh *out,
+/* The list of blocks to mesh into d_sel (capacity cap): every live block,
+ * or those of the n host keys that exist. */
+static int select_blocks(struct cuda_volume *v, const uint64_t *keys, size_t n, int32_t *d_sel,
+                         uint32_t *d_ctr, struct mesh_scratch *s)
+{
+    if (keys == NULL) {
+        if (v->used == 0)
+            return TSDF_OK;
+        k_select_all<<<cuda_grid(v->used, 256), 256, 0, v->stream>>>(v->d_block_keys, v->used,
+                                                                     d_sel, d_ctr);
+        CUDA_TRY_LAUNCH();
+        return TSDF_OK;
+    }
+    if (n == 0)
+        return TSDF_OK;
+    uint64_t *d_keys;
+    int rc = scratch_alloc(v, s, (void **)&d_keys, n * sizeof(uint64_t));
+    if (rc != TSDF_OK)
+        return rc;
+    CUDA_TRY(
+        cudaMemcpyAsync(d_keys, keys, n * sizeof(uint64_t), cudaMemcpyHostToDevice, v->stream));
+    k_select_keys<<<cuda_grid(n, 256), 256, 0, v->stream>>>(cuda_view(v), d_keys, (uint32_t)n,
+                                                            d_sel, d_ctr);
+    CUDA_TRY_LAUNCH();
+    return TSDF_OK;
+}
+
+/* Copies n device elements of `elem` bytes into a new host array *out
+ * (NULL when n is 0), on the stream; the caller syncs before reading. */
+static int fetch(struct cuda_volume *v, const void *d, size_t n, size_t elem, void **out,
+                 const char *what)
+{
+    *out = malloc((n ? n : 1) * elem);
+    if (*out == NULL)
+        return TSDF_ENOMEM;
+    if (n == 0)
+        return TSDF_OK;
+    return cuda_check(cudaMemcpyAsync(*out, d, n * elem, cudaMemcpyDeviceToHost, v->stream), what,
+                      __FILE__, __LINE__);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, tsdf_mesh *out,
+                     uint64_t **tri_keys_out, uint64_t **meshed_out, size_t *n_meshed,
                      struct mesh_scratch *s)
 {
-    const uint32_t nblocks = v->blocks;
+    /* The list holds at most every live block, or every listed key. */
+    const uint32_t sel_cap = keys == NULL ? v->blocks : (uint32_t)nkeys;
     mesh_args a;
     memset(&a, 0, sizeof a);
-    a.t = cuda_view(v);
+    a.src.t = cuda_view(v);
+    a.src.layout = v->p.layout;
+    a.src.quant = v->quant;
     a.block_keys = v->d_block_keys;
-    a.block_versions = v->d_block_versions;
-    a.nblocks = nblocks;
+    a.used = v->used;
     a.voxel_size = v->p.voxel_size_m;
-    a.with_color = v->has_color;
-    if (p) {
-        a.use_box = p->use_box;
-        a.box = p->box;
-        a.since_version = p->since_version;
-    }
+    a.with_color = v->d_rgb != NULL;
     uint32_t *d_ctr = v->d_counters + CUDA_CTR_AUX0; /* sel, touched, verts, tris */
     uint32_t h_ctr[4];
     int32_t *d_sel, *d_local;
     int rc;
+    if (keys != NULL && nkeys > 0x7fffffffu)
+        return TSDF_ETOO_LARGE;
     CUDA_TRY(cudaEventRecord(v->q_start, v->stream));
     CUDA_TRY(cudaMemsetAsync(d_ctr, 0, 4 * sizeof(uint32_t), v->stream));
-    if ((rc = scratch_alloc(v, s, (void **)&d_sel, nblocks * sizeof(int32_t))) != TSDF_OK ||
-        (rc = scratch_alloc(v, s, (void **)&d_local, nblocks * sizeof(int32_t))) != TSDF_OK)
+    if ((rc = scratch_alloc(v, s, (void **)&d_sel, (size_t)sel_cap * sizeof(int32_t))) != TSDF_OK ||
+        (rc = scratch_alloc(v, s, (void **)&d_local, (size_t)v->used * sizeof(int32_t))) != TSDF_OK)
         return rc;
-    if (nblocks) {
-        CUDA_TRY(cudaMemsetAsync(d_local, 0xff, nblocks * sizeof(int32_t), v->stream));
-        k_select<<<cuda_grid(nblocks, 256), 256, 0, v->stream>>>(a, d_sel, d_ctr);
-        CUDA_TRY_LAUNCH();
-    }
+    if (v->used)
+        CUDA_TRY(cudaMemsetAsync(d_local, 0xff, (size_t)v->used * sizeof(int32_t), v->stream));
+    if (sel_cap && (rc = select_blocks(v, keys, nkeys, d_sel, d_ctr, s)) != TSDF_OK)
+        return rc;
     int32_t *d_nbl, *d_touched;
-    if ((rc = scratch_alloc(v, s, (void **)&d_nbl, (size_t)nblocks * 8 * sizeof(int32_t))) !=
+    if ((rc = scratch_alloc(v, s, (void **)&d_nbl, (size_t)sel_cap * 8 * sizeof(int32_t))) !=
             TSDF_OK ||
-        (rc = scratch_alloc(v, s, (void **)&d_touched, (size_t)nblocks * 8 * sizeof(int32_t))) !=
+        (rc = scratch_alloc(v, s, (void **)&d_touched, (size_t)sel_cap * 8 * sizeof(int32_t))) !=
             TSDF_OK)
         return rc;
-    if (nblocks) {
-        k_touch<<<cuda_grid((uint64_t)nblocks * 8, 256), 256, 0, v->stream>>>(
+    if (sel_cap) {
+        k_touch<<<cuda_grid((uint64_t)sel_cap * 8, 256), 256, 0, v->stream>>>(
             a, d_sel, d_nbl, d_local, d_touched, d_ctr);
         CUDA_TRY_LAUNCH();
     }
@@ -416,8 +491,12 @@ static int mesh_impl(struct cuda_volume *v, const tsdf_mesh_params *p, tsdf_mesh
         return rc;
     if (nsel) {
         CUDA_TRY(cudaMemsetAsync(d_edge, 0xff, nslots * sizeof(uint32_t), v->stream));
-        k_cells<<<nsel, TSDF_BLOCK_VOXELS, 0, v->stream>>>(v->d_voxels, d_nbl, d_local, d_edge,
-                                                           d_cube);
+        if (v->p.layout == TSDF_LAYOUT_S16)
+            k_cells<TSDF_LAYOUT_S16>
+                <<<nsel, TSDF_BLOCK_VOXELS, 0, v->stream>>>(a.src, d_nbl, d_local, d_edge, d_cube);
+        else
+            k_cells<TSDF_LAYOUT_F32>
+                <<<nsel, TSDF_BLOCK_VOXELS, 0, v->stream>>>(a.src, d_nbl, d_local, d_edge, d_cube);
         CUDA_TRY_LAUNCH();
         k_number_edges<<<cuda_grid(nslots, 256), 256, 0, v->stream>>>(d_edge, (uint32_t)nslots,
                                                                       d_ctr);
@@ -435,47 +514,52 @@ static int mesh_impl(struct cuda_volume *v, const tsdf_mesh_params *p, tsdf_mesh
     float *d_pos, *d_nrm;
     uint8_t *d_col;
     uint32_t *d_idx;
+    uint64_t *d_tri_keys = NULL, *d_meshed = NULL;
     if ((rc = scratch_alloc(v, s, (void **)&d_pos, nverts * 3 * sizeof(float))) != TSDF_OK ||
         (rc = scratch_alloc(v, s, (void **)&d_nrm, nverts * 3 * sizeof(float))) != TSDF_OK ||
         (rc = scratch_alloc(v, s, (void **)&d_col, a.with_color ? nverts * 3 : 0)) != TSDF_OK ||
-        (rc = scratch_alloc(v, s, (void **)&d_idx, ntris * 3 * sizeof(uint32_t))) != TSDF_OK)
+        (rc = scratch_alloc(v, s, (void **)&d_idx, ntris * 3 * sizeof(uint32_t))) != TSDF_OK ||
+        (tri_keys_out != NULL &&
+         (rc = scratch_alloc(v, s, (void **)&d_tri_keys, ntris * sizeof(uint64_t))) != TSDF_OK) ||
+        (meshed_out != NULL && (rc = scratch_alloc(v, s, (void **)&d_meshed,
+                                                   (size_t)nsel * sizeof(uint64_t))) != TSDF_OK))
         return rc;
     if (nverts) {
-        k_vertices<<<cuda_grid(nslots, 256), 256, 0, v->stream>>>(
-            a, d_touched, d_edge, (uint32_t)nslots, d_pos, d_nrm, d_col);
+        if (v->p.layout == TSDF_LAYOUT_S16)
+            k_vertices<TSDF_LAYOUT_S16><<<cuda_grid(nslots, 256), 256, 0, v->stream>>>(
+                a, d_touched, d_edge, (uint32_t)nslots, d_pos, d_nrm, d_col);
+        else
+            k_vertices<TSDF_LAYOUT_F32><<<cuda_grid(nslots, 256), 256, 0, v->stream>>>(
+                a, d_touched, d_edge, (uint32_t)nslots, d_pos, d_nrm, d_col);
         CUDA_TRY_LAUNCH();
     }
     if (ntris) {
-        k_tris<<<nsel, TSDF_BLOCK_VOXELS, 0, v->stream>>>(d_nbl, d_local, d_edge, d_cube, d_tri_off,
-                                                          d_idx);
+        k_tris<<<nsel, TSDF_BLOCK_VOXELS, 0, v->stream>>>(
+            d_nbl, d_local, d_edge, d_cube, d_tri_off, d_idx, d_sel, v->d_block_keys, d_tri_keys);
+        CUDA_TRY_LAUNCH();
+    }
+    if (d_meshed != NULL && nsel) {
+        k_sel_keys<<<cuda_grid(nsel, 256), 256, 0, v->stream>>>(v->d_block_keys, d_sel, nsel,
+                                                                d_meshed);
         CUDA_TRY_LAUNCH();
     }
     CUDA_TRY(cudaEventRecord(v->q_end, v->stream));
 
-    float *pos = (float *)malloc((nverts ? nverts : 1) * 3 * sizeof(float));
-    float *nrm = (float *)malloc((nverts ? nverts : 1) * 3 * sizeof(float));
-    uint8_t *col = a.with_color ? (uint8_t *)malloc((nverts ? nverts : 1) * 3) : NULL;
-    uint32_t *idx = (uint32_t *)malloc((ntris ? ntris : 1) * 3 * sizeof(uint32_t));
-    rc = TSDF_OK;
-    if (!pos || !nrm || (a.with_color && !col) || !idx)
-        rc = TSDF_ENOMEM;
-    if (rc == TSDF_OK && nverts) {
-        rc = cuda_check(cudaMemcpyAsync(pos, d_pos, nverts * 3 * sizeof(float),
-                                        cudaMemcpyDeviceToHost, v->stream),
-                        "mesh positions", __FILE__, __LINE__);
-        if (rc == TSDF_OK)
-            rc = cuda_check(cudaMemcpyAsync(nrm, d_nrm, nverts * 3 * sizeof(float),
-                                            cudaMemcpyDeviceToHost, v->stream),
-                            "mesh normals", __FILE__, __LINE__);
-        if (rc == TSDF_OK && col)
-            rc = cuda_check(
-                cudaMemcpyAsync(col, d_col, nverts * 3, cudaMemcpyDeviceToHost, v->stream),
-                "mesh colours", __FILE__, __LINE__);
-    }
-    if (rc == TSDF_OK && ntris)
-        rc = cuda_check(cudaMemcpyAsync(idx, d_idx, ntris * 3 * sizeof(uint32_t),
-                                        cudaMemcpyDeviceToHost, v->stream),
-                        "mesh indices", __FILE__, __LINE__);
+    float *pos = NULL, *nrm = NULL;
+    uint8_t *col = NULL;
+    uint32_t *idx = NULL;
+    uint64_t *tri_keys = NULL, *meshed = NULL;
+    rc = fetch(v, d_pos, nverts, 3 * sizeof(float), (void **)&pos, "mesh positions");
+    if (rc == TSDF_OK)
+        rc = fetch(v, d_nrm, nverts, 3 * sizeof(float), (void **)&nrm, "mesh normals");
+    if (rc == TSDF_OK && a.with_color)
+        rc = fetch(v, d_col, nverts, 3, (void **)&col, "mesh colours");
+    if (rc == TSDF_OK)
+        rc = fetch(v, d_idx, ntris, 3 * sizeof(uint32_t), (void **)&idx, "mesh indices");
+    if (rc == TSDF_OK && tri_keys_out != NULL)
+        rc = fetch(v, d_tri_keys, ntris, sizeof(uint64_t), (void **)&tri_keys, "triangle blocks");
+    if (rc == TSDF_OK && meshed_out != NULL)
+        rc = fetch(v, d_meshed, nsel, sizeof(uint64_t), (void **)&meshed, "meshed blocks");
     if (rc == TSDF_OK)
         rc = cuda_sync_all(v);
     if (rc != TSDF_OK) {
@@ -483,6 +567,8 @@ static int mesh_impl(struct cuda_volume *v, const tsdf_mesh_params *p, tsdf_mesh
         free(nrm);
         free(col);
         free(idx);
+        free(tri_keys);
+        free(meshed);
         return rc;
     }
     float ms = 0.0f;
@@ -495,14 +581,22 @@ static int mesh_impl(struct cuda_volume *v, const tsdf_mesh_params *p, tsdf_mesh
     out->normals = nrm;
     out->colors = col;
     out->indices = idx;
+    if (tri_keys_out != NULL)
+        *tri_keys_out = tri_keys;
+    if (meshed_out != NULL) {
+        qsort(meshed, nsel, sizeof(uint64_t), cmp_u64);
+        *meshed_out = meshed;
+        *n_meshed = nsel;
+    }
     return TSDF_OK;
 }
 
-int cuda_mesh(struct cuda_volume *v, const tsdf_mesh_params *p, tsdf_mesh *out)
+int cuda_mesh(struct cuda_volume *v, const uint64_t *keys, size_t n, tsdf_mesh *out,
+              uint64_t **tri_keys, uint64_t **meshed, size_t *n_meshed)
 {
     struct mesh_scratch s;
     memset(&s, 0, sizeof s);
-    int rc = mesh_impl(v, p, out, &s);
+    int rc = mesh_impl(v, keys, n, out, tri_keys, meshed, n_meshed, &s);
     scratch_free(v, &s);
     return rc;
 }

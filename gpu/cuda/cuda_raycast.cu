@@ -24,15 +24,12 @@
 #define TSDF_RAY_SOURCE cuda_table_view
 #include "tsdf_raycast_march.h"
 
-int cuda_sync_all(struct cuda_volume *v);
-
-static __device__ const tsdf_voxel *tsdf_ray_source_block(const tsdf_ray_volume *vol, int32_t bx,
-                                                          int32_t by, int32_t bz)
+static __device__ int32_t tsdf_ray_source_block(const tsdf_ray_volume *vol, int32_t bx, int32_t by,
+                                                int32_t bz)
 {
     if (!tsdf_block_coord_valid(bx, by, bz))
-        return NULL;
-    int32_t b = cuda_table_find(vol->src, tsdf_block_key(bx, by, bz));
-    return b >= 0 ? vol->src.voxels + (size_t)b * TSDF_BLOCK_VOXELS : NULL;
+        return -1;
+    return cuda_table_find(vol->src, tsdf_block_key(bx, by, bz));
 }
 
 struct ray_args {
@@ -43,7 +40,9 @@ struct ray_args {
     float z_min, z_max;
 };
 
-template <bool NORMALS, bool COLOR>
+/* Outputs and layout are template arguments: the layout set here, in a
+ * local copy of the volume view, folds the shared code's switch on it. */
+template <bool NORMALS, bool COLOR, int LAYOUT>
 static __global__ void __launch_bounds__(128, 1)
     k_raycast(ray_args a, float *depth, float *normals, uint8_t *rgb)
 {
@@ -52,9 +51,11 @@ static __global__ void __launch_bounds__(128, 1)
     if (px >= a.width || py >= a.height)
         return;
     size_t i = (size_t)py * a.width + px;
+    tsdf_ray_volume vol = a.vol;
+    vol.layout = (tsdf_layout)LAYOUT;
     tsdf_ray_cache c;
     tsdf_ray_cache_init(&c);
-    tsdf_ray_pixel(&a.vol, &c, a.T_world_cam, &a.K, px, py, a.z_min, a.z_max, i, depth,
+    tsdf_ray_pixel(&vol, &c, a.T_world_cam, &a.K, px, py, a.z_min, a.z_max, i, depth,
                    NORMALS ? normals : NULL, COLOR ? rgb : NULL);
 }
 
@@ -82,6 +83,10 @@ int cuda_raycast(struct cuda_volume *v, const tsdf_raycast_params *p, tsdf_rayca
 
     ray_args a;
     a.vol.src = cuda_view(v);
+    a.vol.layout = v->p.layout;
+    a.vol.geom = v->d_geom;
+    a.vol.rgb = v->d_rgb;
+    a.vol.quant = v->quant;
     a.vol.voxel_size_m = v->p.voxel_size_m;
     a.vol.inv_voxel_size = 1.0f / v->p.voxel_size_m;
     a.vol.inv_block_size = 1.0f / ((float)TSDF_BLOCK_DIM * v->p.voxel_size_m);
@@ -95,14 +100,24 @@ int cuda_raycast(struct cuda_volume *v, const tsdf_raycast_params *p, tsdf_rayca
     dim3 block(16, 8);
     dim3 grid((p->width + block.x - 1) / block.x, (p->height + block.y - 1) / block.y);
     CUDA_TRY(cudaEventRecord(v->q_start, v->stream));
+#define LAUNCH(N, C)                                                                               \
+    do {                                                                                           \
+        if (v->p.layout == TSDF_LAYOUT_S16)                                                        \
+            k_raycast<N, C, TSDF_LAYOUT_S16>                                                       \
+                <<<grid, block, 0, v->stream>>>(a, d_depth, d_normals, d_rgb);                     \
+        else                                                                                       \
+            k_raycast<N, C, TSDF_LAYOUT_F32>                                                       \
+                <<<grid, block, 0, v->stream>>>(a, d_depth, d_normals, d_rgb);                     \
+    } while (0)
     if (out->normals && out->rgb)
-        k_raycast<true, true><<<grid, block, 0, v->stream>>>(a, d_depth, d_normals, d_rgb);
+        LAUNCH(true, true);
     else if (out->normals)
-        k_raycast<true, false><<<grid, block, 0, v->stream>>>(a, d_depth, d_normals, d_rgb);
+        LAUNCH(true, false);
     else if (out->rgb)
-        k_raycast<false, true><<<grid, block, 0, v->stream>>>(a, d_depth, d_normals, d_rgb);
+        LAUNCH(false, true);
     else
-        k_raycast<false, false><<<grid, block, 0, v->stream>>>(a, d_depth, d_normals, d_rgb);
+        LAUNCH(false, false);
+#undef LAUNCH
     CUDA_TRY_LAUNCH();
     CUDA_TRY(cudaEventRecord(v->q_end, v->stream));
     CUDA_TRY(cudaMemcpyAsync(out->depth_m, d_depth, npix * sizeof(float), cudaMemcpyDeviceToHost,

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "tsdf_volume.h"
+#include "tsdf_voxel_layout.h"
 
 #ifdef __CUDACC__
 #define TSDF_HD __host__ __device__ __forceinline__
@@ -164,18 +165,20 @@ TSDF_HD int tsdf_projective_sdf(float d_m, float z_vox, float trunc_m, float *sd
 
 /* Running weighted average with weight 1 per observation; the weight stops
  * at max_weight, after which the average keeps moving with a fixed window. */
-TSDF_HD void tsdf_voxel_update(tsdf_voxel *v, float sdf, float max_weight)
+TSDF_HD void tsdf_vox_update(tsdf_vox *v, float sdf, float max_weight)
 {
     float w = v->weight;
     v->sdf_m = (v->sdf_m * w + sdf) / (w + 1.0f);
     v->weight = w + 1.0f < max_weight ? w + 1.0f : max_weight;
 }
 
-TSDF_HD void tsdf_voxel_update_color(tsdf_voxel *v, float w_old, const uint8_t *rgb)
+/* The colour's running average, with the voxel's weight before this
+ * update. */
+TSDF_HD void tsdf_rgb_update(uint8_t *rgb, float w_old, const uint8_t *src)
 {
     for (int c = 0; c < 3; c++) {
-        float mixed = ((float)v->rgb[c] * w_old + (float)rgb[c]) / (w_old + 1.0f);
-        v->rgb[c] = (uint8_t)(mixed + 0.5f);
+        float mixed = ((float)rgb[c] * w_old + (float)src[c]) / (w_old + 1.0f);
+        rgb[c] = (uint8_t)(mixed + 0.5f);
     }
 }
 
@@ -471,12 +474,14 @@ TSDF_HD int tsdf_depth_edge(const tsdf_frame *f, uint32_t u, uint32_t v, float d
 }
 
 /* ---- the per-voxel integration step ---------------------------------------
- * Updates voxel *vox whose centre is p_world with frame f (f->depth and
- * f->rgb must be readable where this runs: device pointers on the GPU).
- * T_cam_world = tsdf_rigid_inverse(f->T_world_cam). Colour is blended with
- * the weight before this update. Returns 1 when the voxel changed. */
-TSDF_HD int tsdf_integrate_voxel(tsdf_voxel *vox, const float p_world[3], const float *T_cam_world,
-                                 const tsdf_frame *f, float trunc_m, float max_weight)
+ * What frame f says about the voxel whose centre is p_world (f->depth must
+ * be readable where this runs: device pointers on the GPU): returns 1 with
+ * the truncated projective sdf and the index of the pixel it came from, 0
+ * when the frame says nothing about the voxel (outside the image, no
+ * measurement, more than trunc behind the surface, or on a depth edge).
+ * T_cam_world = tsdf_rigid_inverse(f->T_world_cam). */
+TSDF_HD int tsdf_voxel_sample(const float p_world[3], const float *T_cam_world, const tsdf_frame *f,
+                              float trunc_m, float *sdf, uint32_t *pixel)
 {
     float pc[3];
     uint32_t u, v;
@@ -486,21 +491,88 @@ TSDF_HD int tsdf_integrate_voxel(tsdf_voxel *vox, const float p_world[3], const 
     uint32_t idx = v * f->width + u;
     float d = tsdf_depth_sample_m(f->depth_format, f->depth, idx, f->depth_scale, f->min_depth_m,
                                   f->max_depth_m);
-    float sdf;
-    if (!tsdf_projective_sdf(d, pc[2], trunc_m, &sdf))
+    if (!tsdf_projective_sdf(d, pc[2], trunc_m, sdf))
         return 0;
     if (tsdf_depth_edge(f, u, v, d, trunc_m))
         return 0;
-    if (f->rgb != NULL)
-        tsdf_voxel_update_color(vox, vox->weight, f->rgb + 3u * idx);
-    tsdf_voxel_update(vox, sdf, max_weight);
+    *pixel = idx;
+    return 1;
+}
+
+/* Updates voxel i of a geometry channel of `layout` (and its colour in
+ * rgb, a colour channel, when f has colour and rgb is not NULL) with frame
+ * f; p_world is the voxel's centre. Colour is blended with the weight
+ * before this update. Returns 1 when the voxel changed (and was stored). */
+TSDF_HD int tsdf_integrate_voxel(tsdf_layout layout, void *geom, uint8_t *rgb, size_t i,
+                                 const float p_world[3], const float *T_cam_world,
+                                 const tsdf_frame *f, float trunc_m, float max_weight, tsdf_quant q)
+{
+    float sdf;
+    uint32_t pixel;
+    if (!tsdf_voxel_sample(p_world, T_cam_world, f, trunc_m, &sdf, &pixel))
+        return 0;
+    tsdf_vox vox = tsdf_vox_load(layout, geom, i, q);
+    if (f->rgb != NULL && rgb != NULL)
+        tsdf_rgb_update(rgb + TSDF_RGB_BYTES * i, vox.weight, f->rgb + 3u * pixel);
+    tsdf_vox_update(&vox, sdf, max_weight);
+    tsdf_vox_store(layout, geom, i, vox, q);
     return 1;
 }
 
 /* A voxel that was never observed carries no information. */
-TSDF_HD int tsdf_voxel_known(const tsdf_voxel *v)
+TSDF_HD int tsdf_vox_known(tsdf_vox v)
 {
-    return v->weight > 0.0f;
+    return v.weight > 0.0f;
+}
+
+/* ---- block selections ----------------------------------------------------
+ * Whether block b (version `version`, blocks of block_m metres) satisfies
+ * every rule of q (tsdf_block_select); the same code for the CPU store and
+ * the CUDA select kernel. */
+TSDF_HD float tsdf_block_dist2(const int32_t b[3], float block_m, const float c[3])
+{
+    float d2 = 0.0f;
+    for (int a = 0; a < 3; a++) {
+        float lo = (float)b[a] * block_m, hi = (float)(b[a] + 1) * block_m, d = 0.0f;
+        if (c[a] < lo)
+            d = lo - c[a];
+        else if (c[a] > hi)
+            d = c[a] - hi;
+        d2 += d * d;
+    }
+    return d2;
+}
+
+TSDF_HD int tsdf_block_in_box(const int32_t b[3], float block_m, const tsdf_aabb *box)
+{
+    for (int a = 0; a < 3; a++) {
+        float lo = (float)b[a] * block_m, hi = (float)(b[a] + 1) * block_m;
+        if (hi < box->min[a] || lo > box->max[a])
+            return 0;
+    }
+    return 1;
+}
+
+TSDF_HD int tsdf_block_selected(const tsdf_block_select *q, const int32_t b[3], uint64_t version,
+                                float block_m)
+{
+    const uint32_t r = q->rules;
+    if (r & (TSDF_SELECT_OUTSIDE_RADIUS | TSDF_SELECT_INSIDE_RADIUS)) {
+        int inside = tsdf_block_dist2(b, block_m, q->center_m) <= q->radius_m * q->radius_m;
+        if (((r & TSDF_SELECT_OUTSIDE_RADIUS) && inside) ||
+            ((r & TSDF_SELECT_INSIDE_RADIUS) && !inside))
+            return 0;
+    }
+    if (r & (TSDF_SELECT_OUTSIDE_BOX | TSDF_SELECT_INSIDE_BOX)) {
+        int in = tsdf_block_in_box(b, block_m, &q->box);
+        if (((r & TSDF_SELECT_OUTSIDE_BOX) && in) || ((r & TSDF_SELECT_INSIDE_BOX) && !in))
+            return 0;
+    }
+    if ((r & TSDF_SELECT_NOT_SINCE) && version > q->version)
+        return 0;
+    if ((r & TSDF_SELECT_SINCE) && version <= q->version)
+        return 0;
+    return 1;
 }
 
 /* ---- interpolation --------------------------------------------------------

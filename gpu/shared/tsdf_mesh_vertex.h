@@ -13,9 +13,9 @@
  * this header it defines TSDF_MESH_SOURCE, the type of what a lookup needs
  * (the CPU: the mesher with its block cache; CUDA: a const cuda_table_view),
  * and after it defines, in the same translation unit, the lookup declared
- * below: tsdf_mesh_source_voxel(src, x, y, z) is the voxel at global voxel
- * coordinate (x, y, z), or NULL when its block is not allocated or out of
- * the key range.
+ * below: tsdf_mesh_source_voxel(src, x, y, z, &vox) returns 1 and the value
+ * of the voxel at global voxel coordinate (x, y, z), or 0 when its block is
+ * not allocated or out of the key range.
  *
  * Functions are TSDF_LOOKUP_FN (__device__ under nvcc, see tsdf_math.h). The
  * CUDA backend is compiled with --fmad=false, so both sides evaluate every
@@ -33,17 +33,17 @@
 #endif
 
 /* Defined by the includer (see the top of this file). */
-TSDF_LOOKUP_FN const tsdf_voxel *tsdf_mesh_source_voxel(TSDF_MESH_SOURCE *src, int32_t x, int32_t y,
-                                                        int32_t z);
+TSDF_LOOKUP_FN int tsdf_mesh_source_voxel(TSDF_MESH_SOURCE *src, int32_t x, int32_t y, int32_t z,
+                                          tsdf_vox *out);
 
 /* The sdf of voxel (x, y, z) when it is allocated and observed. */
 TSDF_LOOKUP_FN int tsdf_mesh_known_sdf(TSDF_MESH_SOURCE *src, int32_t x, int32_t y, int32_t z,
                                        float *sdf)
 {
-    const tsdf_voxel *vx = tsdf_mesh_source_voxel(src, x, y, z);
-    if (vx == NULL || !tsdf_voxel_known(vx))
+    tsdf_vox vx;
+    if (!tsdf_mesh_source_voxel(src, x, y, z, &vx) || !tsdf_vox_known(vx))
         return 0;
-    *sdf = vx->sdf_m;
+    *sdf = vx.sdf_m;
     return 1;
 }
 
@@ -71,37 +71,37 @@ TSDF_LOOKUP_FN void tsdf_mesh_voxel_gradient(TSDF_MESH_SOURCE *src, const int32_
     }
 }
 
-/* The vertex on the crossed edge from voxel g0 (voxel v0) one step along
- * axis to the next voxel (v1), for voxels voxel_size_m apart: its position
- * (m), unit normal and, when rgb is not NULL, colour. */
+/* The vertex on the crossed edge from voxel g0 (value v0, colour rgb0) one
+ * step along axis to the next voxel (v1, rgb1), for voxels voxel_size_m
+ * apart: its position (m), unit normal and, when rgb is not NULL, colour
+ * (rgb0 and rgb1 must then point at the two voxels' RGB8). */
 TSDF_LOOKUP_FN void tsdf_mesh_edge_vertex(TSDF_MESH_SOURCE *src, const int32_t g0[3], int axis,
-                                          const tsdf_voxel *v0, const tsdf_voxel *v1,
-                                          float voxel_size_m, float pos[3], float nrm[3],
-                                          uint8_t *rgb)
+                                          tsdf_vox v0, tsdf_vox v1, const uint8_t *rgb0,
+                                          const uint8_t *rgb1, float voxel_size_m, float pos[3],
+                                          float nrm[3], uint8_t *rgb)
 {
     const float s = voxel_size_m;
     int32_t g1[3] = {g0[0], g0[1], g0[2]};
     float t, n0[3], n1[3];
 
     g1[axis] += 1;
-    t = tsdf_mc_edge_t(v0->sdf_m, v1->sdf_m);
+    t = tsdf_mc_edge_t(v0.sdf_m, v1.sdf_m);
     for (int a = 0; a < 3; a++)
         pos[a] = tsdf_voxel_center(g0[a], s);
     pos[axis] += t * s;
 
-    tsdf_mesh_voxel_gradient(src, g0, v0->sdf_m, n0);
-    tsdf_mesh_voxel_gradient(src, g1, v1->sdf_m, n1);
+    tsdf_mesh_voxel_gradient(src, g0, v0.sdf_m, n0);
+    tsdf_mesh_voxel_gradient(src, g1, v1.sdf_m, n1);
     for (int a = 0; a < 3; a++)
         nrm[a] = n0[a] + (n1[a] - n0[a]) * t;
     if (!tsdf_normalize3(nrm)) {
         /* No gradient around: the edge itself says which way is out. */
         nrm[0] = nrm[1] = nrm[2] = 0.0f;
-        nrm[axis] = v1->sdf_m > v0->sdf_m ? 1.0f : -1.0f;
+        nrm[axis] = v1.sdf_m > v0.sdf_m ? 1.0f : -1.0f;
     }
     if (rgb != NULL) {
         for (int c = 0; c < 3; c++)
-            rgb[c] =
-                (uint8_t)((float)v0->rgb[c] + ((float)v1->rgb[c] - (float)v0->rgb[c]) * t + 0.5f);
+            rgb[c] = (uint8_t)((float)rgb0[c] + ((float)rgb1[c] - (float)rgb0[c]) * t + 0.5f);
     }
 }
 

@@ -15,14 +15,16 @@
  *
  * How a block is found is the including file's business. Before including
  * this header it defines TSDF_RAY_SOURCE, the type of what a lookup needs
- * (the CPU: a cpu_volume pointer; CUDA: a cuda_table_view), held by value in
+ * (the CPU: a cpu_store pointer; CUDA: a cuda_table_view), held by value in
  * tsdf_ray_volume.src; after the #include, in the same translation unit, it
  * defines the lookup that this header declares (it takes tsdf_ray_volume,
  * defined here):
- *     TSDF_LOOKUP_FN const tsdf_voxel *tsdf_ray_source_block(
+ *     TSDF_LOOKUP_FN int32_t tsdf_ray_source_block(
  *         const tsdf_ray_volume *vol, int32_t bx, int32_t by, int32_t bz);
- * the voxels of block (bx, by, bz), or NULL when the block is not allocated
- * or out of the key range.
+ * the pool index of block (bx, by, bz), or -1 when the block is not
+ * allocated or out of the key range. Voxels are read from the channels in
+ * tsdf_ray_volume (geom, rgb) through tsdf_voxel_layout.h; the CUDA kernels
+ * set vol.layout from a template argument, so the layout's switch folds.
  *
  * Under nvcc the functions are __device__ only (TSDF_LOOKUP_FN, not
  * TSDF_HD): the CUDA lookup reads device memory, and a __host__ __device__
@@ -47,10 +49,14 @@
 #error "define TSDF_RAY_SOURCE (the block lookup's state) before including tsdf_raycast_march.h"
 #endif
 
-/* What a march reads: the volume's block lookup and its scale. Read-only
- * during a raycast. */
+/* What a march reads: the volume's block lookup, its channels and its
+ * scale. Read-only during a raycast. */
 typedef struct {
     TSDF_RAY_SOURCE src;
+    tsdf_layout layout;
+    const void *geom;   /* the geometry channel of the pool */
+    const uint8_t *rgb; /* its colour channel, or NULL */
+    tsdf_quant quant;
     float voxel_size_m;
     float inv_voxel_size; /* 1 / voxel_size_m */
     float inv_block_size; /* 1 / (8 voxel_size_m) */
@@ -61,25 +67,25 @@ typedef struct {
  * changes a result. */
 typedef struct {
     int32_t key[3];
-    const tsdf_voxel *blk;
+    int32_t blk;
 } tsdf_ray_cache;
 
 /* Defined by the includer (see the top of this file). */
-TSDF_LOOKUP_FN const tsdf_voxel *tsdf_ray_source_block(const tsdf_ray_volume *vol, int32_t bx,
-                                                       int32_t by, int32_t bz);
+TSDF_LOOKUP_FN int32_t tsdf_ray_source_block(const tsdf_ray_volume *vol, int32_t bx, int32_t by,
+                                             int32_t bz);
 
 TSDF_LOOKUP_INLINE void tsdf_ray_cache_init(tsdf_ray_cache *c)
 {
     /* No valid block coordinate is INT32_MIN (the key range is +-2^20), so
-     * the first lookup always misses; and were it asked for, NULL would be
+     * the first lookup always misses; and were it asked for, -1 would be
      * the right answer. */
     c->key[0] = INT32_MIN;
     c->key[1] = c->key[2] = 0;
-    c->blk = NULL;
+    c->blk = -1;
 }
 
-TSDF_LOOKUP_FN const tsdf_voxel *tsdf_ray_block(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                                int32_t bx, int32_t by, int32_t bz)
+TSDF_LOOKUP_FN int32_t tsdf_ray_block(const tsdf_ray_volume *vol, tsdf_ray_cache *c, int32_t bx,
+                                      int32_t by, int32_t bz)
 {
     if (c->key[0] != bx || c->key[1] != by || c->key[2] != bz) {
         c->blk = tsdf_ray_source_block(vol, bx, by, bz);
@@ -91,11 +97,11 @@ TSDF_LOOKUP_FN const tsdf_voxel *tsdf_ray_block(const tsdf_ray_volume *vol, tsdf
 }
 
 /* The 8 voxels around world point p (the cell whose corners are the voxel
- * centres around it). Returns 1 with the sdf values in c8, the corner voxels
- * in vox8 and the position inside the cell in frac when all 8 are known,
- * else 0. */
+ * centres around it). Returns 1 with the sdf values in c8, the corner
+ * voxels' channel indices in idx8 and the position inside the cell in frac
+ * when all 8 are known, else 0. */
 TSDF_LOOKUP_FN int tsdf_ray_gather_cell(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                        const float p[3], float c8[8], tsdf_voxel vox8[8],
+                                        const float p[3], float c8[8], size_t idx8[8],
                                         float frac[3])
 {
     int32_t base[3];
@@ -110,14 +116,15 @@ TSDF_LOOKUP_FN int tsdf_ray_gather_cell(const tsdf_ray_volume *vol, tsdf_ray_cac
     TSDF_UNROLL
     for (int k = 0; k < 8; k++) {
         int32_t x = base[0] + (k & 1), y = base[1] + ((k >> 1) & 1), z = base[2] + ((k >> 2) & 1);
-        const tsdf_voxel *b =
+        int32_t b =
             tsdf_ray_block(vol, c, tsdf_floor_div8(x), tsdf_floor_div8(y), tsdf_floor_div8(z));
-        if (b == NULL)
+        if (b < 0)
             return 0;
-        tsdf_voxel vx = b[tsdf_voxel_index(x & 7, y & 7, z & 7)];
-        if (!tsdf_voxel_known(&vx))
+        size_t i = (size_t)b * TSDF_BLOCK_VOXELS + (size_t)tsdf_voxel_index(x & 7, y & 7, z & 7);
+        tsdf_vox vx = tsdf_vox_load(vol->layout, vol->geom, i, vol->quant);
+        if (!tsdf_vox_known(vx))
             return 0;
-        vox8[k] = vx;
+        idx8[k] = i;
         c8[k] = vx.sdf_m;
     }
     return 1;
@@ -127,8 +134,8 @@ TSDF_LOOKUP_FN int tsdf_ray_sample_sdf(const tsdf_ray_volume *vol, tsdf_ray_cach
                                        const float p[3], float *sdf)
 {
     float c8[8], frac[3];
-    tsdf_voxel vox8[8];
-    if (!tsdf_ray_gather_cell(vol, c, p, c8, vox8, frac))
+    size_t idx8[8];
+    if (!tsdf_ray_gather_cell(vol, c, p, c8, idx8, frac))
         return 0;
     *sdf = tsdf_trilinear(c8, frac[0], frac[1], frac[2]);
     return 1;
@@ -168,7 +175,7 @@ TSDF_LOOKUP_FN int tsdf_ray_surface_normal(const tsdf_ray_volume *vol, tsdf_ray_
 {
     const float h = vol->voxel_size_m;
     float c8[8], frac[3];
-    tsdf_voxel vox8[8];
+    size_t idx8[8];
     int ok = 1;
     for (int a = 0; a < 3 && ok; a++) {
         float pp[3] = {p[0], p[1], p[2]}, pm[3] = {p[0], p[1], p[2]}, sp = 0.0f, sm = 0.0f;
@@ -179,25 +186,26 @@ TSDF_LOOKUP_FN int tsdf_ray_surface_normal(const tsdf_ray_volume *vol, tsdf_ray_
     }
     if (ok && tsdf_normalize3(n))
         return 1;
-    if (!tsdf_ray_gather_cell(vol, c, p, c8, vox8, frac))
+    if (!tsdf_ray_gather_cell(vol, c, p, c8, idx8, frac))
         return 0;
     tsdf_trilinear_grad(c8, frac[0], frac[1], frac[2], n);
     return tsdf_normalize3(n);
 }
 
-/* The interpolated colour at p, black where the cell is not known. */
+/* The interpolated colour at p, black where the cell is not known or the
+ * volume has no colour. */
 TSDF_LOOKUP_FN void tsdf_ray_surface_color(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
                                            const float p[3], uint8_t rgb[3])
 {
     float c8[8], frac[3];
-    tsdf_voxel vox8[8];
+    size_t idx8[8];
     rgb[0] = rgb[1] = rgb[2] = 0;
-    if (!tsdf_ray_gather_cell(vol, c, p, c8, vox8, frac))
+    if (vol->rgb == NULL || !tsdf_ray_gather_cell(vol, c, p, c8, idx8, frac))
         return;
     for (int ch = 0; ch < 3; ch++) {
         float col[8];
         for (int k = 0; k < 8; k++)
-            col[k] = (float)vox8[k].rgb[ch];
+            col[k] = (float)vol->rgb[TSDF_RGB_BYTES * idx8[k] + (size_t)ch];
         float m = tsdf_trilinear(col, frac[0], frac[1], frac[2]) + 0.5f;
         rgb[ch] = (uint8_t)(m < 0.0f ? 0.0f : (m > 255.0f ? 255.0f : m));
     }
@@ -263,7 +271,7 @@ TSDF_LOOKUP_FN int tsdf_ray_march(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
         tsdf_ray_point(o, d, z, p);
         if (!tsdf_world_to_block(p, vol->inv_block_size, b))
             return 0;
-        if (tsdf_ray_block(vol, c, b[0], b[1], b[2]) == NULL) {
+        if (tsdf_ray_block(vol, c, b[0], b[1], b[2]) < 0) {
             float z_next = tsdf_ray_block_exit_z(o, d, b, block_m) + eps_z;
             prev_known = 0;
             z = z_next > z + eps_z ? z_next : z + eps_z;
