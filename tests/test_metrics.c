@@ -2,7 +2,8 @@
  * test_metrics.c - the counter table (daemon/metrics.c): every row in both
  * outputs, the stats reply's "daemon" entries and the /metrics text, with
  * the same value; valid and unique names within the protocol's limits; the
- * reply within its 128 entries.
+ * reply within its 128 entries; and docs/OPERATIONS.md in step with the
+ * table.
  */
 #define _GNU_SOURCE
 
@@ -769,6 +770,76 @@ static void test_process_families_and_stages(void **state)
     dstats_fini(&st);
 }
 
+/* ---- the documentation -------------------------------------------------- */
+
+static char *read_text(const char *rel)
+{
+    char path[1024];
+    const char *src = getenv("TSDF_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/%s", src ? src : ".", rel);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot read %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = calloc(1, (size_t)n + 1);
+    assert_non_null(text);
+    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    return text;
+}
+
+/* docs/OPERATIONS.md lists every row as
+ *   | `<family>` | <type> | <labels> | `<stats key>` ... | <meaning> |
+ * (with its sum's key, and "*(older name)*" where the row predates the
+ * naming rule), and no family the table lacks. */
+static void test_docs_list_the_table(void **state)
+{
+    char *doc = read_text("docs/OPERATIONS.md");
+    static const char *const types[] = {"counter", "gauge", "summary", "histogram"};
+    size_t n;
+    const metrics_row *rows = metrics_rows(&n);
+    for (size_t i = 0; i < n; i++) {
+        char head[192], key[96];
+        snprintf(head, sizeof head, "\n| `%s` | %s |", rows[i].prom_name, types[rows[i].type]);
+        const char *line = strstr(doc, head);
+        if (!line)
+            fail_msg("docs/OPERATIONS.md has no row \"%s\"", head + 1);
+        const char *end = strchr(line + 1, '\n');
+        snprintf(key, sizeof key, "`%s`", rows[i].stats_key);
+        const char *at = strstr(line, key);
+        if (!at || at > end)
+            fail_msg("docs/OPERATIONS.md: the row of %s does not name %s", rows[i].prom_name, key);
+        if (rows[i].stats_total_key) {
+            snprintf(key, sizeof key, "`%s`", rows[i].stats_total_key);
+            at = strstr(line, key);
+            if (!at || at > end)
+                fail_msg("docs/OPERATIONS.md: the row of %s does not name %s", rows[i].prom_name,
+                         key);
+        }
+        /* The names that predate the naming rule say so. */
+        at = strstr(line, "*(older name)*");
+        if ((at != NULL && at < end) != ((rows[i].flags & METRIC_F_OLD_NAME) != 0))
+            fail_msg("docs/OPERATIONS.md: %s is%s marked as an older name", rows[i].prom_name,
+                     at != NULL && at < end ? "" : " not");
+    }
+    int documented = 0;
+    for (const char *p = strstr(doc, "\n| `tsdfd_"); p; p = strstr(p + 1, "\n| `tsdfd_")) {
+        char name[PROM_NAME_MAX];
+        const char *s = p + 4, *e = strchr(s, '`');
+        snprintf(name, sizeof name, "%.*s", (int)(e - s), s);
+        int known = strcmp(name, "tsdfd_build_info") == 0;
+        for (size_t i = 0; i < n && !known; i++)
+            known = strcmp(rows[i].prom_name, name) == 0;
+        if (!known)
+            fail_msg("docs/OPERATIONS.md documents %s, which the table lacks", name);
+        documented++;
+    }
+    assert_int_equal(documented, (int)n + 1);
+    free(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -780,6 +851,7 @@ int main(void)
         cmocka_unit_test(test_long_sensor_names),
         cmocka_unit_test(test_volume_families),
         cmocka_unit_test(test_process_families_and_stages),
+        cmocka_unit_test(test_docs_list_the_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
