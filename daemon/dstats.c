@@ -21,6 +21,15 @@ const char *dstats_outcome_name(ds_outcome o)
     return names[o];
 }
 
+const char *dstats_stage_name(ds_stage s)
+{
+    static const char *const names[DS_STAGE_COUNT] = {"decode", "upload",  "allocate",
+                                                      "update", "raycast", "mesh"};
+    if ((unsigned)s >= DS_STAGE_COUNT)
+        return "unknown";
+    return names[s];
+}
+
 ds_outcome dstats_outcome_for_error(int err)
 {
     switch (err) {

@@ -72,8 +72,8 @@ typedef struct {
     uint64_t outcome[DS_OUTCOME_COUNT];
 } ds_sensor;
 
-/* Pipeline stages with a latency window each, in the order of the
- * tsdfd_stage_latency_seconds metric (prom_stage_names). decode: a frame
+/* Pipeline stages with a latency window each (the stage label of
+ * tsdfd_stage_latency_seconds, dstats_stage_name). decode: a frame
  * message into a validated frame (every frame); upload, allocate, update:
  * the engine's times of an integrated frame (sampled: see worker.c);
  * raycast, mesh: the engine's times of every such query. */
@@ -86,6 +86,10 @@ typedef enum {
     DS_STAGE_MESH,
     DS_STAGE_COUNT
 } ds_stage;
+
+/* "decode", "upload", "allocate", "update", "raycast", "mesh"; "unknown"
+ * for other values. */
+const char *dstats_stage_name(ds_stage s);
 
 /* Request counters by message type (index = tsdf_msg_type). */
 #define DS_MSG_TYPES TSDF_MSG_TYPE_COUNT

@@ -23,6 +23,7 @@
 #include "config.h"
 #include "dstats.h"
 #include "maps.h"
+#include "prom.h"
 #include "tsdf_proto.h"
 
 #ifdef __cplusplus
@@ -82,6 +83,13 @@ int handlers_save_all(daemon_ctx *d, const char *dir, char *path_out, size_t pat
  * version (only_map) or 0. */
 int handlers_load(daemon_ctx *d, const char *path, const char *only_map, char *path_out,
                   size_t path_len, uint64_t *version_out);
+
+/* The /metrics render (a metrics_render_fn; arg: the daemon_ctx): the
+ * counter table (metrics.h) over live counters and every map's cached
+ * volume statistics, so that it never waits for a map's worker. One call
+ * at a time per buffer; any thread but a map worker (the loop thread in
+ * the daemon). Returns prom_buf_error(b), or TSDF_ENOMEM. */
+int handlers_render_metrics(void *arg, prom_buf *b);
 
 /* One line of counters for the periodic stats log and STATUS=. */
 void handlers_status_line(daemon_ctx *d, char *out, size_t len);

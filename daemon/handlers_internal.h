@@ -1,7 +1,8 @@
 /*
  * handlers_internal.h - what the parts of the request handlers share:
- * handlers.c (dispatch), stats_reply.c (the stats reply and the status line)
- * and persist.c (save, load and the path policy). Not for other modules.
+ * handlers.c (dispatch), stats_reply.c (the stats reply and the status line),
+ * metrics_source.c (the counter table's numbers) and persist.c (save, load
+ * and the path policy). Not for other modules.
  *
  * Threads: as handlers.h: the server's request threads, many at once.
  */
@@ -9,6 +10,7 @@
 #define TSDFD_HANDLERS_INTERNAL_H
 
 #include "handlers.h"
+#include "metrics.h"
 #include "worker.h"
 
 /* Runs a query job of `kind` (with a copy of *req when not NULL) on map m
@@ -21,6 +23,13 @@ int handlers_run_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request
 /* The stats request: the daemon's counters, and the engine's of req->map
  * when it names a map (stats_reply.c). */
 void handlers_do_stats(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep);
+
+/* Fills *c with the daemon-wide numbers of the counter table (metrics.h),
+ * and no map (c->maps NULL): read now, or with snap (the counters a map's
+ * worker read with its engine statistics, JOB_STATS) the frame, queue and
+ * budget counters from there, so that a stats reply is one moment's
+ * picture. Any thread but a map worker (metrics_source.c). */
+void handlers_metrics_context(daemon_ctx *d, const job_counters *snap, metrics_ctx *c);
 
 /* The save, load and delete requests (persist.c). */
 void handlers_do_save(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep);

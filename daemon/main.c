@@ -30,7 +30,6 @@
 #include "maps.h"
 #include "metrics_http.h"
 #include "notify.h"
-#include "prom.h"
 #include "server.h"
 #include "snapshot.h"
 #include "tsdf_error.h"
@@ -149,152 +148,6 @@ static void on_autosave(uv_timer_t *t)
         m->autosave_running = 0;
 }
 
-/* ---- metrics ------------------------------------------------------------ */
-
-/* Renders on the loop thread from thread-safe counters and the maps'
- * cached statistics only: it never waits for a map's worker. The families
- * are those of docs/OPERATIONS.md ("Metrics"), each one contiguous. */
-static int render_metrics(void *arg, prom_buf *b)
-{
-    tsdfd_main *m = arg;
-    ds_totals t;
-    char labels[192];
-    char esc[160];
-    dmap *all[TSDF_PROTO_MAX_MAPS];
-    const char *names[TSDF_PROTO_MAX_MAPS];
-    static tsdf_volume_stats vstats[TSDF_PROTO_MAX_MAPS]; /* loop thread only */
-
-    prom_tsdfd_process_families(b, TSDF_VERSION, tsdf_backend_name(m->maps.backend),
-                                (double)(worker_now_ns() - m->d.start_ns) / 1e9);
-    dstats_get_totals(&m->stats, &t);
-
-    /* Per sensor: the "(no sensor)" bucket holds frames whose sensor could
-     * not be read, so the series sum to the daemon's totals. Like every
-     * bucket it has a series only once it received a frame (an always-zero
-     * series confuses more than it tells); the families are declared first
-     * so that they exist from the first scrape on. */
-    static const char *const sensor_families[2][2] = {
-        {"tsdfd_frames_received_total", "Frames received (pushed frames and integrate requests)."},
-        {"tsdfd_frames_integrated_total", "Frames fused into a volume."},
-    };
-    for (int pass = 0; pass < 2; pass++) {
-        prom_family(b, sensor_families[pass][0], "counter", sensor_families[pass][1]);
-        for (size_t i = 0; i < t.sensor_count; i++) {
-            ds_sensor sn;
-            if (!dstats_sensor_at(&m->stats, i, &sn) || sn.received == 0)
-                continue;
-            prom_label_escape(esc, sizeof esc, sn.name);
-            snprintf(labels, sizeof labels, "sensor=\"%s\"", esc);
-            prom_counter(b, sensor_families[pass][0], sensor_families[pass][1], labels,
-                         pass == 0 ? (double)sn.received : (double)sn.outcome[DS_INTEGRATED]);
-        }
-    }
-    for (int o = DS_FIRST_DROP; o < DS_FIRST_REJECT; o++) {
-        snprintf(labels, sizeof labels, "reason=\"%s\"", dstats_outcome_name((ds_outcome)o));
-        prom_counter(b, "tsdfd_frames_dropped_total",
-                     "Valid frames not integrated because of backpressure or shutdown.", labels,
-                     (double)t.outcome[o]);
-    }
-    for (int o = DS_FIRST_REJECT; o < DS_OUTCOME_COUNT; o++) {
-        snprintf(labels, sizeof labels, "reason=\"%s\"", dstats_outcome_name((ds_outcome)o));
-        prom_counter(b, "tsdfd_frames_rejected_total", "Frames refused as invalid or not fitting.",
-                     labels, (double)t.outcome[o]);
-    }
-
-    size_t n = maps_list(&m->maps, all, TSDF_PROTO_MAX_MAPS);
-    for (size_t i = 0; i < n; i++) {
-        queue_stats q;
-        queue_get_stats(&all[i]->queue, &q);
-        prom_label_escape(esc, sizeof esc, all[i]->name);
-        snprintf(labels, sizeof labels, "map=\"%s\"", esc);
-        prom_gauge(b, "tsdfd_queue_depth", "Frames waiting in the map's queue.", labels,
-                   (double)q.depth);
-    }
-    prom_gauge(b, "tsdfd_connections", "Connections open on the request and frame sockets.", NULL,
-               (double)atomic_load(&m->stats.conns_open));
-    prom_counter(b, "tsdfd_connections_refused_total",
-                 "Connections closed at once because [server] max_connections were open.", NULL,
-                 (double)atomic_load(&m->stats.conns_refused));
-    prom_gauge(b, "tsdfd_queue_bytes",
-               "Bytes held by the frames queued in every map (bounded by [queue] max_bytes_mb).",
-               NULL, (double)queue_budget_bytes(&m->maps.budget));
-    prom_gauge(b, "tsdfd_volume_memory_bytes",
-               "Memory held by every map's volume together (host for CPU volumes, device for "
-               "CUDA ones).",
-               NULL, (double)atomic_load(&m->maps.vbudget.used_bytes));
-    prom_gauge(b, "tsdfd_volume_memory_budget_bytes",
-               "The bound on tsdfd_volume_memory_bytes ([volume] memory_budget_mb, resolved).",
-               NULL, (double)m->maps.vbudget.limit_bytes);
-    prom_counter(b, "tsdfd_volume_budget_refused_frames_total",
-                 "Frames refused because the volume memory budget had no room (also counted in "
-                 "tsdfd_frames_rejected_total, reason capacity).",
-                 NULL, (double)atomic_load(&m->maps.vbudget.refused_frames));
-    prom_counter(b, "tsdfd_queries_abandoned_total",
-                 "Queries not run: their request timed out while they waited, or the daemon "
-                 "stopped.",
-                 NULL, (double)t.queries_abandoned);
-    prom_counter(b, "tsdfd_queries_busy_total",
-                 "Queries refused with BUSY: their map (reason map) or their kind (reason kind) "
-                 "already had its share of request contexts waiting.",
-                 "reason=\"map\"", (double)atomic_load(&m->d.queries_busy_map));
-    prom_counter(b, "tsdfd_queries_busy_total",
-                 "Queries refused with BUSY: their map (reason map) or their kind (reason kind) "
-                 "already had its share of request contexts waiting.",
-                 "reason=\"kind\"", (double)atomic_load(&m->d.queries_busy_kind));
-    prom_counter(b, "tsdfd_queries_cancelled_total",
-                 "Raycasts stopped while running because their request timed out.", NULL,
-                 (double)t.queries_cancelled);
-    prom_gauge(
-        b, "tsdfd_workers_stalled",
-        "Map workers on one job for longer than [server] stall_timeout_ms.", NULL,
-        (double)watchdog_find_stalls(&m->maps, worker_now_ns(), m->cfg.stall_timeout_ms, NULL));
-    for (size_t i = 0; i < n; i++) {
-        names[i] = all[i]->name;
-        maps_cached_stats(all[i], &vstats[i]);
-    }
-    prom_tsdfd_volume_families(b, names, vstats, n);
-    for (size_t i = 0; i < n; i++) {
-        prom_label_escape(esc, sizeof esc, all[i]->name);
-        snprintf(labels, sizeof labels, "map=\"%s\"", esc);
-        prom_gauge(b, "tsdfd_map_version", "Version of the map's volume (bumps on every change).",
-                   labels, (double)atomic_load(&all[i]->version));
-    }
-    for (size_t i = 0; i < n; i++) {
-        prom_label_escape(esc, sizeof esc, all[i]->name);
-        snprintf(labels, sizeof labels, "map=\"%s\"", esc);
-        prom_gauge(b, "tsdfd_frames_unsaved",
-                   "Frames integrated since the map's last snapshot that a restart restores: "
-                   "what a crash now would lose.",
-                   labels, (double)handlers_frames_unsaved(&m->d, all[i]));
-    }
-    int64_t last_save = atomic_load(&m->d.last_save_ns);
-    prom_gauge(b, "tsdfd_snapshot_age_seconds",
-               "Seconds since the last snapshot that a restart restores (-1: none yet).", NULL,
-               last_save != 0 ? (double)(worker_now_ns() - last_save) / 1e9 : -1.0);
-
-    lat_window *stages[PROM_STAGE_COUNT];
-    for (int i = 0; i < PROM_STAGE_COUNT; i++)
-        stages[i] = &m->stats.lat_stage[i];
-    prom_tsdfd_stage_latency(b, stages);
-    lat_summary ls;
-    lat_window_summary(&m->stats.lat_queue_wait, &ls);
-    prom_summary(b, "tsdfd_queue_wait_seconds", "Time a frame waits in its map's queue.", NULL,
-                 &ls);
-    for (int ty = TSDF_MSG_INTEGRATE; ty < TSDF_MSG_TYPE_COUNT; ty++) {
-        if (ty == TSDF_MSG_ERROR)
-            continue; /* a reply type, never a request */
-        lat_window_summary(&m->stats.lat_request[ty], &ls);
-        snprintf(labels, sizeof labels, "type=\"%s\"", tsdf_msg_type_name((tsdf_msg_type)ty));
-        prom_summary(b, "tsdfd_request_seconds", "Request service time, by request type.", labels,
-                     &ls);
-    }
-    maps_put_list(all, n);
-    return prom_buf_error(b);
-}
-
-/* The stage windows are indexed like the metric's stage names. */
-_Static_assert(DS_STAGE_COUNT == PROM_STAGE_COUNT, "ds_stage must follow prom_stage_names");
-
 /* ---- shutdown ----------------------------------------------------------- */
 
 static void begin_shutdown(tsdfd_main *m, const char *why)
@@ -380,7 +233,7 @@ static int start_loop_handles(tsdfd_main *m)
     m->wake.data = m;
     if (m->cfg.metrics_enabled) {
         int rc = metrics_http_start(loop, m->cfg.metrics_host, (int)m->cfg.metrics_port,
-                                    render_metrics, m, &m->metrics);
+                                    handlers_render_metrics, &m->d, &m->metrics);
         if (rc != TSDF_OK) {
             TSDF_LOG(TSDF_LOG_ERROR, "metrics: cannot serve on %s:%u: %s", m->cfg.metrics_host,
                      m->cfg.metrics_port, tsdf_strerror(rc));

@@ -2,7 +2,9 @@
  * prom.h - a builder for the Prometheus text exposition format (0.0.4).
  *
  * The daemon's render function appends one metric family after another
- * into a prom_buf; metrics_http serves the result on GET /metrics.
+ * into a prom_buf; metrics_http serves the result on GET /metrics. This
+ * file knows nothing of tsdfd's own families: those are the rows of the
+ * counter table (metrics.h).
  *
  *   prom_buf b;
  *   prom_buf_init(&b);
@@ -36,7 +38,6 @@
 #include <stdint.h>
 
 #include "latency.h"
-#include "tsdf_volume.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -110,41 +111,6 @@ int prom_label_escape(char *dst, size_t dst_len, const char *value);
 
 /* 1 if name matches [a-zA-Z_:][a-zA-Z0-9_:]* and fits PROM_NAME_MAX. */
 int prom_name_valid(const char *name);
-
-/* ---- tsdfd's own families (docs/OPERATIONS.md, "Metrics") -------------- */
-
-/* Appends, for n maps at once (names[i] raw, escaped here; stats[i] a copy
- * of tsdf_volume_get_stats taken by the map's owner, since the render must
- * not wait for a worker), every per-map family of the hash table and
- * device memory, each family contiguous:
- *   tsdfd_hash_load_factor, tsdfd_hash_blocks, tsdfd_hash_capacity_slots
- *   (gauges), tsdfd_hash_probe_length (histogram, le = 0 .. 14 and +Inf
- *   from probe_hist), tsdfd_hash_growth_events_total,
- *   tsdfd_hash_insert_failures_total (counters), tsdfd_gpu_memory_bytes
- *   (gauge: memory_bytes on the CUDA backend, 0 on the CPU backend),
- * all labelled map="<name>". n may be 0 (nothing is written). */
-int prom_tsdfd_volume_families(prom_buf *b, const char *const *names,
-                               const tsdf_volume_stats *stats, size_t n);
-
-/* Appends tsdfd_build_info{version="...",backend="..."} 1,
- * tsdfd_uptime_seconds and tsdfd_host_memory_bytes (the resident set size
- * read from /proc/self/statm; the family is left out if that fails). */
-int prom_tsdfd_process_families(prom_buf *b, const char *version, const char *backend,
-                                double uptime_s);
-
-/* The stage names of tsdfd_stage_latency_seconds, in order. */
-#define PROM_STAGE_COUNT 6
-extern const char *const prom_stage_names[PROM_STAGE_COUNT]; /* decode upload allocate
-                                                                 update raycast mesh */
-
-/* Appends tsdfd_stage_latency_seconds{stage=...} for the six stages from
- * their windows (windows[i] for prom_stage_names[i]; NULL: an empty
- * summary, so the series exist from the first scrape on). */
-int prom_tsdfd_stage_latency(prom_buf *b, lat_window *const windows[PROM_STAGE_COUNT]);
-
-/* The resident set size of this process in bytes (/proc/self/statm).
- * TSDF_OK, or TSDF_EIO when the file cannot be read. */
-int prom_rss_bytes(uint64_t *out);
 
 #ifdef __cplusplus
 }

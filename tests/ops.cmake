@@ -1,5 +1,6 @@
 # Tests of the daemon's ops modules (latency windows, Prometheus text, the
-# /metrics server, snapshots) and of the systemd unit.
+# counter table behind the stats reply and /metrics, the /metrics server,
+# snapshots) and of the systemd unit.
 #
 # The modules come from daemon/ops.cmake as tsdf_ops; while the daemon's
 # CMakeLists does not include that file yet, the same sources built as its
@@ -16,8 +17,16 @@ endif()
 tsdf_add_test(NAME latency SOURCES test_latency.c LIBS ${TSDF_OPS_LIB} Threads::Threads
   LABELS ops TIMEOUT 60)
 tsdf_add_test(NAME prom SOURCES test_prom.c LIBS ${TSDF_OPS_LIB} LABELS ops TIMEOUT 60)
+# The counter table (daemon/metrics.c, in tsdfd_core) that feeds both the
+# stats reply and /metrics, and the populated context its test and the
+# /metrics server's sample render share.
+add_library(tsdf_metrics_sample STATIC metrics_sample.c)
+target_include_directories(tsdf_metrics_sample PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(tsdf_metrics_sample PUBLIC tsdfd_core PRIVATE tsdf_warnings)
+tsdf_add_test(NAME metrics SOURCES test_metrics.c
+  LIBS tsdf_metrics_sample tsdfd_core LABELS ops TIMEOUT 60)
 tsdf_add_test(NAME metrics_http SOURCES test_metrics_http.c
-  LIBS ${TSDF_OPS_LIB} PkgConfig::LIBUV Threads::Threads LABELS ops TIMEOUT 120)
+  LIBS tsdf_metrics_sample ${TSDF_OPS_LIB} PkgConfig::LIBUV Threads::Threads LABELS ops TIMEOUT 120)
 tsdf_add_test(NAME snapshot SOURCES test_snapshot.c
   LIBS ${TSDF_OPS_LIB} tsdf_engine tsdf_scenes Threads::Threads LABELS ops TIMEOUT 300)
 tsdf_add_test(NAME notify SOURCES test_notify.c LIBS ${TSDF_OPS_LIB} LABELS ops TIMEOUT 60)

@@ -12,8 +12,9 @@
  *   test_metrics_http --print         writes the sample render to stdout
  *   test_metrics_http --serve FILE    serves it on 127.0.0.1 (free port,
  *                                     written to FILE) until SIGTERM/SIGINT
- * The sample render fills every metric family documented in
- * docs/OPERATIONS.md with the shapes the daemon's render uses.
+ * The sample render is the daemon's (metrics_render) over a populated
+ * context (metrics_sample.h), so it holds every metric family documented
+ * in docs/OPERATIONS.md.
  */
 #define _GNU_SOURCE
 
@@ -32,80 +33,25 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "metrics.h"
 #include "metrics_http.h"
+#include "metrics_sample.h"
 #include "prom.h"
 #include "testutil.h"
 #include "tsdf_error.h"
-#include "tsdf_volume.h"
 
 /* ---- the sample render ------------------------------------------------ */
+
+/* The daemon's own render (the counter table, daemon/metrics.h) over the
+ * populated sample context of metrics_sample.h: every documented family,
+ * in the shapes the daemon writes, escaped map names and NaN quantiles
+ * included. */
+static metrics_sample sample;
 
 static int sample_render(void *arg, prom_buf *b)
 {
     (void)arg;
-    static const char *maps[] = {"default", "lab \"B\""};
-    static const char *sensors[] = {"cam0", "cam1"};
-    char map_label[2][96], sensor_label[2][64], lbl[256];
-    char esc[64];
-    for (int i = 0; i < 2; i++) {
-        prom_label_escape(esc, sizeof esc, maps[i]);
-        snprintf(map_label[i], sizeof map_label[i], "map=\"%s\"", esc);
-        snprintf(sensor_label[i], sizeof sensor_label[i], "sensor=\"%s\"", sensors[i]);
-    }
-
-    prom_gauge(b, "tsdfd_build_info", "Build of the daemon; the value is always 1.",
-               "version=\"0.1.0\",backend=\"cuda\"", 1);
-    prom_gauge(b, "tsdfd_uptime_seconds", "Seconds since the daemon started.", NULL, 12.5);
-    for (int i = 0; i < 2; i++)
-        prom_counter(b, "tsdfd_frames_received_total", "Frames received, per map and sensor.",
-                     (snprintf(lbl, sizeof lbl, "%s,%s", map_label[0], sensor_label[i]), lbl),
-                     100 + i);
-    for (int i = 0; i < 2; i++)
-        prom_counter(b, "tsdfd_frames_integrated_total", "Frames integrated, per map and sensor.",
-                     (snprintf(lbl, sizeof lbl, "%s,%s", map_label[0], sensor_label[i]), lbl),
-                     90 + i);
-    prom_counter(b, "tsdfd_frames_dropped_total", "Frames dropped by backpressure.",
-                 "reason=\"queue_full\"", 3);
-    prom_counter(b, "tsdfd_frames_dropped_total", "Frames dropped by backpressure.",
-                 "reason=\"shutdown\"", 0);
-    prom_counter(b, "tsdfd_frames_rejected_total", "Frames refused as invalid.",
-                 "reason=\"bad_pose\"", 2);
-    prom_counter(b, "tsdfd_frames_rejected_total", "Frames refused as invalid.",
-                 "reason=\"capacity\"", 1);
-    prom_gauge(b, "tsdfd_queue_depth", "Frames waiting in the map's queue.", map_label[0], 4);
-    prom_gauge(b, "tsdfd_queue_depth", "Frames waiting in the map's queue.", map_label[1], 0);
-    /* The per-map and per-stage families come from the same helpers the
-     * daemon's render uses. */
-    static tsdf_volume_stats st[2];
-    static lat_window windows[PROM_STAGE_COUNT];
-    static lat_window *wp[PROM_STAGE_COUNT];
-    static int once;
-    if (!once) {
-        once = 1;
-        for (int i = 0; i < 2; i++) {
-            st[i].backend = i == 0 ? TSDF_BACKEND_CUDA : TSDF_BACKEND_CPU;
-            st[i].blocks_allocated = 1000u * (i + 1);
-            st[i].capacity_slots = 65536;
-            st[i].load_factor = (double)st[i].blocks_allocated / 65536.0;
-            for (int k = 0; k < TSDF_PROBE_HIST_BINS; k++)
-                st[i].probe_hist[k] = (uint64_t)(1000 >> k);
-            st[i].mean_probe = 0.7;
-            st[i].growth_events = 2;
-            st[i].insert_failures = (uint64_t)i;
-            st[i].memory_bytes = 512u << 20;
-        }
-        for (int k = 0; k < PROM_STAGE_COUNT; k++) {
-            lat_window_init(&windows[k], 64);
-            for (int j = 1; j <= 50; j++)
-                lat_window_add(&windows[k], 0.1 * j * (k + 1));
-            /* The mesh stage stays empty: its quantiles are NaN. */
-            wp[k] = k == PROM_STAGE_COUNT - 1 ? NULL : &windows[k];
-        }
-    }
-    prom_tsdfd_volume_families(b, maps, st, 2);
-    prom_tsdfd_stage_latency(b, wp);
-    prom_gauge(b, "tsdfd_host_memory_bytes", "Resident set size of the daemon.", NULL, 300e6);
-    return prom_buf_error(b);
+    return metrics_render(&sample.ctx, b);
 }
 
 static int failing_render(void *arg, prom_buf *b)
@@ -544,7 +490,7 @@ static int serve(const char *port_file)
     return uv_loop_close(loop) == 0 ? 0 : 1;
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "--print") == 0) {
         prom_buf b;
@@ -572,4 +518,15 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ipv6_loopback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    if (metrics_sample_init(&sample) != TSDF_OK) {
+        fprintf(stderr, "cannot make the sample counters\n");
+        return 1;
+    }
+    int rc = run(argc, argv);
+    metrics_sample_fini(&sample);
+    return rc;
 }

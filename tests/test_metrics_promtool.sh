@@ -7,14 +7,15 @@
 #   tests/test_metrics_promtool.sh --daemon path/to/tsdfd path/to/tsdfctl
 #
 # The first form checks the sample render of test_metrics_http (--print /
-# --serve FILE: every documented metric family) and the HTTP behaviour
-# with curl. The second starts the daemon (CPU backend, ipc:// sockets and
-# a state directory in a scratch dir, /metrics on a random loopback port)
-# and checks its own /metrics: promtool must accept it and every family
-# documented in docs/OPERATIONS.md must be there; then it integrates
-# acknowledged synthetic frames with tsdfctl and checks that the numbers
-# moved (frames integrated, per sensor and in all; the map's hash blocks)
-# and that promtool still accepts the text.
+# --serve FILE: the daemon's own render over sample counters, so every
+# documented metric family) and the HTTP behaviour with curl. The second
+# starts the daemon (CPU backend, ipc:// sockets and a state directory in a
+# scratch dir, /metrics on a random loopback port) and checks its own
+# /metrics: promtool must accept it, every family documented in
+# docs/OPERATIONS.md must be there, and none that is not; then it
+# integrates acknowledged synthetic frames with tsdfctl and checks that the
+# numbers moved (frames integrated, per sensor and in all; the map's hash
+# blocks) and that promtool still accepts the text.
 # Exit 0 pass, 1 fail, 77 skipped (no promtool, or no daemon binary).
 set -u
 
@@ -74,10 +75,27 @@ daemon_families="tsdfd_map_version:gauge tsdfd_queue_wait_seconds:summary
     tsdfd_volume_memory_bytes:gauge tsdfd_volume_memory_budget_bytes:gauge
     tsdfd_volume_budget_refused_frames_total:counter
     tsdfd_queries_abandoned_total:counter tsdfd_queries_cancelled_total:counter
-    tsdfd_workers_stalled:gauge tsdfd_frames_unsaved:gauge tsdfd_queries_busy_total:counter tsdfd_snapshot_age_seconds:gauge"
+    tsdfd_workers_stalled:gauge tsdfd_frames_unsaved:gauge tsdfd_queries_busy_total:counter tsdfd_snapshot_age_seconds:gauge
+    tsdfd_connections:gauge tsdfd_connections_refused_total:counter
+    tsdfd_frames_in_flight:gauge tsdfd_sensor_dropped_total:counter
+    tsdfd_sensor_rejected_total:counter tsdfd_queue_depth_max:gauge tsdfd_queue_capacity:gauge
+    tsdfd_queue_dropped_oldest_total:counter tsdfd_queue_push_timeouts_total:counter
+    tsdfd_queue_map_bytes:gauge tsdfd_queue_dropped_memory_total:counter
+    tsdfd_queue_refused_memory_total:counter tsdfd_map_frames_integrated_total:counter
+    tsdfd_queue_max_bytes:gauge tsdfd_maps:gauge tsdfd_requests_total:counter
+    tsdfd_requests_errors_total:counter tsdfd_integrate_seconds:summary tsdfd_sensors:gauge
+    tsdfd_sensors_overflow_frames_total:counter"
+# The list of docs/OPERATIONS.md ("Metrics"), as name:type, one a line.
+doc="$(dirname "$0")/../docs/OPERATIONS.md"
+documented=$(sed -n 's/^| `\(tsdfd_[a-z_]*\)` | \([a-z]*\) |.*/\1:\2/p' "$doc")
 check_families() { # what file [extra families]
     for f in $families ${3:-}; do
         grep -q "^# TYPE ${f%%:*} ${f##*:}\$" "$2" || fail "$1 lacks ${f%%:*} (${f##*:})"
+    done
+    # Nothing undocumented: every family in the text is in the list, with its type.
+    for f in $(sed -n 's/^# TYPE \([^ ]*\) \(.*\)/\1:\2/p' "$2"); do
+        printf '%s\n' "$documented" | grep -qx "$f" ||
+            fail "$1 has ${f%%:*} (${f##*:}), which docs/OPERATIONS.md does not list so"
     done
 }
 
@@ -92,7 +110,7 @@ wait_port_file() { # file -> port on stdout
 if [ -n "$bin" ]; then
 "$bin" --print > "$tmp/sample.txt" || fail "$bin --print failed"
 check_text "the sample render" "$tmp/sample.txt"
-check_families "the sample render" "$tmp/sample.txt"
+check_families "the sample render" "$tmp/sample.txt" "$daemon_families"
 
 if ! command -v curl >/dev/null 2>&1; then
     echo "note: curl not installed; the HTTP checks are left to test_metrics_http (C client)"

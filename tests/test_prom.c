@@ -1,5 +1,6 @@
 /*
- * test_prom.c - the Prometheus text builder (daemon/prom.c).
+ * test_prom.c - the Prometheus text builder (daemon/prom.c). tsdfd's own
+ * families are the counter table's, tested in test_metrics.c.
  */
 #include <math.h>
 #include <stdio.h>
@@ -244,93 +245,6 @@ static void test_buffer_is_bounded(void **state)
     prom_buf_fini(&b);
 }
 
-static void test_tsdfd_volume_families(void **state)
-{
-    prom_buf b;
-    prom_buf_init(&b);
-    tsdf_volume_stats st[2];
-    memset(st, 0, sizeof st);
-    st[0].backend = TSDF_BACKEND_CUDA;
-    st[0].blocks_allocated = 300;
-    st[0].capacity_slots = 1024;
-    st[0].load_factor = 300.0 / 1024.0;
-    st[0].probe_hist[0] = 200;
-    st[0].probe_hist[1] = 90;
-    st[0].probe_hist[TSDF_PROBE_HIST_BINS - 1] = 10; /* displacements >= 15 */
-    st[0].mean_probe = 1.0;
-    st[0].growth_events = 3;
-    st[0].insert_failures = 7;
-    st[0].memory_bytes = 4096;
-    st[1].backend = TSDF_BACKEND_CPU;
-    st[1].memory_bytes = 999; /* host memory: not GPU memory */
-    const char *names[2] = {"default", "a\"b"};
-    assert_int_equal(prom_tsdfd_volume_families(&b, names, st, 2), TSDF_OK);
-    const char *expect[] = {
-        "tsdfd_hash_load_factor{map=\"default\"} 0.29296875\n",
-        "tsdfd_hash_blocks{map=\"default\"} 300\n",
-        "tsdfd_hash_blocks{map=\"a\\\"b\"} 0\n",
-        "tsdfd_hash_capacity_slots{map=\"default\"} 1024\n",
-        "tsdfd_hash_probe_length_bucket{map=\"default\",le=\"0\"} 200\n",
-        "tsdfd_hash_probe_length_bucket{map=\"default\",le=\"1\"} 290\n",
-        "tsdfd_hash_probe_length_bucket{map=\"default\",le=\"14\"} 290\n",
-        "tsdfd_hash_probe_length_bucket{map=\"default\",le=\"+Inf\"} 300\n",
-        "tsdfd_hash_probe_length_sum{map=\"default\"} 300\n",
-        "tsdfd_hash_probe_length_count{map=\"default\"} 300\n",
-        "tsdfd_hash_growth_events_total{map=\"default\"} 3\n",
-        "tsdfd_hash_insert_failures_total{map=\"default\"} 7\n",
-        "tsdfd_gpu_memory_bytes{map=\"default\"} 4096\n",
-        "tsdfd_gpu_memory_bytes{map=\"a\\\"b\"} 0\n",
-    };
-    for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++) {
-        if (!strstr(b.data, expect[i]))
-            fail_msg("missing: %s in:\n%s", expect[i], b.data);
-    }
-    assert_int_equal(count_substr(b.data, "# TYPE "), 7);
-    /* No maps: nothing at all. */
-    prom_buf_reset(&b);
-    assert_int_equal(prom_tsdfd_volume_families(&b, NULL, NULL, 0), TSDF_OK);
-    assert_int_equal(b.len, 0);
-    prom_buf_fini(&b);
-}
-
-static void test_tsdfd_process_families_and_stages(void **state)
-{
-    prom_buf b;
-    prom_buf_init(&b);
-    assert_int_equal(prom_tsdfd_process_families(&b, "0.1.0", "cpu", 2.5), TSDF_OK);
-    assert_non_null(strstr(b.data, "tsdfd_build_info{version=\"0.1.0\",backend=\"cpu\"} 1\n"));
-    assert_non_null(strstr(b.data, "tsdfd_uptime_seconds 2.5\n"));
-    const char *rss = strstr(b.data, "\ntsdfd_host_memory_bytes ");
-    assert_non_null(rss);
-    double bytes = strtod(rss + strlen("\ntsdfd_host_memory_bytes "), NULL);
-    uint64_t direct = 0;
-    assert_int_equal(prom_rss_bytes(&direct), TSDF_OK);
-    /* A test program's RSS: above 100 KiB, below 1 GiB, close to a fresh read. */
-    assert_true(bytes > 100e3 && bytes < 1e9);
-    assert_true(fabs(bytes - (double)direct) < 64e6);
-
-    lat_window w;
-    assert_int_equal(lat_window_init(&w, 8), TSDF_OK);
-    lat_window_add(&w, 4.0);
-    lat_window *ws[PROM_STAGE_COUNT] = {NULL, NULL, NULL, &w, NULL, NULL};
-    prom_buf_reset(&b);
-    assert_int_equal(prom_tsdfd_stage_latency(&b, ws), TSDF_OK);
-    assert_int_equal(count_substr(b.data, "# TYPE tsdfd_stage_latency_seconds summary"), 1);
-    for (int i = 0; i < PROM_STAGE_COUNT; i++) {
-        char line[128];
-        snprintf(line, sizeof line, "tsdfd_stage_latency_seconds_count{stage=\"%s\"} %d\n",
-                 prom_stage_names[i], i == 3 ? 1 : 0);
-        assert_non_null(strstr(b.data, line));
-    }
-    assert_string_equal(prom_stage_names[3], "update");
-    assert_non_null(
-        strstr(b.data, "tsdfd_stage_latency_seconds{stage=\"update\",quantile=\"0.99\"} 0.004\n"));
-    assert_non_null(
-        strstr(b.data, "tsdfd_stage_latency_seconds{stage=\"decode\",quantile=\"0.5\"} NaN\n"));
-    lat_window_fini(&w);
-    prom_buf_fini(&b);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -345,8 +259,6 @@ int main(void)
         cmocka_unit_test(test_histogram_is_cumulative),
         cmocka_unit_test(test_label_escape),
         cmocka_unit_test(test_buffer_is_bounded),
-        cmocka_unit_test(test_tsdfd_volume_families),
-        cmocka_unit_test(test_tsdfd_process_families_and_stages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
