@@ -54,8 +54,9 @@ typedef struct tsdf_backend_ops {
      * their count. */
     int (*mesh)(void *impl, const uint64_t *keys, size_t n, tsdf_mesh *out, uint64_t **tri_keys,
                 uint64_t **meshed, size_t *n_meshed);
-    /* Every statistic (walks the table: the probe histogram). */
-    int (*stats)(void *impl, tsdf_volume_stats *out);
+    /* Every statistic; the probe histogram (max_probe, mean_probe,
+     * probe_hist: a walk over the whole table) only when probe is 1. */
+    int (*stats)(void *impl, tsdf_volume_stats *out, int probe);
     /* Sets the memory cap of later integrate / write calls (see
      * tsdf_volume_set_memory_cap). */
     int (*set_memory_cap)(void *impl, uint64_t cap_bytes);

@@ -199,6 +199,11 @@ int tsdf_volume_mesh(tsdf_volume *v, const tsdf_mesh_params *params, tsdf_mesh *
  * tsdf_volume_memory_bytes are the cheap ones). */
 int tsdf_volume_get_stats(tsdf_volume *v, tsdf_volume_stats *out);
 
+/* The statistics but the probe-length histogram (max_probe, mean_probe and
+ * probe_hist are 0): no walk over the table and no kernel, though the CUDA
+ * backend still waits for the queued work, as for every statistic. */
+int tsdf_volume_get_counters(tsdf_volume *v, tsdf_volume_stats *out);
+
 /* ---- blocks -----------------------------------------------------------
  * A set of blocks copied out of or into a volume (snapshots, eviction, the
  * GPU-vs-CPU comparison), in channels as the volume stores them (see

@@ -357,16 +357,26 @@ int tsdf_volume_raycast(tsdf_volume *v, const tsdf_raycast_params *p, tsdf_rayca
     return v->ops->raycast(v->impl, p, out);
 }
 
-int tsdf_volume_get_stats(tsdf_volume *v, tsdf_volume_stats *out)
+static int get_stats(tsdf_volume *v, tsdf_volume_stats *out, int probe)
 {
     int rc;
     if (v == NULL || out == NULL)
         return TSDF_EINVAL;
     memset(out, 0, sizeof(*out));
-    if ((rc = v->ops->stats(v->impl, out)) != TSDF_OK)
+    if ((rc = v->ops->stats(v->impl, out, probe)) != TSDF_OK)
         return rc;
     out->backend = v->backend;
     out->frames_rejected += v->frames_rejected_front;
     out->memory_cap_bytes = v->params.memory_cap_bytes;
     return TSDF_OK;
+}
+
+int tsdf_volume_get_stats(tsdf_volume *v, tsdf_volume_stats *out)
+{
+    return get_stats(v, out, 1);
+}
+
+int tsdf_volume_get_counters(tsdf_volume *v, tsdf_volume_stats *out)
+{
+    return get_stats(v, out, 0);
 }

@@ -84,7 +84,7 @@ static void test_collisions_no_growth(void **state)
     assert_int_equal(added, 0);
     check_all_found(v, keys, N);
     tsdf_volume_stats st;
-    assert_int_equal(tsdf_cuda_ops.stats(v, &st), TSDF_OK);
+    assert_int_equal(tsdf_cuda_ops.stats(v, &st, 1), TSDF_OK);
     assert_int_equal(st.blocks_allocated, N);
     assert_int_equal(st.capacity_slots, 1024);
     assert_int_equal(st.growth_events, 0);
@@ -123,14 +123,14 @@ static void test_growth(void **state)
         assert_int_equal(tsdf_cuda_test_insert_keys(v, keys + off, n, &added), TSDF_OK);
         total_added += added;
         tsdf_volume_stats st;
-        assert_int_equal(tsdf_cuda_ops.stats(v, &st), TSDF_OK);
+        assert_int_equal(tsdf_cuda_ops.stats(v, &st, 1), TSDF_OK);
         assert_true(st.load_factor <= 0.5 + 1e-9);
         assert_int_equal(st.blocks_allocated, total_added);
     }
     assert_int_equal(total_added, N);
     check_all_found(v, keys, N);
     tsdf_volume_stats st;
-    assert_int_equal(tsdf_cuda_ops.stats(v, &st), TSDF_OK);
+    assert_int_equal(tsdf_cuda_ops.stats(v, &st, 1), TSDF_OK);
     /* One rehash per batch that needs room (straight to the size that
      * fits it): 1024 -> 16384 -> 32768 -> 65536 -> 131072 slots. */
     assert_true(st.growth_events >= 4);
@@ -166,7 +166,7 @@ static void test_growth(void **state)
 
     /* Reset empties the table and returns it to its initial size. */
     assert_int_equal(tsdf_cuda_ops.reset(v), TSDF_OK);
-    assert_int_equal(tsdf_cuda_ops.stats(v, &st), TSDF_OK);
+    assert_int_equal(tsdf_cuda_ops.stats(v, &st, 1), TSDF_OK);
     assert_int_equal(st.blocks_allocated, 0);
     assert_int_equal(st.capacity_slots, 1024);
     int32_t idx[4];
@@ -197,7 +197,7 @@ static void test_memory_cap(void **state)
     assert_int_equal(added, 900);
     assert_int_equal(tsdf_cuda_test_insert_keys(v, keys + 900, 500, &added), TSDF_ECAPACITY);
     tsdf_volume_stats st;
-    assert_int_equal(tsdf_cuda_ops.stats(v, &st), TSDF_OK);
+    assert_int_equal(tsdf_cuda_ops.stats(v, &st, 1), TSDF_OK);
     assert_int_equal(st.blocks_allocated, 900);
     assert_int_equal(st.insert_failures, 500);
     check_all_found(v, keys, 900);
@@ -328,7 +328,7 @@ static void stress(float max_load, uint32_t universe, int rounds)
          * in the reference, each at a pool slot of its own. */
         assert_int_equal(tsdf_cuda_test_find_keys(v, keys, universe, idx), TSDF_OK);
         tsdf_volume_stats st;
-        assert_int_equal(tsdf_cuda_ops.stats(v, &st), TSDF_OK);
+        assert_int_equal(tsdf_cuda_ops.stats(v, &st, 1), TSDF_OK);
         size_t present = 0;
         for (size_t i = 0; i < universe; i++) {
             uint32_t val;
@@ -351,7 +351,7 @@ static void stress(float max_load, uint32_t universe, int rounds)
     }
     assert_int_equal(tsdf_cuda_test_insert_errors(v), 0);
     tsdf_volume_stats st;
-    assert_int_equal(tsdf_cuda_ops.stats(v, &st), TSDF_OK);
+    assert_int_equal(tsdf_cuda_ops.stats(v, &st, 1), TSDF_OK);
     assert_int_equal(st.blocks_erased, total_erased);
     printf("stress (max load %.2f): %d rounds over %u keys, %lu erased, %lu blocks now, %lu "
            "slots, highest load %.3f, %lu growth events, max probe %u\n",

@@ -91,7 +91,7 @@ static void test_timeline_overlap(void **state)
     assert_true(overlaps >= 1);
 
     tsdf_volume_stats st;
-    assert_int_equal(tsdf_cuda_ops.stats(v, &st), TSDF_OK);
+    assert_int_equal(tsdf_cuda_ops.stats(v, &st, 1), TSDF_OK);
     printf("last frame: upload %.4f ms, allocate %.4f ms, update %.4f ms, %lu blocks\n",
            st.last_upload_ms, st.last_alloc_ms, st.last_update_ms,
            (unsigned long)st.blocks_allocated);

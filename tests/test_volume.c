@@ -893,6 +893,24 @@ static void test_growth_keeps_blocks(void **state)
     assert_true(st.load_factor <= 0.5);
     assert_int_equal(get_stats(big).growth_events, 0);
     assert_true(st.mean_probe < 2.0);
+    assert_true(st.max_probe >= 1);
+    /* The counters are the same statistics without the table walk. */
+    {
+        tsdf_volume_stats c;
+        assert_int_equal(tsdf_volume_get_counters(small, &c), TSDF_OK);
+        assert_int_equal(c.max_probe, 0);
+        assert_true(c.mean_probe == 0.0);
+        for (size_t i = 0; i < sizeof c.probe_hist / sizeof c.probe_hist[0]; i++)
+            assert_int_equal(c.probe_hist[i], 0);
+        assert_int_equal(c.blocks_allocated, st.blocks_allocated);
+        assert_int_equal(c.capacity_slots, st.capacity_slots);
+        assert_int_equal(c.growth_events, st.growth_events);
+        assert_int_equal(c.frames_integrated, st.frames_integrated);
+        assert_int_equal(c.memory_bytes, st.memory_bytes);
+        assert_int_equal(c.version, st.version);
+        assert_int_equal(c.version, tsdf_volume_version(small));
+        assert_int_equal(tsdf_volume_get_counters(NULL, &c), TSDF_EINVAL);
+    }
     tsdf_block_set_init(&a);
     tsdf_block_set_init(&b);
     assert_int_equal(tsdf_volume_export_blocks(small, &a), TSDF_OK);

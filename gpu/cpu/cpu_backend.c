@@ -92,7 +92,7 @@ static int cpu_sync(void *impl)
 
 /* ---- statistics ------------------------------------------------------------ */
 
-static int cpu_stats(void *impl, tsdf_volume_stats *out)
+static int cpu_stats(void *impl, tsdf_volume_stats *out, int probe)
 {
     cpu_volume *v = impl;
     const cpu_store *s = &v->store;
@@ -100,7 +100,8 @@ static int cpu_stats(void *impl, tsdf_volume_stats *out)
     out->blocks_allocated = cpu_store_count(s);
     out->capacity_slots = s->table.capacity;
     out->load_factor = (double)s->table.count / (double)s->table.capacity;
-    cpu_hash_probe_stats(&s->table, &out->max_probe, &out->mean_probe, out->probe_hist);
+    if (probe)
+        cpu_hash_probe_stats(&s->table, &out->max_probe, &out->mean_probe, out->probe_hist);
     out->growth_events = s->growth_before + s->table.growth_events;
     out->frames_integrated = v->frames_integrated;
     out->frames_rejected = v->frames_rejected;

@@ -354,7 +354,7 @@ static int cuda_reset(void *impl)
     return TSDF_OK;
 }
 
-static int cuda_stats(void *impl, tsdf_volume_stats *out)
+static int cuda_stats(void *impl, tsdf_volume_stats *out, int probe)
 {
     struct cuda_volume *v = (struct cuda_volume *)impl;
     int rc = enter_synced(v);
@@ -365,8 +365,7 @@ static int cuda_stats(void *impl, tsdf_volume_stats *out)
     out->blocks_allocated = v->blocks;
     out->capacity_slots = v->capacity;
     out->load_factor = v->capacity ? (double)v->blocks / (double)v->capacity : 0.0;
-    rc = cuda_probe_stats(v, out);
-    if (rc != TSDF_OK)
+    if (probe && (rc = cuda_probe_stats(v, out)) != TSDF_OK)
         return rc;
     out->growth_events = v->growth_events;
     out->frames_integrated = v->frames_integrated;
