@@ -65,6 +65,7 @@ typedef struct dmap {
     pthread_mutex_t stats_lock;
     tsdf_volume_stats cached_stats;
     int64_t frame_stats_at_ns; /* CLOCK_MONOTONIC of the last refresh after a frame; worker only */
+    int stats_stale;           /* a frame ran since that refresh; worker only */
     /* The volume memory budget (volume_budget below); worker only once the
      * worker runs. */
     uint64_t own_cap_bytes;   /* [volume] memory_cap_mb: this map's own cap; 0 = none */

@@ -180,10 +180,11 @@ static int job_abandoned(worker_job *j)
 /*
  * Takes the volume's statistics into the map's cache (for readers that may
  * not wait for this thread) and its version. frame_stages: also record the
- * engine's upload / allocate / update times of the last frame. On the CUDA
- * backend this waits for the queued work, so streamed frames call it at
- * most every MAPS_STATS_PERIOD_MS: the stage latencies are samples, and
- * the GPU stays fed back to back in between.
+ * engine's upload / allocate / update times of the last frame. It walks
+ * the whole table (the probe histogram), and on the CUDA backend waits for
+ * the queued work, so frames call it at most every MAPS_STATS_PERIOD_MS
+ * (and once when the worker goes idle after them): the stage latencies
+ * are samples, and the GPU stays fed back to back in between.
  */
 static int refresh_stats(dmap *m, int frame_stages, tsdf_volume_stats *out)
 {
@@ -196,6 +197,8 @@ static int refresh_stats(dmap *m, int frame_stages, tsdf_volume_stats *out)
     pthread_mutex_lock(&m->stats_lock);
     m->cached_stats = st;
     pthread_mutex_unlock(&m->stats_lock);
+    m->frame_stats_at_ns = worker_now_ns();
+    m->stats_stale = 0;
     if (frame_stages) {
         lat_window_add(&ds->lat_stage[DS_STAGE_UPLOAD], st.last_upload_ms);
         lat_window_add(&ds->lat_stage[DS_STAGE_ALLOCATE], st.last_alloc_ms);
@@ -203,6 +206,27 @@ static int refresh_stats(dmap *m, int frame_stages, tsdf_volume_stats *out)
     }
     if (out != NULL)
         *out = st;
+    return TSDF_OK;
+}
+
+/* After a query: the statistics that do not walk the table (a raycast's
+ * or mesh's time, the colour flag, the version) into the cache, keeping
+ * the probe histogram of the last full refresh, which comes at the metrics
+ * cadence only. */
+static int refresh_counters(dmap *m, tsdf_volume_stats *out)
+{
+    tsdf_volume_stats st;
+    int rc = tsdf_volume_get_counters(m->vol, &st);
+    if (rc != TSDF_OK)
+        return rc;
+    atomic_store(&m->version, st.version);
+    pthread_mutex_lock(&m->stats_lock);
+    st.max_probe = m->cached_stats.max_probe;
+    st.mean_probe = m->cached_stats.mean_probe;
+    memcpy(st.probe_hist, m->cached_stats.probe_hist, sizeof st.probe_hist);
+    m->cached_stats = st;
+    pthread_mutex_unlock(&m->stats_lock);
+    *out = st;
     return TSDF_OK;
 }
 
@@ -234,14 +258,14 @@ static void run_frame(dmap *m, worker_job *j)
     }
     dstats_frame_outcome(ds, j->sensor, dstats_outcome_for_error(rc));
     j->integrate_ms = ms;
-    /* An ack carries the version after its frame, so it always refreshes. */
-    if (j->has_waiter ||
-        worker_now_ns() - m->frame_stats_at_ns >= (int64_t)MAPS_STATS_PERIOD_MS * 1000000LL) {
-        tsdf_volume_stats st;
-        m->frame_stats_at_ns = worker_now_ns();
-        if (refresh_stats(m, rc == TSDF_OK, &st) == TSDF_OK)
-            j->version = st.version;
-    }
+    /* The ack's version costs nothing (no wait, no kernel); the statistics
+     * with the probe histogram, which walk the whole table, are taken at
+     * the metrics cadence only. */
+    j->version = tsdf_volume_version(m->vol);
+    atomic_store(&m->version, j->version);
+    m->stats_stale = 1;
+    if (worker_now_ns() - m->frame_stats_at_ns >= (int64_t)MAPS_STATS_PERIOD_MS * 1000000LL)
+        refresh_stats(m, rc == TSDF_OK, NULL);
     job_complete(j, rc);
 }
 
@@ -413,7 +437,7 @@ static void run_query(dmap *m, worker_job *j)
     /* The mesh reply carries the version the mesh was made at: the worker
      * made both, so nothing can have changed in between. */
     tsdf_volume_stats st;
-    if (refresh_stats(m, 0, &st) == TSDF_OK && rc == TSDF_OK) {
+    if (refresh_counters(m, &st) == TSDF_OK && rc == TSDF_OK) {
         if (j->kind == JOB_RAYCAST)
             lat_window_add(&m->reg->stats->lat_stage[DS_STAGE_RAYCAST], st.last_raycast_ms);
         if (j->kind == JOB_MESH)
@@ -454,8 +478,13 @@ static void *worker_main(void *arg)
         void *item;
         int is_query;
         int rc = queue_pop(&m->queue, &item, &is_query, WORKER_POP_SLICE_MS);
-        if (rc == TSDF_ETIMEOUT)
+        if (rc == TSDF_ETIMEOUT) {
+            /* Idle: the last frames' statistics, which the period may have
+             * skipped, reach /metrics now rather than with the next frame. */
+            if (m->stats_stale)
+                refresh_stats(m, 0, NULL);
             continue;
+        }
         if (rc != TSDF_OK)
             break; /* closed and empty */
         worker_job *j = item;
