@@ -24,7 +24,8 @@ if(NOT TARGET tsdf_ops)
     ${TSDF_OPS_DIR}/metrics_http.c
     ${TSDF_OPS_DIR}/notify.c
     ${TSDF_OPS_DIR}/snapshot.c
-    ${TSDF_OPS_DIR}/snapshot_format.c)
+    ${TSDF_OPS_DIR}/snapshot_format.c
+    ${TSDF_OPS_DIR}/spill.c)
   target_include_directories(tsdf_ops PUBLIC ${TSDF_OPS_DIR})
   target_compile_definitions(tsdf_ops PUBLIC
     TSDFD_HAVE_LATENCY=1 TSDFD_HAVE_PROM=1 TSDFD_HAVE_METRICS_HTTP=1

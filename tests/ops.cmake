@@ -29,6 +29,8 @@ tsdf_add_test(NAME metrics_http SOURCES test_metrics_http.c
   LIBS tsdf_metrics_sample ${TSDF_OPS_LIB} PkgConfig::LIBUV Threads::Threads LABELS ops TIMEOUT 120)
 tsdf_add_test(NAME snapshot SOURCES test_snapshot.c
   LIBS ${TSDF_OPS_LIB} tsdf_engine tsdf_scenes Threads::Threads LABELS ops TIMEOUT 300)
+tsdf_add_test(NAME spill SOURCES test_spill.c
+  LIBS ${TSDF_OPS_LIB} tsdf_engine tsdf_scenes LABELS ops TIMEOUT 120)
 tsdf_add_test(NAME notify SOURCES test_notify.c LIBS ${TSDF_OPS_LIB} LABELS ops TIMEOUT 60)
 if(TARGET tsdfd)
   # Its last case runs the daemon against a fake notify socket.
