@@ -319,20 +319,24 @@ static int send_hostile_messages(const tsdfd_harness *h)
 
     /* Defect 4: a message beyond max_message_mb + 64 KiB is dropped with
      * its connection by nng before it is buffered: no reply, and the
-     * daemon goes on. */
+     * daemon goes on. The sender is a raw REQ socket (it carries its own
+     * request id): closing a cooked one whose pipe the peer dropped while
+     * a request was out can hang in nng 1.5.2 (nanomsg/nng#648; one run
+     * in about fifteen under load), which is the client library's
+     * trouble, not the daemon's. */
     {
         nng_socket big;
-        assert_int_equal(nng_req0_open(&big), 0);
+        nng_msg *msg = NULL;
+        assert_int_equal(nng_req0_open_raw(&big), 0);
         assert_int_equal(nng_socket_set_ms(big, NNG_OPT_RECVTIMEO, 1500), 0);
         assert_int_equal(nng_dial(big, h->req_url, NULL, 0), 0);
-        size_t len = (2u << 20);
-        char *blob = calloc(1, len);
-        assert_non_null(blob);
-        assert_int_equal(nng_send(big, blob, len, 0), 0);
-        char *reply = NULL;
-        size_t rlen = 0;
-        assert_int_not_equal(nng_recv(big, &reply, &rlen, NNG_FLAG_ALLOC), 0);
-        free(blob);
+        const size_t len = (2u << 20);
+        assert_int_equal(nng_msg_alloc(&msg, len), 0);
+        memset(nng_msg_body(msg), 0, len);
+        assert_int_equal(nng_msg_header_append_u32(msg, 0x80000001u), 0);
+        assert_int_equal(nng_sendmsg(big, msg, 0), 0);
+        nng_msg *reply = NULL;
+        assert_int_not_equal(nng_recvmsg(big, &reply, 0), 0);
         nng_close(big);
         sent++;
     }
