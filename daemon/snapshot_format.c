@@ -27,6 +27,7 @@
 
 #include "log.h"
 #include "tsdf_error.h"
+#include "tsdf_math.h"
 #include "tsdf_voxel_layout.h"
 
 #define FILE_MAGIC "TSDFSNAP"
@@ -441,6 +442,46 @@ static void drop_black_rgb(tsdf_block_set *s)
     s->rgb = NULL;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* TSDF_OK when no block of m is there twice, in its resident set or its
+ * spilled one or in both (a spilled block that is also resident would
+ * overwrite the newer one when it came back). */
+static int check_unique_blocks(const char *path, const snap_map *m)
+{
+    const size_t n = m->blocks.count + m->spilled.count;
+    if (n < 2)
+        return TSDF_OK;
+    uint64_t *keys = malloc(n * sizeof(*keys));
+    if (keys == NULL)
+        return TSDF_ENOMEM;
+    const tsdf_block_set *sets[2] = {&m->blocks, &m->spilled};
+    size_t k = 0;
+    for (int s = 0; s < 2; s++)
+        for (size_t i = 0; i < sets[s]->count; i++) {
+            const int32_t *c = &sets[s]->coords[3 * i];
+            /* The packed key keeps 21 bits a coordinate; one outside that
+             * range is the import's to refuse, and is left out here. */
+            if (tsdf_block_coord_valid(c[0], c[1], c[2]))
+                keys[k++] = tsdf_block_key(c[0], c[1], c[2]);
+        }
+    qsort(keys, k, sizeof(*keys), cmp_u64);
+    int r = TSDF_OK;
+    for (size_t i = 1; i < k && r == TSDF_OK; i++)
+        if (keys[i] == keys[i - 1]) {
+            int32_t x, y, z;
+            tsdf_block_key_unpack(keys[i], &x, &y, &z);
+            r = snapfmt_refuse(path, TSDF_EFORMAT, "map %s: block (%d, %d, %d) appears twice",
+                               m->name, x, y, z);
+        }
+    free(keys);
+    return r;
+}
+
 /* Reads one map's payload (its entry checked) into its two sets. */
 static int read_payload(const char *path, FILE *f, uint32_t format, snap_map *m,
                         const entry_info *info, uint8_t *rec, uint32_t *file_crc)
@@ -472,7 +513,7 @@ static int read_payload(const char *path, FILE *f, uint32_t format, snap_map *m,
     if (pcrc != info->payload_crc)
         return snapfmt_refuse(path, TSDF_ECHECKSUM, "map %s: payload crc32 %08x, expected %08x",
                               m->name, pcrc, info->payload_crc);
-    return TSDF_OK;
+    return check_unique_blocks(path, m);
 }
 
 int snapfmt_read(const char *path, FILE *f, uint64_t file_size, snap_map **out, size_t *out_n)
