@@ -38,6 +38,9 @@ typedef enum {
     KEY_OPTSTRING, /* text, may be empty ("not set"), len < size */
     KEY_MODE,      /* octal file mode within [min, max] */
     KEY_CNS,       /* comma-separated certificate common names, may be empty */
+    KEY_LAYOUT,    /* f32 | s16 into volume.layout */
+    KEY_EVICT,     /* off | drop | spill into evict_mode */
+    KEY_ON_FULL,   /* refuse | evict into evict_on_full */
 } key_type;
 
 typedef struct {
@@ -96,6 +99,12 @@ static const key_def cfg_keys[] = {
     {"volume", "max_maps", KEY_U32, OFF(max_maps), 1, 256, 0, 0},
     {"volume", "auto_create_maps", KEY_BOOL, OFF(auto_create_maps), 0, 0, 0, 0},
     {"volume", "maps", KEY_MAPS, OFF(maps), 0, 0, 0, 0},
+    {"volume", "layout", KEY_LAYOUT, OFF(volume.layout), 0, 0, 0, 0},
+
+    {"eviction", "mode", KEY_EVICT, OFF(evict_mode), 0, 0, 0, 0},
+    {"eviction", "radius_m", KEY_FLOAT, OFF(evict_radius_m), 0, 1e5, 1, 0},
+    {"eviction", "check_frames", KEY_U32, OFF(evict_check_frames), 1, 1000000, 0, 0},
+    {"eviction", "on_full", KEY_ON_FULL, OFF(evict_on_full), 0, 0, 0, 0},
 
     {"snapshot", "autosave_period_s", KEY_U32, OFF(autosave_period_s), 0, 7 * 86400, 0, 0},
     {"snapshot", "save_on_stop", KEY_BOOL, OFF(save_on_stop), 0, 0, 0, 0},
@@ -168,6 +177,15 @@ void cfg_defaults(tsdfd_config *c)
     snprintf(c->maps[0], CFG_NAME_LEN, "%s", TSDF_PROTO_DEFAULT_MAP);
     c->maps_count = 1;
 
+    /* Off until the operator says what far blocks are worth: dropping
+     * them loses surface, spilling them takes disk. 10 m is twice the
+     * depth range of most depth cameras; checked every 30 frames (a
+     * second at 30 Hz). */
+    c->evict_mode = CFG_EVICT_OFF;
+    c->evict_radius_m = 10.0f;
+    c->evict_check_frames = 30;
+    c->evict_on_full = 0;
+
     /* A daemon that loses its map on a restart or a crash surprises its
      * users: save every 5 minutes and at stop, and restore at start. */
     c->autosave_period_s = 300;
@@ -189,6 +207,11 @@ void cfg_defaults(tsdfd_config *c)
 const char *cfg_policy_name(cfg_queue_policy p)
 {
     return p == CFG_POLICY_DROP_OLDEST ? "drop_oldest" : "block";
+}
+
+const char *cfg_evict_mode_name(cfg_evict_mode m)
+{
+    return m == CFG_EVICT_SPILL ? "spill" : m == CFG_EVICT_DROP ? "drop" : "off";
 }
 
 /* Copies s without leading and trailing blanks into out (out_len bytes). */
@@ -496,6 +519,34 @@ int cfg_set(tsdfd_config *c, const char *section, const char *key, const char *v
             rc = TSDF_EINVAL;
         }
         break;
+    case KEY_LAYOUT:
+        if (tsdf_layout_parse(v, &c->volume.layout) != TSDF_OK) {
+            snprintf(why, sizeof why, "'%.64s' is not f32 or s16", v);
+            rc = TSDF_EINVAL;
+        }
+        break;
+    case KEY_EVICT:
+        if (strcmp(v, "off") == 0)
+            c->evict_mode = CFG_EVICT_OFF;
+        else if (strcmp(v, "drop") == 0)
+            c->evict_mode = CFG_EVICT_DROP;
+        else if (strcmp(v, "spill") == 0)
+            c->evict_mode = CFG_EVICT_SPILL;
+        else {
+            snprintf(why, sizeof why, "'%.64s' is not off, drop or spill", v);
+            rc = TSDF_EINVAL;
+        }
+        break;
+    case KEY_ON_FULL:
+        if (strcmp(v, "refuse") == 0)
+            c->evict_on_full = 0;
+        else if (strcmp(v, "evict") == 0)
+            c->evict_on_full = 1;
+        else {
+            snprintf(why, sizeof why, "'%.64s' is not refuse or evict", v);
+            rc = TSDF_EINVAL;
+        }
+        break;
     }
     if (rc != TSDF_OK)
         cfg_err(err, err_len, "[%s] %s: %s", section, key, why);
@@ -674,8 +725,22 @@ int cfg_validate(const tsdfd_config *c, char *err, size_t err_len)
                         c->listen[i]);
                 return TSDF_EINVAL;
             }
+    if (c->volume.layout == TSDF_LAYOUT_S16 &&
+        floorf(c->volume.max_weight) != c->volume.max_weight) {
+        cfg_err(err, err_len,
+                "[volume] max_weight: %g is not an integer, which layout s16 stores weights as "
+                "(use an integer, or layout = f32)",
+                (double)c->volume.max_weight);
+        return TSDF_EINVAL;
+    }
     if (tsdf_volume_params_check(&c->volume) != TSDF_OK) {
         cfg_err(err, err_len, "[volume] voxel_size_m: volume parameters are invalid together");
+        return TSDF_EINVAL;
+    }
+    if (c->evict_on_full && c->evict_mode == CFG_EVICT_OFF) {
+        cfg_err(err, err_len,
+                "[eviction] on_full: evict needs a mode that removes blocks (drop or spill), not "
+                "off");
         return TSDF_EINVAL;
     }
     if (c->maps_count > c->max_maps) {

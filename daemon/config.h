@@ -46,6 +46,13 @@ typedef enum {
     CFG_POLICY_DROP_OLDEST = 1, /* drop the oldest frame of the same sensor, else the oldest */
 } cfg_queue_policy;
 
+/* What happens to a map's blocks far from its sensors ([eviction] mode). */
+typedef enum {
+    CFG_EVICT_OFF = 0,   /* kept: the map grows with everything it ever saw */
+    CFG_EVICT_DROP = 1,  /* removed and forgotten */
+    CFG_EVICT_SPILL = 2, /* removed to the state directory, brought back when seen again */
+} cfg_evict_mode;
+
 typedef struct {
     /* [server] */
     char listen[CFG_MAX_URLS][CFG_URL_LEN]; /* REQ/REP listen URLs */
@@ -91,6 +98,12 @@ typedef struct {
     int auto_create_maps;                           /* create a map on first use */
     char maps[CFG_MAX_DECLARED_MAPS][CFG_NAME_LEN]; /* declared maps, created at start */
     size_t maps_count;
+
+    /* [eviction] */
+    cfg_evict_mode evict_mode;
+    float evict_radius_m;        /* blocks farther from the map's latest sensor go */
+    uint32_t evict_check_frames; /* a map's frames between two checks */
+    int evict_on_full;           /* a frame refused for memory: make room by eviction, retry */
 
     /* [snapshot] */
     uint32_t autosave_period_s; /* 0 = off */
@@ -168,6 +181,8 @@ int cfg_ipc_gid(const tsdfd_config *c, long *gid);
 
 /* "block" / "drop_oldest". */
 const char *cfg_policy_name(cfg_queue_policy p);
+/* "off", "drop", "spill". */
+const char *cfg_evict_mode_name(cfg_evict_mode m);
 
 /* The effective query limits of cfg (auto resolved): per map and per kind. */
 void cfg_query_limits(const tsdfd_config *cfg, uint32_t *per_map, uint32_t *per_kind);

@@ -31,6 +31,10 @@ void handlers_do_stats(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep);
  * picture. Any thread but a map worker (metrics_source.c). */
 void handlers_metrics_context(daemon_ctx *d, const job_counters *snap, metrics_ctx *c);
 
+/* Copies m's eviction counters (evict.h: blocks evicted, restored and
+ * spilled now) into *out; any thread (metrics_source.c). */
+void handlers_map_eviction(dmap *m, metrics_map *out);
+
 /* The save, load and delete requests (persist.c). */
 void handlers_do_save(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep);
 void handlers_do_load(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep);

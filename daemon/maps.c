@@ -3,11 +3,13 @@
  */
 #include "maps.h"
 
+#include "evict.h"
 #include "log.h"
 #include "tsdf_error.h"
 #include "tsdf_proto.h"
 #include "worker.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -36,6 +38,7 @@ static int map_create_locked(map_registry *r, const char *name, const tsdf_volum
     atomic_init(&m->refs, 1); /* the registry's */
     p.backend = r->backend;
     p.cuda_device = cfg->volume.cuda_device;
+    p.layout = maps_layout_for(cfg, &p);
     /* The configured cap, also for a map loaded from a snapshot that was
      * saved under another one, so that a lowered memory_cap_mb holds from
      * the next start on; the volume starts under what the budget leaves. */
@@ -45,6 +48,8 @@ static int map_create_locked(map_registry *r, const char *name, const tsdf_volum
     if (rc != TSDF_OK)
         goto fail_volume;
     m->cap_set_bytes = p.memory_cap_bytes;
+    if ((rc = evict_open(m, &p)) != TSDF_OK)
+        goto fail_spill;
     maps_publish_memory(m);
     /* The first statistics are taken here, before the worker owns the
      * volume, so that the metrics show the map from its creation on. */
@@ -64,9 +69,11 @@ static int map_create_locked(map_registry *r, const char *name, const tsdf_volum
     if (rc != TSDF_OK)
         goto fail_worker;
     r->maps[r->count++] = m;
-    TSDF_LOG(TSDF_LOG_INFO, "map %s: created (%s backend, voxel %.4g m, queue %u, %s)", name,
-             tsdf_backend_name(tsdf_volume_backend(m->vol)), (double)p.voxel_size_m,
-             cfg->queue_length, cfg_policy_name(cfg->queue_policy));
+    TSDF_LOG(TSDF_LOG_INFO,
+             "map %s: created (%s backend, voxel %.4g m, layout %s, queue %u, %s, eviction %s)",
+             name, tsdf_backend_name(tsdf_volume_backend(m->vol)), (double)p.voxel_size_m,
+             tsdf_layout_name(p.layout), cfg->queue_length, cfg_policy_name(cfg->queue_policy),
+             cfg_evict_mode_name(cfg->evict_mode));
     *out = m;
     return TSDF_OK;
 
@@ -76,6 +83,8 @@ fail_queue:
     pthread_mutex_destroy(&m->stats_lock);
 fail_stats:
     atomic_fetch_sub(&r->vbudget.used_bytes, m->published_bytes);
+    evict_close(m, 1);
+fail_spill:
     tsdf_volume_destroy(m->vol);
 fail_volume:
     free(m);
@@ -97,6 +106,17 @@ static int check_map_name(const char *name)
     if (len > MAPS_NAME_MAX)
         return TSDF_ETOO_LARGE;
     return tsdf_proto_check_name(name, len);
+}
+
+tsdf_layout maps_layout_for(const tsdfd_config *cfg, const tsdf_volume_params *p)
+{
+    if (p->layout == TSDF_LAYOUT_F32 || p->layout == TSDF_LAYOUT_S16)
+        return p->layout;
+    /* Not said (a snapshot of format version 1): the configured layout,
+     * unless its weights cannot be s16's integers. */
+    if (cfg->volume.layout == TSDF_LAYOUT_S16 && floorf(p->max_weight) != p->max_weight)
+        return TSDF_LAYOUT_F32;
+    return cfg->volume.layout;
 }
 
 /* ---- the volume memory budget ------------------------------------------- */
@@ -282,6 +302,9 @@ static void map_free(dmap *m)
         atomic_fetch_sub(&m->reg->vbudget.used_bytes, m->published_bytes);
         tsdf_volume_destroy(m->vol);
     }
+    /* A deleted map's spilled blocks go with it; a stopping daemon's are
+     * in its last snapshot, and the next start empties the store anyway. */
+    evict_close(m, atomic_load(&m->deleting));
     queue_fini(&m->queue);
     pthread_mutex_destroy(&m->stats_lock);
     free(m);

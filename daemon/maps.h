@@ -81,9 +81,25 @@ typedef struct dmap {
      * is left out of the final save and its volume, queue and this struct
      * are never freed (the thread may still use them). */
     int stuck;
+    /* Eviction (evict.h): the spill store (mode spill, else NULL), where the
+     * map's latest frame was and how far it reached, and the frames since
+     * the last check; worker only. The counters are read anywhere. */
+    struct spill_store *spill;
+    int have_pose;
+    float pose_m[3];
+    float reach_m;
+    uint32_t frames_since_check;
+    atomic_uint_least64_t blocks_evicted;  /* removed from the volume by eviction */
+    atomic_uint_least64_t blocks_restored; /* brought back from the spill store */
+    atomic_uint_least64_t blocks_spilled;  /* in the spill store now */
 } dmap;
 
 #define MAPS_STATS_PERIOD_MS 200
+
+/* The layout a map of params p gets: p's own, or, when p does not say
+ * (0: a snapshot of format version 1), the configured one -- f32 when
+ * p's max_weight is not the integer s16 needs. */
+tsdf_layout maps_layout_for(const tsdfd_config *cfg, const tsdf_volume_params *p);
 
 /* Copies m's cached volume statistics; any thread, never waits for the worker. */
 void maps_cached_stats(dmap *m, tsdf_volume_stats *out);

@@ -93,6 +93,9 @@ GET(get_queue_dropped_memory, l->map->queue.dropped_memory)
 GET(get_queue_refused_memory, l->map->queue.refused_memory)
 GET(get_map_frames_integrated, l->map->frames_integrated)
 GET(get_map_frames_unsaved, l->map->frames_unsaved)
+GET(get_map_blocks_evicted, l->map->blocks_evicted)
+GET(get_map_blocks_restored, l->map->blocks_restored)
+GET(get_map_blocks_spilled, l->map->blocks_spilled)
 GET_TOTAL(total_frames_unsaved, c->frames_unsaved)
 
 /* The daemon as a whole. */
@@ -283,6 +286,24 @@ static const metrics_row rows[] = {
      .flags = METRIC_F_OLD_NAME,
      .value = get_map_frames_unsaved,
      .total = total_frames_unsaved},
+    {.stats_key = "map.blocks_evicted",
+     .prom_name = "tsdfd_map_blocks_evicted_total",
+     .help = "Blocks removed from the map's volume by eviction ([eviction] mode drop or spill).",
+     .type = METRIC_COUNTER,
+     .dim = METRIC_DIM_MAP,
+     .value = get_map_blocks_evicted},
+    {.stats_key = "map.blocks_restored",
+     .prom_name = "tsdfd_map_blocks_restored_total",
+     .help = "Spilled blocks brought back into the map's volume when a frame reached them.",
+     .type = METRIC_COUNTER,
+     .dim = METRIC_DIM_MAP,
+     .value = get_map_blocks_restored},
+    {.stats_key = "map.blocks_spilled",
+     .prom_name = "tsdfd_map_blocks_spilled",
+     .help = "Blocks of the map in its spill store (state_dir/spill/<map>) now.",
+     .type = METRIC_GAUGE,
+     .dim = METRIC_DIM_MAP,
+     .value = get_map_blocks_spilled},
 
     /* The daemon as a whole. */
     {.stats_key = "queue.bytes",

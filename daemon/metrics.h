@@ -98,6 +98,9 @@ typedef struct {
     queue_stats queue;          /* the map's queue */
     uint64_t frames_integrated; /* frames the daemon integrated into this map */
     uint64_t frames_unsaved;    /* of those, the ones a crash now would lose */
+    uint64_t blocks_evicted;    /* removed from the volume by eviction (evict.h) */
+    uint64_t blocks_restored;   /* brought back from the spill store */
+    uint64_t blocks_spilled;    /* in the spill store now */
     int has_vstats;             /* vstats is valid (METRIC_DIM_ENGINE rows) */
     tsdf_volume_stats vstats;   /* the map's volume statistics */
 } metrics_map;
@@ -210,8 +213,8 @@ size_t metrics_stats_entries_per_sensor(void);
  * table (more are listed as far as room allows; sensors.count says how
  * many there are, and /metrics has them all); and the sensors up to which
  * every entry of the table fits as well. */
-#define METRICS_STATS_MIN_SENSORS 14
-#define METRICS_STATS_FULL_SENSORS 4
+#define METRICS_STATS_MIN_SENSORS 13
+#define METRICS_STATS_FULL_SENSORS 3
 
 /* Appends the table's entries to s->extra (the "daemon" map; s->extra_count
  * entries may be there already) in three parts, each within

@@ -57,6 +57,13 @@ void handlers_metrics_context(daemon_ctx *d, const job_counters *snap, metrics_c
     c->backend = tsdf_backend_name(d->maps->backend);
 }
 
+void handlers_map_eviction(dmap *m, metrics_map *out)
+{
+    out->blocks_evicted = atomic_load(&m->blocks_evicted);
+    out->blocks_restored = atomic_load(&m->blocks_restored);
+    out->blocks_spilled = atomic_load(&m->blocks_spilled);
+}
+
 int handlers_render_metrics(void *arg, prom_buf *b)
 {
     daemon_ctx *d = arg;
@@ -75,6 +82,7 @@ int handlers_render_metrics(void *arg, prom_buf *b)
         queue_get_stats(&all[i]->queue, &maps[i].queue);
         maps[i].frames_integrated = atomic_load(&all[i]->frames_done);
         maps[i].frames_unsaved = handlers_frames_unsaved(d, all[i]);
+        handlers_map_eviction(all[i], &maps[i]);
         /* The copy the worker left, never a fresh read: that would wait
          * for the worker. Its version is the one the worker publishes
          * after every job, which the copy may lag by MAPS_STATS_PERIOD_MS. */

@@ -7,6 +7,7 @@
 
 #include "handlers_internal.h"
 
+#include "evict.h"
 #include "log.h"
 #include "snapshot.h"
 #include "tsdf_error.h"
@@ -182,6 +183,11 @@ static int save_maps(daemon_ctx *d, const char *dir, const char *file, char *pat
         snprintf(sm[i].name, sizeof sm[i].name, "%s", all[i]->name);
         sm[i].params = jobs[i]->params;
         sm[i].blocks = jobs[i]->blocks;
+        sm[i].spilled = jobs[i]->spilled;
+        /* A map that spilled nothing has no spilled set: give the empty
+         * one the map's layout, as the file keeps one layout a map. */
+        sm[i].spilled.layout = sm[i].blocks.layout;
+        sm[i].spilled.sdf_unit_m = sm[i].blocks.sdf_unit_m;
         sm[i].version = jobs[i]->version;
     }
     if (rc == TSDF_OK && file != NULL) {
@@ -222,6 +228,8 @@ static int import_map(daemon_ctx *d, dmap *m, snap_map *sm, uint64_t *version_ou
         return TSDF_ENOMEM;
     j->blocks = sm->blocks;
     tsdf_block_set_init(&sm->blocks);
+    j->spilled = sm->spilled;
+    tsdf_block_set_init(&sm->spilled);
     j->params = sm->params;
     int rc = queue_push_query(&m->queue, j);
     if (rc != TSDF_OK) {
@@ -411,7 +419,13 @@ int handlers_save_on_stop(daemon_ctx *d)
          * snapshot keeps (as an export job does). */
         sm[k].params.memory_cap_bytes = all[i]->own_cap_bytes;
         tsdf_block_set_init(&sm[k].blocks);
+        tsdf_block_set_init(&sm[k].spilled);
         rc = tsdf_volume_export_blocks(all[i]->vol, &sm[k].blocks);
+        /* The workers have stopped: the spill store is this thread's now. */
+        if (rc == TSDF_OK)
+            rc = evict_export_spilled(all[i], &sm[k].spilled);
+        sm[k].spilled.layout = sm[k].blocks.layout;
+        sm[k].spilled.sdf_unit_m = sm[k].blocks.sdf_unit_m;
         sm[k].version = sm[k].blocks.version;
         saved[k] = all[i];
         frames[k] = atomic_load(&all[i]->frames_done);
@@ -421,8 +435,10 @@ int handlers_save_on_stop(daemon_ctx *d)
         rc = snap_save(d->cfg->state_dir, sm, k, d->cfg->snapshot_keep, path, sizeof path);
     if (rc == TSDF_OK)
         saved_for_restore(d, saved, frames, k);
-    for (size_t i = 0; i < k; i++)
+    for (size_t i = 0; i < k; i++) {
         tsdf_block_set_fini(&sm[i].blocks);
+        tsdf_block_set_fini(&sm[i].spilled);
+    }
     free(sm);
     maps_put_list(all, n);
     if (rc == TSDF_OK)

@@ -49,6 +49,7 @@ void handlers_do_stats(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
     one.queue = j->counters.queue;
     one.frames_integrated = j->counters.map_frames_integrated;
     one.frames_unsaved = handlers_frames_unsaved(d, m);
+    handlers_map_eviction(m, &one);
     one.has_vstats = 1;
     one.vstats = j->vstats;
     c.maps = &one;

@@ -6,6 +6,7 @@
 #include "worker.h"
 
 #include "dstats.h"
+#include "evict.h"
 #include "log.h"
 #include "maps.h"
 #include "tsdf_depth_codec.h"
@@ -52,6 +53,7 @@ worker_job *job_new(job_kind kind, int has_waiter)
     j->kind = kind;
     tsdf_mesh_init(&j->mesh);
     tsdf_block_set_init(&j->blocks);
+    tsdf_block_set_init(&j->spilled);
     if (has_waiter) {
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
@@ -89,6 +91,7 @@ void job_free(worker_job *j)
     free(j->rgb);
     tsdf_mesh_fini(&j->mesh);
     tsdf_block_set_fini(&j->blocks);
+    tsdf_block_set_fini(&j->spilled);
     free(j);
 }
 
@@ -230,14 +233,35 @@ static int refresh_counters(dmap *m, tsdf_volume_stats *out)
     return TSDF_OK;
 }
 
+/* Integrates f under the budget's cap, after the spilled blocks it reaches
+ * came back; with [eviction] on_full = evict, a frame refused for memory
+ * makes room once and is integrated again. *by_budget: the cap in force
+ * was the budget's, not the map's own. */
+static int integrate_frame(dmap *m, const tsdf_frame *f, int *by_budget)
+{
+    *by_budget = maps_apply_budget(m);
+    int rc = evict_before_frame(m, f);
+    if (rc == TSDF_ECAPACITY && evict_make_room(m, f))
+        rc = evict_before_frame(m, f);
+    if (rc != TSDF_OK)
+        return rc;
+    rc = tsdf_volume_integrate(m->vol, f);
+    if (rc == TSDF_ECAPACITY && evict_make_room(m, f))
+        rc = tsdf_volume_integrate(m->vol, f);
+    if (rc == TSDF_OK)
+        evict_after_frame(m, f);
+    return rc;
+}
+
 static void run_frame(dmap *m, worker_job *j)
 {
     dstats *ds = m->reg->stats;
+    const tsdf_frame *f = &j->req.u.frame.frame;
     int64_t t0 = worker_now_ns();
+    int by_budget;
 
     lat_window_add(&ds->lat_queue_wait, (double)(t0 - j->t_queued_ns) / 1e6);
-    int by_budget = maps_apply_budget(m);
-    int rc = tsdf_volume_integrate(m->vol, &j->req.u.frame.frame);
+    int rc = integrate_frame(m, f, &by_budget);
     /* An acked frame is synced so that the ack carries the frame's real
      * status; the stream keeps the GPU fed back to back instead. */
     if (rc == TSDF_OK && j->has_waiter)
@@ -328,22 +352,33 @@ static int run_mesh(dmap *m, worker_job *j)
     return rc;
 }
 
+/* The parameters that decide what a volume's blocks mean: a snapshot of
+ * others cannot be poured into it. */
+static int same_voxels(const tsdf_volume_params *a, const tsdf_volume_params *b)
+{
+    return a->voxel_size_m == b->voxel_size_m && a->trunc_vox == b->trunc_vox &&
+           a->max_weight == b->max_weight && a->layout == b->layout;
+}
+
 static int run_import(dmap *m, worker_job *j)
 {
     const tsdf_volume_params *cur = tsdf_volume_get_params(m->vol);
     tsdf_volume_params want = j->params;
+    int rc;
 
-    /* A snapshot made with other voxel parameters cannot be poured into
-     * this volume: make a fresh volume with the snapshot's parameters (on
-     * this daemon's backend), and swap it in only once the import worked. */
+    /* A snapshot made with other voxel parameters (its layout among them)
+     * cannot be poured into this volume: make a fresh volume with the
+     * snapshot's parameters (on this daemon's backend), and swap it in only
+     * once the import worked. A snapshot of format version 1 does not say
+     * its layout: the map keeps the configured one. */
     want.backend = m->reg->backend;
     want.cuda_device = m->reg->cfg->volume.cuda_device;
+    want.layout = maps_layout_for(m->reg->cfg, &want);
     /* An import is bounded like frames: by what the budget leaves. */
     want.memory_cap_bytes = maps_budget_cap(m, NULL);
-    if (cur->voxel_size_m != want.voxel_size_m || cur->trunc_vox != want.trunc_vox ||
-        cur->max_weight != want.max_weight) {
+    if (!same_voxels(cur, &want)) {
         tsdf_volume *nv = NULL;
-        int rc = tsdf_volume_create(&want, &nv);
+        rc = tsdf_volume_create(&want, &nv);
         if (rc != TSDF_OK)
             return rc;
         rc = tsdf_volume_import_blocks(nv, &j->blocks);
@@ -354,10 +389,13 @@ static int run_import(dmap *m, worker_job *j)
         tsdf_volume_destroy(m->vol);
         m->vol = nv;
         m->cap_set_bytes = want.memory_cap_bytes;
-        return TSDF_OK;
+    } else {
+        maps_apply_budget(m);
+        if ((rc = tsdf_volume_import_blocks(m->vol, &j->blocks)) != TSDF_OK)
+            return rc;
     }
-    maps_apply_budget(m);
-    return tsdf_volume_import_blocks(m->vol, &j->blocks);
+    evict_reset(m);
+    return evict_import_spilled(m, &j->spilled, tsdf_volume_get_params(m->vol));
 }
 
 /* The device event times of the last frames, for the stats reply. Only this
@@ -414,11 +452,15 @@ static void run_query(dmap *m, worker_job *j)
         break;
     case JOB_RESET:
         rc = tsdf_volume_reset(m->vol);
+        if (rc == TSDF_OK)
+            evict_reset(m);
         break;
     case JOB_EXPORT:
         rc = tsdf_volume_sync(m->vol);
         if (rc == TSDF_OK)
             rc = tsdf_volume_export_blocks(m->vol, &j->blocks);
+        if (rc == TSDF_OK)
+            rc = evict_export_spilled(m, &j->spilled);
         j->params = *tsdf_volume_get_params(m->vol);
         /* The volume's cap follows the budget; the map's own is what a
          * snapshot keeps. */

@@ -51,8 +51,8 @@ typedef enum {
     JOB_MESH,      /* req.u.mesh -> mesh, version */
     JOB_STATS,     /* -> vstats, timeline, counters, params */
     JOB_RESET,     /* drop every block */
-    JOB_EXPORT,    /* -> blocks, params, version */
-    JOB_IMPORT,    /* blocks, params -> the volume (recreated when params differ) */
+    JOB_EXPORT,    /* -> blocks, spilled, params, version */
+    JOB_IMPORT,    /* blocks, spilled, params -> the volume (recreated when params differ) */
 } job_kind;
 
 /*
@@ -99,9 +99,10 @@ typedef struct worker_job {
     /* JOB_STATS: the backend's last frame timelines (CUDA only; 0 else). */
     size_t timeline_count;
     tsdf_frame_timeline timeline[TSDF_PROTO_MAX_TIMELINE];
-    job_counters counters; /* JOB_STATS: read together with vstats */
-    tsdf_block_set blocks; /* export output / import input, owned */
-    uint64_t frames_done;  /* JOB_EXPORT: the map's frames_done at the export */
+    job_counters counters;  /* JOB_STATS: read together with vstats */
+    tsdf_block_set blocks;  /* export output / import input, owned */
+    tsdf_block_set spilled; /* the same for the map's spilled blocks (evict.h), owned */
+    uint64_t frames_done;   /* JOB_EXPORT: the map's frames_done at the export */
     tsdf_volume_params params;
 } worker_job;
 

@@ -55,6 +55,10 @@ if(TARGET tsdf_client)
     # written from the document alone found the two apart.
     tsdf_add_test(NAME daemon_protocol SOURCES test_daemon_protocol.c
       LIBS tsdfd_testlib LABELS daemon TIMEOUT 300)
+    # Eviction: a camera down a long corridor and back, spilling, dropping,
+    # and making room when the map is full.
+    tsdf_add_test(NAME daemon_evict SOURCES test_daemon_evict.c
+      LIBS tsdfd_testlib tsdf_ops LABELS daemon TIMEOUT 300)
     # The same end-to-end suite against a daemon on the CUDA backend (the
     # reference volume in the test on CUDA too); skipped (77) without a GPU.
     add_test(NAME daemon_cuda COMMAND test_daemon)

@@ -65,6 +65,12 @@ static void test_defaults(void **state)
     assert_int_equal(c.max_maps, 16);
     assert_int_equal(c.maps_count, 1);
     assert_string_equal(c.maps[0], "default");
+    /* The compact layout; nothing evicted until the operator says so. */
+    assert_int_equal(c.volume.layout, TSDF_LAYOUT_S16);
+    assert_int_equal(c.evict_mode, CFG_EVICT_OFF);
+    assert_false(c.evict_on_full);
+    assert_true(fabsf(c.evict_radius_m - 10.0f) < 1e-9f);
+    assert_int_equal(c.evict_check_frames, 30);
     /* Production defaults: snapshots on a period, at stop and at start,
      * and /metrics on loopback. */
     assert_int_equal(c.autosave_period_s, 300);
@@ -193,6 +199,12 @@ static void test_every_key_parsed(void **state)
                                "max_maps = 4\n"
                                "auto_create_maps = no\n"
                                "maps = siteA, siteB\n"
+                               "layout = f32\n"
+                               "[eviction]\n"
+                               "mode = spill\n"
+                               "radius_m = 7.5\n"
+                               "check_frames = 12\n"
+                               "on_full = evict\n"
                                "[snapshot]\n"
                                "autosave_period_s = 600\n"
                                "save_on_stop = no\n"
@@ -243,6 +255,12 @@ static void test_every_key_parsed(void **state)
     assert_int_equal(c.maps_count, 2);
     assert_string_equal(c.maps[0], "siteA");
     assert_string_equal(c.maps[1], "siteB");
+    assert_int_equal(c.volume.layout, TSDF_LAYOUT_F32);
+    assert_int_equal(c.evict_mode, CFG_EVICT_SPILL);
+    assert_true(fabsf(c.evict_radius_m - 7.5f) < 1e-7f);
+    assert_int_equal(c.evict_check_frames, 12);
+    assert_true(c.evict_on_full);
+    assert_string_equal(cfg_evict_mode_name(c.evict_mode), "spill");
     assert_int_equal(c.autosave_period_s, 600);
     assert_false(c.save_on_stop);
     assert_false(c.load_on_start);
@@ -308,6 +326,12 @@ static void test_bad_values_name_the_key(void **state)
         {"volume", "auto_create_maps", "maybe"},
         {"volume", "maps", "bad name"},
         {"volume", "maps", ".hidden"},
+        {"volume", "layout", "f16"},
+        {"eviction", "mode", "evict"},
+        {"eviction", "radius_m", "0"},
+        {"eviction", "radius_m", "-3"},
+        {"eviction", "check_frames", "0"},
+        {"eviction", "on_full", "drop"},
         {"snapshot", "autosave_period_s", "x"},
         {"snapshot", "save_on_stop", "2"},
         {"snapshot", "load_on_start", ""},
@@ -375,6 +399,22 @@ static void test_cross_key_checks(void **state)
     assert_int_equal(cfg_set(&c, "volume", "max_maps", "2", err, sizeof err), TSDF_OK);
     assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_EINVAL);
     assert_non_null(strstr(err, "[volume] maps"));
+
+    /* s16 stores weights as integers. */
+    cfg_defaults(&c);
+    assert_int_equal(cfg_set(&c, "volume", "max_weight", "64.5", err, sizeof err), TSDF_OK);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_EINVAL);
+    assert_non_null(strstr(err, "[volume] max_weight"));
+    assert_int_equal(cfg_set(&c, "volume", "layout", "f32", err, sizeof err), TSDF_OK);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_OK);
+
+    /* Making room on a full map needs a mode that removes blocks. */
+    cfg_defaults(&c);
+    assert_int_equal(cfg_set(&c, "eviction", "on_full", "evict", err, sizeof err), TSDF_OK);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_EINVAL);
+    assert_non_null(strstr(err, "[eviction] on_full"));
+    assert_int_equal(cfg_set(&c, "eviction", "mode", "drop", err, sizeof err), TSDF_OK);
+    assert_int_equal(cfg_validate(&c, err, sizeof err), TSDF_OK);
 }
 
 /* [tls] and the listen URLs: TLS needs its files, plain TCP beyond

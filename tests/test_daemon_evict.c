@@ -1,0 +1,327 @@
+/*
+ * test_daemon_evict.c - eviction in a real daemon ([eviction], CPU backend,
+ * private ipc:// sockets): a camera walks a long corridor and back.
+ *
+ *   spill    the map's memory stops growing once the corridor is longer
+ *            than the radius, the blocks left behind are in the spill store
+ *            (counted, and in the snapshot file beside the resident ones),
+ *            and when the camera comes back they return bit for bit as
+ *            they left; a restart keeps them spilled.
+ *   drop     the same plateau, and the blocks left behind are gone.
+ *   on_full  a map capped far below the corridor takes every frame when
+ *            on_full = evict, and refuses frames (CAPACITY) when it is
+ *            refuse.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "testutil.h"
+
+#include "daemon_testlib.h"
+#include "snapshot.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define W 80
+#define H 60
+#define MAX_DEPTH_M 3.0f
+#define VOXEL_M 0.04f
+/* Camera x positions: out along the corridor in STEP_M steps. */
+#define STEP_M 0.25f
+#define FAR_X_M 24.0f
+#define N_OUT ((int)(FAR_X_M / STEP_M) + 1)
+
+#define VOLUME_INI                                                                                 \
+    "[volume]\nvoxel_size_m = 0.04\nlayout = s16\n"                                                \
+    "[eviction]\nradius_m = 3\ncheck_frames = 4\n"
+
+/* A floor, and a box every 2 m on alternate sides, 26 m long. */
+static void corridor(tsdf_scene *s)
+{
+    const float floor_p[3] = {0, 0, 0}, up[3] = {0, 0, 1};
+    tsdf_scene_init(s);
+    assert_int_equal(tsdf_scene_add_plane(s, floor_p, up, NULL), TSDF_OK);
+    for (int i = 0; i < 13; i++) {
+        const float c[3] = {1.0f + 2.0f * (float)i, i % 2 ? 1.2f : -1.2f, 0.5f};
+        const float half[3] = {0.3f, 0.3f, 0.5f};
+        assert_int_equal(tsdf_scene_add_box(s, c, half, NULL), TSDF_OK);
+    }
+}
+
+typedef struct {
+    tsdf_scene scene;
+    float depth[W * H];
+    float zeros[W * H];
+    tsdf_frame frame;
+} walker;
+
+/* The frame of a camera at (x, 0, 1.2) looking down the corridor; with
+ * blind, every sample is "no measurement". */
+static const tsdf_frame *frame_at(walker *w, float x, int blind)
+{
+    const float eye[3] = {x, 0.0f, 1.2f}, target[3] = {x + 3.0f, 0.0f, 0.3f};
+    tsdf_frame *f = &w->frame;
+    memset(f, 0, sizeof *f);
+    f->width = W;
+    f->height = H;
+    f->K.fx = f->K.fy = 60.0f;
+    f->K.cx = (W - 1) / 2.0f;
+    f->K.cy = (H - 1) / 2.0f;
+    assert_int_equal(tsdf_synth_look_at(eye, target, NULL, f->T_world_cam), TSDF_OK);
+    assert_int_equal(tsdf_scene_render(&w->scene, W, H, &f->K, f->T_world_cam, w->depth, NULL),
+                     TSDF_OK);
+    f->depth_format = TSDF_DEPTH_F32;
+    f->depth = blind ? w->zeros : w->depth;
+    f->min_depth_m = 0.1f;
+    f->max_depth_m = MAX_DEPTH_M;
+    return f;
+}
+
+static int64_t map_blocks(tsdf_client *c, tsdf_rep_stats *st)
+{
+    assert_int_equal(tsdf_client_stats(c, "hall", st, 10000), TSDF_OK);
+    assert_true(st->has_engine);
+    return (int64_t)st->engine.blocks_allocated;
+}
+
+/* Walks out to FAR_X_M; returns the most blocks the map held while the
+ * camera was in the first third, and (in *late_max) in the last third. */
+static int64_t walk_out(tsdf_client *c, walker *w, tsdf_rep_stats *st, int64_t *late_max,
+                        int *refused)
+{
+    int64_t early = 0, late = 0;
+    *refused = 0;
+    for (int i = 0; i < N_OUT; i++) {
+        const float x = STEP_M * (float)i;
+        int rc = integrate_into(c, "hall", frame_at(w, x, 0));
+        if (rc == TSDF_ECAPACITY)
+            (*refused)++;
+        else
+            assert_int_equal(rc, TSDF_OK);
+        if (i % 4 != 3)
+            continue;
+        int64_t b = map_blocks(c, st);
+        if (x < FAR_X_M / 3)
+            early = b > early ? b : early;
+        else if (x > 2 * FAR_X_M / 3)
+            late = b > late ? b : late;
+    }
+    *late_max = late;
+    return early;
+}
+
+/* Saves every map; the one map "hall" of the file is read into *out. */
+static snap_map *save_and_read(tsdf_client *c, size_t *n)
+{
+    tsdf_rep_path sp;
+    snap_map *maps = NULL;
+    assert_int_equal(tsdf_client_save(c, NULL, NULL, &sp, 30000), TSDF_OK);
+    assert_int_equal(snap_read(sp.path, &maps, n), TSDF_OK);
+    return maps;
+}
+
+static const snap_map *find_hall(const snap_map *maps, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(maps[i].name, "hall") == 0)
+            return &maps[i];
+    fail_msg("no map 'hall' in the snapshot");
+    return NULL;
+}
+
+static long find_block(const tsdf_block_set *s, const int32_t key[3])
+{
+    for (size_t i = 0; i < s->count; i++)
+        if (memcmp(&s->coords[3 * i], key, 3 * sizeof(int32_t)) == 0)
+            return (long)i;
+    return -1;
+}
+
+/* How far the centre of block i of s is from p, metres. */
+static double block_dist(const tsdf_block_set *s, size_t i, const float p[3])
+{
+    const double b = TSDF_BLOCK_DIM * (double)VOXEL_M;
+    double d2 = 0;
+    for (int a = 0; a < 3; a++) {
+        double c = ((double)s->coords[3 * i + a] + 0.5) * b - p[a];
+        d2 += c * c;
+    }
+    return sqrt(d2);
+}
+
+static void test_spill_keeps_memory_flat_and_brings_blocks_back(void **state)
+{
+    tsdfd_harness h, b;
+    walker *w = calloc(1, sizeof *w);
+    tsdf_rep_stats *st = calloc(1, sizeof *st);
+    int64_t late, early;
+    int refused;
+    size_t n_far, n_back;
+    char ini[2048];
+    (void)state;
+
+    assert_non_null(w);
+    assert_non_null(st);
+    corridor(&w->scene);
+    assert_int_equal(start_daemon(&h, VOLUME_INI "mode = spill\n", NULL), 0);
+    tsdf_client *c = open_client(&h, 0);
+    early = walk_out(c, w, st, &late, &refused);
+    assert_int_equal(refused, 0);
+
+    /* The map stopped growing: the last third holds about what the first
+     * did, though the camera saw twice as much corridor since. */
+    print_message("spill: at most %lld blocks early, %lld late\n", (long long)early,
+                  (long long)late);
+    assert_true(early > 0);
+    assert_true(late <= early + early / 4);
+    int64_t evicted = stat_get(st, "map.blocks_evicted");
+    int64_t spilled = stat_get(st, "map.blocks_spilled");
+    assert_true(evicted > 0);
+    assert_int_equal(spilled, evicted); /* none came back yet */
+    assert_int_equal(stat_get(st, "map.blocks_restored"), 0);
+
+    /* The snapshot holds both: what is resident and what was spilled. */
+    snap_map *far = save_and_read(c, &n_far);
+    const snap_map *hall_far = find_hall(far, n_far);
+    assert_int_equal((int64_t)hall_far->spilled.count, spilled);
+    assert_int_equal((int64_t)hall_far->blocks.count, map_blocks(c, st));
+    assert_true(hall_far->spilled.count > hall_far->blocks.count);
+    for (size_t i = 0; i < hall_far->spilled.count; i++)
+        assert_int_equal(find_block(&hall_far->blocks, &hall_far->spilled.coords[3 * i]), -1);
+
+    /* Back at the start, blind (no depth: nothing changes a voxel): the
+     * blocks that frame can reach come back as they left. */
+    assert_int_equal(integrate_into(c, "hall", frame_at(w, 0.0f, 1)), TSDF_OK);
+    assert_int_equal(tsdf_client_stats(c, "hall", st, 10000), TSDF_OK);
+    int64_t restored = stat_get(st, "map.blocks_restored");
+    assert_true(restored > 0);
+    snap_map *back = save_and_read(c, &n_back);
+    const snap_map *hall_back = find_hall(back, n_back);
+    const float start[3] = {0.0f, 0.0f, 1.2f};
+    const size_t geom = tsdf_block_set_geom_bytes(&hall_far->spilled) / hall_far->spilled.count;
+    size_t compared = 0;
+    for (size_t i = 0; i < hall_far->spilled.count; i++) {
+        long j = find_block(&hall_back->blocks, &hall_far->spilled.coords[3 * i]);
+        if (j < 0) {
+            /* Still spilled: then out of the frame's reach. */
+            assert_true(block_dist(&hall_far->spilled, i, start) > MAX_DEPTH_M);
+            continue;
+        }
+        assert_memory_equal((const char *)hall_far->spilled.geom + i * geom,
+                            (const char *)hall_back->blocks.geom + (size_t)j * geom, geom);
+        compared++;
+    }
+    print_message("spill: %lld restored, %zu compared bit for bit\n", (long long)restored,
+                  compared);
+    assert_int_equal((int64_t)compared, restored);
+    /* Every block is somewhere: none lost by the round trip. */
+    assert_int_equal(hall_back->blocks.count + hall_back->spilled.count,
+                     hall_far->blocks.count + hall_far->spilled.count);
+    snap_maps_free(far, n_far);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+
+    /* A restart from the snapshot keeps the spilled blocks spilled. */
+    snprintf(ini, sizeof ini,
+             "[server]\nstate_dir = %s\n[snapshot]\nload_on_start = true\n" VOLUME_INI
+             "mode = spill\n",
+             h.state_dir);
+    assert_int_equal(start_daemon(&b, ini, NULL), 0);
+    c = open_client(&b, 0);
+    assert_int_equal(map_blocks(c, st), (int64_t)hall_back->blocks.count);
+    assert_int_equal(stat_get(st, "map.blocks_spilled"), (int64_t)hall_back->spilled.count);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&b, 30000), 0);
+    snap_maps_free(back, n_back);
+    free(st);
+    free(w);
+}
+
+static void test_drop_keeps_memory_flat(void **state)
+{
+    tsdfd_harness h;
+    walker *w = calloc(1, sizeof *w);
+    tsdf_rep_stats *st = calloc(1, sizeof *st);
+    int64_t late, early;
+    int refused;
+    (void)state;
+
+    assert_non_null(w);
+    assert_non_null(st);
+    corridor(&w->scene);
+    assert_int_equal(start_daemon(&h, VOLUME_INI "mode = drop\n", NULL), 0);
+    tsdf_client *c = open_client(&h, 0);
+    early = walk_out(c, w, st, &late, &refused);
+    assert_int_equal(refused, 0);
+    print_message("drop: at most %lld blocks early, %lld late\n", (long long)early,
+                  (long long)late);
+    assert_true(late <= early + early / 4);
+    assert_true(stat_get(st, "map.blocks_evicted") > 0);
+    assert_int_equal(stat_get(st, "map.blocks_spilled"), 0);
+    /* Back at the start: nothing there any more, nothing comes back. */
+    assert_int_equal(integrate_into(c, "hall", frame_at(w, 0.0f, 1)), TSDF_OK);
+    assert_int_equal(tsdf_client_stats(c, "hall", st, 10000), TSDF_OK);
+    assert_int_equal(stat_get(st, "map.blocks_restored"), 0);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    free(st);
+    free(w);
+}
+
+/* 2 MiB hold about a thousand blocks of 4 cm: what one frame can reach, not the
+ * corridor. */
+static void walk_capped(const char *on_full, int *refused, int64_t *evicted)
+{
+    tsdfd_harness h;
+    walker *w = calloc(1, sizeof *w);
+    tsdf_rep_stats *st = calloc(1, sizeof *st);
+    char ini[1024];
+    int64_t late;
+
+    assert_non_null(w);
+    assert_non_null(st);
+    corridor(&w->scene);
+    snprintf(ini, sizeof ini,
+             VOLUME_INI "mode = drop\nradius_m = 1000\non_full = %s\n"
+                        "[volume]\nmemory_cap_mb = 2\ninitial_capacity_blocks = 1024\n",
+             on_full);
+    assert_int_equal(start_daemon(&h, ini, NULL), 0);
+    tsdf_client *c = open_client(&h, 0);
+    walk_out(c, w, st, &late, refused);
+    assert_int_equal(tsdf_client_stats(c, "hall", st, 10000), TSDF_OK);
+    assert_true(st->engine.memory_bytes <= (2u << 20));
+    *evicted = stat_get(st, "map.blocks_evicted");
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    free(st);
+    free(w);
+}
+
+static void test_on_full_evict_takes_every_frame(void **state)
+{
+    int refused;
+    int64_t evicted;
+    (void)state;
+
+    walk_capped("evict", &refused, &evicted);
+    print_message("on_full = evict: %d refused, %lld evicted\n", refused, (long long)evicted);
+    assert_int_equal(refused, 0);
+    assert_true(evicted > 0);
+    /* The control: the same walk under the same cap refuses frames. */
+    walk_capped("refuse", &refused, &evicted);
+    print_message("on_full = refuse: %d refused, %lld evicted\n", refused, (long long)evicted);
+    assert_true(refused > 0);
+    assert_int_equal(evicted, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spill_keeps_memory_flat_and_brings_blocks_back),
+        cmocka_unit_test(test_drop_keeps_memory_flat),
+        cmocka_unit_test(test_on_full_evict_takes_every_frame),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
