@@ -249,7 +249,8 @@ static void test_stats_report_map_params(void **state)
                      0);
     tsdf_client *c = open_client(&a, 0);
     integrate_all(c, "coarse", &fs);
-    expect_params(c, "coarse", st, (tsdf_map_params){0.02f, 3.0f, 50.0f, 64ull << 20});
+    expect_params(c, "coarse", st,
+                  (tsdf_map_params){0.02f, 3.0f, 50.0f, 64ull << 20, TSDF_LAYOUT_S16});
     assert_int_equal(tsdf_client_save(c, "coarse", NULL, NULL, 60000), TSDF_OK);
     tsdf_client_close(c);
     assert_int_equal(tsdfd_harness_stop(&a, 30000), 0);
@@ -262,12 +263,13 @@ static void test_stats_report_map_params(void **state)
     assert_int_equal(start_daemon(&b, ini, NULL), 0);
     c = open_client(&b, 0);
     assert_int_equal(tsdf_client_load(c, "coarse", NULL, NULL, 60000), TSDF_OK);
-    expect_params(c, "coarse", st, (tsdf_map_params){0.02f, 3.0f, 50.0f, 4096ull << 20});
+    expect_params(c, "coarse", st,
+                  (tsdf_map_params){0.02f, 3.0f, 50.0f, 4096ull << 20, TSDF_LAYOUT_S16});
     tsdf_volume_params def;
     tsdf_volume_params_default(&def);
-    expect_params(
-        c, "default", st,
-        (tsdf_map_params){def.voxel_size_m, def.trunc_vox, def.max_weight, 4096ull << 20});
+    expect_params(c, "default", st,
+                  (tsdf_map_params){def.voxel_size_m, def.trunc_vox, def.max_weight, 4096ull << 20,
+                                    def.layout});
     /* No such map: neither engine nor params. */
     assert_int_equal(tsdf_client_stats(c, "nosuchmap", st, 30000), TSDF_OK);
     assert_false(st->has_engine);
