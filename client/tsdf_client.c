@@ -546,6 +546,19 @@ void tsdf_client_mesh_release(tsdf_mesh *m)
     tsdf_mesh_fini(m);
 }
 
+/* A malloc'ed copy of n bytes of a reply's payload (at least one byte, as
+ * malloc(0) may return NULL, so that NULL always means failure); *ok
+ * becomes 0 when it fails. */
+static void *copy_payload(const void *p, size_t n, int *ok)
+{
+    void *q = malloc(n ? n : 1);
+    if (q == NULL)
+        *ok = 0;
+    else if (n > 0)
+        memcpy(q, p, n);
+    return q;
+}
+
 int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *params,
                      tsdf_mesh *out, uint64_t *version, int timeout_ms)
 {
@@ -559,6 +572,7 @@ int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *pa
         q.u.mesh.use_box = params->use_box ? 1 : 0;
         q.u.mesh.box = params->box;
         q.u.mesh.since_version = params->since_version;
+        q.u.mesh.by_block = params->by_block ? 1 : 0;
         /* The encoder would refuse it as a bare INVAL: say what is wrong. */
         for (int k = 0; k < 3 && q.u.mesh.use_box; k++) {
             const tsdf_aabb *b = &params->box;
@@ -575,29 +589,45 @@ int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *pa
     if (rc != TSDF_OK)
         return rc;
     const tsdf_rep_mesh *rm = &rep->u.mesh;
+    /* A caller that asked for parts replaces its mesh part by part: a whole
+     * mesh without them (from a daemon before by_block) would read as a
+     * mesh of no parts, that is, as no change at all. */
+    if (q.u.mesh.by_block && !rm->has_blocks) {
+        call_free(rep, m);
+        return client_fail(TSDF_EPROTO_KEY,
+                           "the mesh reply has no parts (block_coords): the daemon is older "
+                           "than by_block");
+    }
     size_t vb = (size_t)rm->vertex_count * 12u, ib = (size_t)rm->triangle_count * 12u;
+    size_t nb = (size_t)rm->block_count;
+    int ok = 1;
     tsdf_mesh mesh;
     tsdf_mesh_init(&mesh);
-    /* malloc(0) may return NULL: allocate at least one byte so that NULL
-     * always means failure. */
-    mesh.positions = malloc(vb ? vb : 1);
-    mesh.normals = malloc(vb ? vb : 1);
-    mesh.indices = malloc(ib ? ib : 1);
+    mesh.positions = copy_payload(rm->positions, vb, &ok);
+    mesh.normals = copy_payload(rm->normals, vb, &ok);
+    mesh.indices = copy_payload(rm->indices, ib, &ok);
     if (rm->colors != NULL)
-        mesh.colors = malloc(rm->vertex_count ? (size_t)rm->vertex_count * 3u : 1);
-    if (mesh.positions == NULL || mesh.normals == NULL || mesh.indices == NULL ||
-        (rm->colors != NULL && mesh.colors == NULL)) {
+        mesh.colors = copy_payload(rm->colors, (size_t)rm->vertex_count * 3u, &ok);
+    /* As the engine fills a tsdf_mesh: the arrays of parts and of removed
+     * blocks are NULL when there are none. */
+    if (nb > 0) {
+        mesh.block_coords = copy_payload(rm->block_coords, nb * 12u, &ok);
+        mesh.block_vertex_start = copy_payload(rm->block_vertex_start, (nb + 1u) * 4u, &ok);
+        mesh.block_triangle_start = copy_payload(rm->block_triangle_start, (nb + 1u) * 4u, &ok);
+    }
+    if (rm->removed_count > 0)
+        mesh.removed_coords =
+            copy_payload(rm->removed_coords, (size_t)rm->removed_count * 12u, &ok);
+    if (!ok) {
         tsdf_mesh_fini(&mesh);
         call_free(rep, m);
         return TSDF_ENOMEM;
     }
-    memcpy(mesh.positions, rm->positions, vb);
-    memcpy(mesh.normals, rm->normals, vb);
-    memcpy(mesh.indices, rm->indices, ib);
-    if (rm->colors != NULL)
-        memcpy(mesh.colors, rm->colors, (size_t)rm->vertex_count * 3u);
     mesh.vertex_count = (size_t)rm->vertex_count;
     mesh.triangle_count = (size_t)rm->triangle_count;
+    mesh.block_count = nb;
+    mesh.removed_count = (size_t)rm->removed_count;
+    mesh.full = rm->full;
     if (version != NULL)
         *version = rm->version;
     tsdf_mesh_fini(out);

@@ -169,7 +169,15 @@ TSDF_API int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_ray
  * tsdf_mesh_init or zeroed) are freed and replaced by malloc'ed arrays
  * that the caller frees with tsdf_client_mesh_release (or tsdf_mesh_fini).
  * *version (optional) receives the map version of the mesh. On error *out
- * is unchanged. */
+ * is unchanged.
+ * params->by_block: the mesh comes in parts, one per voxel block, with
+ * block_count, block_coords, block_vertex_start and block_triangle_start
+ * as tsdf_mesh describes them (NULL arrays when there are no parts); a
+ * daemon too old to send parts is TSDF_EPROTO_KEY. params->since_version
+ * > 0: removed_count and removed_coords list the blocks gone since that
+ * version, and full says the mesh replaces everything instead (a daemon
+ * from before them sends neither: 0 and NULL). PROTOCOL.md 6.3 says how to
+ * keep a mesh current with them. */
 TSDF_API int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *params,
                               tsdf_mesh *out, uint64_t *version, int timeout_ms);
 

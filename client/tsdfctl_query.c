@@ -18,7 +18,9 @@ static const char mesh_help[] =
     "\n"
     "Extracts the map's surface (marching cubes) and writes it as binary PLY.\n"
     "  --box      only blocks that intersect this axis-aligned box (metres, world frame)\n"
-    "  --since    only blocks changed after map version VERSION (printed by earlier runs)\n";
+    "  --since    only blocks changed after map version VERSION (printed by earlier runs);\n"
+    "             also prints how many blocks went since then, and whether the mesh is full\n"
+    "             (it then replaces the one of VERSION instead of adding to it)\n";
 
 int ctl_mesh(const global_opts *g, int argc, char **argv)
 {
@@ -91,6 +93,14 @@ int ctl_mesh(const global_opts *g, int argc, char **argv)
     printf("%s: %zu vertices, %zu triangles%s, map version %llu (%.0f ms)\n", out, m.vertex_count,
            m.triangle_count, m.colors ? ", coloured" : "", (unsigned long long)version,
            dt * 1000.0);
+    /* What the PLY cannot say: the blocks to drop from a mesh made at the
+     * --since version, or that this one replaces it whole. */
+    if (mp.since_version > 0)
+        printf("%s: since version %llu: %zu blocks removed%s\n", out,
+               (unsigned long long)mp.since_version, m.removed_count,
+               m.full ? "; full: the map changed past what the daemon can tell since that "
+                        "version (reset, load or too old), so this mesh replaces the old one whole"
+                      : "");
     /* An empty file is a valid PLY, and with --since the normal answer;
      * otherwise the user most likely meshed the wrong map. */
     if (m.vertex_count == 0 && mp.since_version == 0)
@@ -310,12 +320,16 @@ typedef struct {
 #k, kind, offsetof(tsdf_volume_stats, k)                                                   \
     }
 static const stat_row engine_rows[] = {
-    ROW(blocks_allocated, 0),  ROW(capacity_slots, 0),   ROW(load_factor, 2),
-    ROW(max_probe, 1),         ROW(mean_probe, 2),       ROW(growth_events, 0),
-    ROW(frames_integrated, 0), ROW(frames_rejected, 0),  ROW(insert_failures, 0),
-    ROW(memory_bytes, 0),      ROW(memory_cap_bytes, 0), ROW(version, 0),
-    ROW(last_upload_ms, 2),    ROW(last_alloc_ms, 2),    ROW(last_update_ms, 2),
-    ROW(last_raycast_ms, 2),   ROW(last_mesh_ms, 2),
+    ROW(blocks_allocated, 0),     ROW(capacity_slots, 0),
+    ROW(load_factor, 2),          ROW(max_probe, 1),
+    ROW(mean_probe, 2),           ROW(growth_events, 0),
+    ROW(frames_integrated, 0),    ROW(frames_rejected, 0),
+    ROW(insert_failures, 0),      ROW(memory_bytes, 0),
+    ROW(memory_cap_bytes, 0),     ROW(version, 0),
+    ROW(pool_capacity_blocks, 0), ROW(blocks_erased, 0),
+    ROW(last_upload_ms, 2),       ROW(last_alloc_ms, 2),
+    ROW(last_update_ms, 2),       ROW(last_raycast_ms, 2),
+    ROW(last_mesh_ms, 2),
 };
 #undef ROW
 
@@ -381,7 +395,8 @@ int ctl_stats(const global_opts *g, int argc, char **argv)
     if (json) {
         printf("{\"map\": \"%s\"", map ? map : TSDF_PROTO_DEFAULT_MAP);
         if (s->has_engine) {
-            printf(", \"engine\": {\"backend\": \"%s\"", backend_str(st->backend));
+            printf(", \"engine\": {\"backend\": \"%s\", \"layout\": \"%s\"",
+                   backend_str(st->backend), tsdf_layout_name(st->layout));
             for (size_t i = 0; i < sizeof(engine_rows) / sizeof(engine_rows[0]); i++) {
                 printf(", \"%s\": ", engine_rows[i].key);
                 print_row_value(&engine_rows[i], st, 1);
@@ -393,9 +408,10 @@ int ctl_stats(const global_opts *g, int argc, char **argv)
         }
         if (s->has_params)
             printf(", \"params\": {\"voxel_size_m\": %.9g, \"trunc_vox\": %.9g, "
-                   "\"max_weight\": %.9g, \"memory_cap_bytes\": %llu}",
+                   "\"max_weight\": %.9g, \"memory_cap_bytes\": %llu, \"layout\": \"%s\"}",
                    (double)s->params.voxel_size_m, (double)s->params.trunc_vox,
-                   (double)s->params.max_weight, (unsigned long long)s->params.memory_cap_bytes);
+                   (double)s->params.max_weight, (unsigned long long)s->params.memory_cap_bytes,
+                   tsdf_layout_name(s->params.layout));
         printf(", \"daemon\": {");
         for (uint32_t i = 0; i < s->extra_count; i++) {
             const tsdf_stat_entry *e = &s->extra[i];
@@ -434,7 +450,8 @@ int ctl_stats(const global_opts *g, int argc, char **argv)
     } else {
         printf("map %s\n", map ? map : TSDF_PROTO_DEFAULT_MAP);
         if (s->has_engine) {
-            printf("engine:\n  %-24s %s\n", "backend", backend_str(st->backend));
+            printf("engine:\n  %-24s %s\n  %-24s %s\n", "backend", backend_str(st->backend),
+                   "layout", tsdf_layout_name(st->layout));
             for (size_t i = 0; i < sizeof(engine_rows) / sizeof(engine_rows[0]); i++) {
                 printf("  %-24s ", engine_rows[i].key);
                 print_row_value(&engine_rows[i], st, 0);
@@ -449,11 +466,12 @@ int ctl_stats(const global_opts *g, int argc, char **argv)
         }
         /* What the map was created with or a load gave it. */
         if (s->has_params)
-            printf("params:\n  %-24s %g\n  %-24s %g\n  %-24s %g\n  %-24s %llu%s\n", "voxel_size_m",
-                   (double)s->params.voxel_size_m, "trunc_vox", (double)s->params.trunc_vox,
-                   "max_weight", (double)s->params.max_weight, "memory_cap_bytes",
-                   (unsigned long long)s->params.memory_cap_bytes,
-                   s->params.memory_cap_bytes == 0 ? " (no cap)" : "");
+            printf("params:\n  %-24s %g\n  %-24s %g\n  %-24s %g\n  %-24s %llu%s\n  %-24s %s\n",
+                   "voxel_size_m", (double)s->params.voxel_size_m, "trunc_vox",
+                   (double)s->params.trunc_vox, "max_weight", (double)s->params.max_weight,
+                   "memory_cap_bytes", (unsigned long long)s->params.memory_cap_bytes,
+                   s->params.memory_cap_bytes == 0 ? " (no cap)" : "", "layout",
+                   tsdf_layout_name(s->params.layout));
         printf("daemon:\n");
         for (uint32_t i = 0; i < s->extra_count; i++) {
             const tsdf_stat_entry *e = &s->extra[i];

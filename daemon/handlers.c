@@ -521,6 +521,18 @@ void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out)
         rep->u.mesh.normals = j->mesh.normals;
         rep->u.mesh.colors = j->mesh.colors;
         rep->u.mesh.indices = j->mesh.indices;
+        /* The parts and the removed blocks travel only to a request that
+         * asked for them, so the reply to any other is what it was before
+         * they existed (PROTOCOL.md 6.3). */
+        rep->u.mesh.has_blocks = req->u.mesh.by_block;
+        rep->u.mesh.block_count = j->mesh.block_count;
+        rep->u.mesh.block_coords = j->mesh.block_coords;
+        rep->u.mesh.block_vertex_start = j->mesh.block_vertex_start;
+        rep->u.mesh.block_triangle_start = j->mesh.block_triangle_start;
+        rep->u.mesh.has_removed = req->u.mesh.since_version > 0;
+        rep->u.mesh.removed_count = j->mesh.removed_count;
+        rep->u.mesh.removed_coords = j->mesh.removed_coords;
+        rep->u.mesh.full = j->mesh.full;
         break;
     case TSDF_MSG_STATS:
         handlers_do_stats(d, req, rep);

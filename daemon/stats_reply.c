@@ -38,6 +38,7 @@ void handlers_do_stats(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep)
     rep->u.stats.params.trunc_vox = j->params.trunc_vox;
     rep->u.stats.params.max_weight = j->params.max_weight;
     rep->u.stats.params.memory_cap_bytes = j->params.memory_cap_bytes;
+    rep->u.stats.params.layout = j->params.layout;
     rep->u.stats.timeline_count = (uint32_t)j->timeline_count;
     memcpy(rep->u.stats.timeline, j->timeline, j->timeline_count * sizeof rep->u.stats.timeline[0]);
     /* The worker's counters, not a fresh read: by now it may have

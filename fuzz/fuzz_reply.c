@@ -6,7 +6,8 @@
  * Beyond "no crash" it checks that every code is a known one, that the
  * error detail is a terminated string, that payloads point inside the
  * input with the sizes their counts promise (mesh indices below
- * vertex_count), and that a decoded reply is one the encoder accepts and
+ * vertex_count, and inside their own part's vertices for a by_block mesh),
+ * and that a decoded reply is one the encoder accepts and
  * that survives a round trip unchanged: decode(encode(decode(x))) ==
  * decode(x), and the second encoding is byte-identical to the first.
  */
@@ -36,10 +37,41 @@ static const void *take(const void **p, size_t n, const uint8_t *data, size_t si
     return q;
 }
 
+#define MAX_PAYLOADS 8
+
 typedef struct {
-    const void *p[4];
-    size_t n[4];
+    const void *p[MAX_PAYLOADS];
+    size_t n[MAX_PAYLOADS];
 } payloads;
+
+static uint32_t u32_at(const void *p, uint64_t i)
+{
+    uint32_t v;
+    memcpy(&v, (const uint8_t *)p + 4 * i, 4);
+    return v;
+}
+
+/* The parts of a by_block mesh: starts from 0 to the counts, never
+ * decreasing, and every triangle on its own part's vertices, which is what
+ * lets a client replace one part without touching the others. */
+static void check_parts(const tsdf_rep_mesh *q)
+{
+    FUZZ_CHECK(q->block_vertex_start != NULL && q->block_triangle_start != NULL);
+    FUZZ_CHECK(q->block_count == 0 || q->block_coords != NULL);
+    FUZZ_CHECK(u32_at(q->block_vertex_start, 0) == 0 && u32_at(q->block_triangle_start, 0) == 0);
+    FUZZ_CHECK(u32_at(q->block_vertex_start, q->block_count) == q->vertex_count);
+    FUZZ_CHECK(u32_at(q->block_triangle_start, q->block_count) == q->triangle_count);
+    for (uint64_t b = 0; b < q->block_count; b++) {
+        uint32_t v0 = u32_at(q->block_vertex_start, b), v1 = u32_at(q->block_vertex_start, b + 1);
+        uint32_t t0 = u32_at(q->block_triangle_start, b);
+        uint32_t t1 = u32_at(q->block_triangle_start, b + 1);
+        FUZZ_CHECK(v0 <= v1 && t0 <= t1);
+        for (uint64_t i = 3 * (uint64_t)t0; i < 3 * (uint64_t)t1; i++) {
+            uint32_t v = u32_at(q->indices, i);
+            FUZZ_CHECK(v >= v0 && v < v1);
+        }
+    }
+}
 
 /* Checks the payloads of an OK reply, moves them into *out and clears the
  * pointers in *r, so that two decodes of different buffers compare equal
@@ -64,22 +96,33 @@ static void take_payloads(tsdf_reply *r, const uint8_t *data, size_t size, paylo
         out->n[0] = out->n[1] = (size_t)q->vertex_count * 12;
         out->n[2] = q->colors ? (size_t)q->vertex_count * 3 : 0;
         out->n[3] = (size_t)q->triangle_count * 12;
-        const uint8_t *idx = q->indices;
-        for (uint64_t i = 0; i < q->triangle_count * 3; i++) {
-            uint32_t v;
-            memcpy(&v, idx + 4 * i, 4);
-            FUZZ_CHECK(v < q->vertex_count);
-        }
+        for (uint64_t i = 0; i < q->triangle_count * 3; i++)
+            FUZZ_CHECK(u32_at(q->indices, i) < q->vertex_count);
+        if (q->has_blocks)
+            check_parts(q);
+        else
+            FUZZ_CHECK(q->block_count == 0 && q->block_coords == NULL &&
+                       q->block_vertex_start == NULL && q->block_triangle_start == NULL);
+        FUZZ_CHECK(q->has_removed ||
+                   (q->removed_count == 0 && q->removed_coords == NULL && q->full == 0));
+        FUZZ_CHECK(q->full == 0 || q->full == 1);
+        out->n[4] = (size_t)q->block_count * 12;
+        out->n[5] = out->n[6] = q->has_blocks ? ((size_t)q->block_count + 1) * 4 : 0;
+        out->n[7] = (size_t)q->removed_count * 12;
         out->p[0] = take(&q->positions, out->n[0], data, size);
         out->p[1] = take(&q->normals, out->n[1], data, size);
         out->p[2] = take((const void **)&q->colors, out->n[2], data, size);
         out->p[3] = take(&q->indices, out->n[3], data, size);
+        out->p[4] = take(&q->block_coords, out->n[4], data, size);
+        out->p[5] = take(&q->block_vertex_start, out->n[5], data, size);
+        out->p[6] = take(&q->block_triangle_start, out->n[6], data, size);
+        out->p[7] = take(&q->removed_coords, out->n[7], data, size);
     }
 }
 
 static int payloads_equal(const payloads *a, const payloads *b)
 {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < MAX_PAYLOADS; i++) {
         if (a->n[i] != b->n[i] || (a->p[i] == NULL) != (b->p[i] == NULL))
             return 0;
         if (a->n[i] > 0 && memcmp(a->p[i], b->p[i], a->n[i]) != 0)

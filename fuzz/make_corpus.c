@@ -24,6 +24,7 @@
 #include "fuzz_common.h"
 #include "tsdf_depth_codec.h"
 #include "log.h"
+#include "proto_samples.h"
 #include "snapshot.h"
 #include "tsdf_voxel_layout.h"
 #include "tsdf_png.h"
@@ -140,6 +141,9 @@ static void make_requests(void)
     q.u.mesh.box = (tsdf_aabb){{-1, -2, -3}, {1, 2, 3.5f}};
     q.u.mesh.since_version = 77;
     put_request("mesh-box", &q);
+    q.u.mesh.use_box = 0;
+    q.u.mesh.by_block = 1;
+    put_request("mesh-by-block-since", &q);
 
     tsdf_request_init(&q, TSDF_MSG_SAVE);
     q.id = 12;
@@ -177,16 +181,19 @@ static void make_replies(void)
     r.u.raycast = (tsdf_rep_raycast){W, H, g_f32, g_normals, g_rgb};
     put_reply("raycast-rgb", &r);
 
-    float pos[4 * 3] = {0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1};
-    float nrm[4 * 3] = {0, 0, 1, 0, 0, 1, 0, 0, 1, 1, 0, 0};
-    uint8_t col[4 * 3] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
-    uint32_t idx[2 * 3] = {0, 1, 2, 0, 2, 3};
-    tsdf_reply_init(&r, TSDF_MSG_MESH, 7);
-    r.u.mesh = (tsdf_rep_mesh){55, 4, 2, pos, nrm, col, idx};
+    proto_sample_mesh_quad(&r, 7);
     put_reply("mesh", &r);
     tsdf_reply_init(&r, TSDF_MSG_MESH, 8);
     r.u.mesh.version = 3;
     put_reply("mesh-empty", &r);
+
+    /* By block and since a version (the sample test_proto.c decodes). */
+    proto_sample_mesh_parts(&r, 15);
+    put_reply("mesh-parts-since", &r);
+    /* No parts at all, and full: what an incremental mesh of a reset map says. */
+    tsdf_reply_init(&r, TSDF_MSG_MESH, 16);
+    r.u.mesh = (tsdf_rep_mesh){.version = 61, .has_blocks = 1, .has_removed = 1, .full = 1};
+    put_reply("mesh-parts-full", &r);
 
     tsdf_reply_init(&r, TSDF_MSG_STATS, 9);
     r.u.stats.has_engine = 1;
@@ -204,6 +211,11 @@ static void make_replies(void)
     st->version = 301;
     st->has_color = 1;
     st->last_update_ms = 0.3;
+    st->layout = TSDF_LAYOUT_S16;
+    st->pool_capacity_blocks = 1088;
+    st->blocks_erased = 12;
+    r.u.stats.has_params = 1;
+    r.u.stats.params = (tsdf_map_params){0.01f, 4.0f, 64.0f, 1ull << 30, TSDF_LAYOUT_S16};
     r.u.stats.extra_count = 3;
     r.u.stats.extra[0] = (tsdf_stat_entry){"frames_received", 0, 777, 0};
     r.u.stats.extra[1] = (tsdf_stat_entry){"queue_latency_p99_ms", 1, 0, 12.75};

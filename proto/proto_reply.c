@@ -65,6 +65,8 @@ static const stat_field engine_fields[] = {
     {"memory_bytes", ST_U64, offsetof(tsdf_volume_stats, memory_bytes)},
     {"memory_cap_bytes", ST_U64, offsetof(tsdf_volume_stats, memory_cap_bytes)},
     {"version", ST_U64, offsetof(tsdf_volume_stats, version)},
+    {"pool_capacity_blocks", ST_U64, offsetof(tsdf_volume_stats, pool_capacity_blocks)},
+    {"blocks_erased", ST_U64, offsetof(tsdf_volume_stats, blocks_erased)},
     {"last_upload_ms", ST_F64, offsetof(tsdf_volume_stats, last_upload_ms)},
     {"last_alloc_ms", ST_F64, offsetof(tsdf_volume_stats, last_alloc_ms)},
     {"last_update_ms", ST_F64, offsetof(tsdf_volume_stats, last_update_ms)},
@@ -83,6 +85,32 @@ static const char *backend_wire_name(tsdf_backend b)
     default:
         return "auto";
     }
+}
+
+/* "layout" is written only for a layout this side knows, and read back as
+ * 0 when absent or unknown: a newer daemon may store voxels in a layout
+ * this reader has no name for, and a stats reply is for showing, so that
+ * must not make the whole reply unreadable. Shared by "engine" and
+ * "params". */
+static int layout_known(tsdf_layout l)
+{
+    return l == TSDF_LAYOUT_F32 || l == TSDF_LAYOUT_S16;
+}
+
+static int read_layout(const proto_reader *r, tsdf_layout *out)
+{
+    char name[8] = "";
+    int present = 0;
+    PROTO_TRY(proto_get_str(r, "layout", name, sizeof(name), 1, &present));
+    if (!present || tsdf_layout_parse(name, out) != TSDF_OK)
+        *out = (tsdf_layout)0;
+    return TSDF_OK;
+}
+
+static void w_layout(proto_writer *w, tsdf_layout l)
+{
+    if (layout_known(l))
+        proto_w_str(w, "layout", tsdf_layout_name(l));
 }
 
 /* Key names of a timeline entry, shared by encoder and decoder. */
@@ -136,6 +164,7 @@ static int read_engine_stats(const proto_reader *r, tsdf_volume_stats *st)
     int has_color = 0;
     PROTO_TRY(proto_get_bool(r, "has_color", &has_color));
     st->has_color = has_color;
+    PROTO_TRY(read_layout(r, &st->layout));
 
     const msgpack_object *o;
     int f = proto_find(r, "probe_hist", &o);
@@ -245,7 +274,7 @@ static int read_map_params(const proto_reader *r, tsdf_map_params *p)
     PROTO_TRY(proto_get_float(r, "trunc_vox", TSDF_EPROTO_KEY, &p->trunc_vox, &present));
     PROTO_TRY(proto_get_float(r, "max_weight", TSDF_EPROTO_KEY, &p->max_weight, &present));
     PROTO_TRY(proto_get_uint(r, "memory_cap_bytes", UINT64_MAX, &p->memory_cap_bytes, &present));
-    return TSDF_OK;
+    return read_layout(r, &p->layout);
 }
 
 static int read_stats_rep(const proto_reader *r, tsdf_rep_stats *s)
@@ -294,6 +323,113 @@ static int read_raycast_rep(const proto_reader *r, tsdf_rep_raycast *q)
     return TSDF_OK;
 }
 
+/* One uint32 LE of an unaligned bin. */
+static uint32_t bin_u32(const void *p, size_t i)
+{
+    uint32_t v;
+    memcpy(&v, (const uint8_t *)p + 4u * i, 4);
+    return v;
+}
+
+/* The starts of block_count parts in `count` items (vertices or
+ * triangles): block_count + 1 uint32, from 0, never decreasing, ending at
+ * count, so that the parts are consecutive and cover every item once. */
+static int check_part_starts(const proto_reader *r, const char *key, const void *p, size_t n,
+                             uint64_t block_count, uint64_t count, const char *count_key)
+{
+    if (n != (block_count + 1u) * 4u)
+        return proto_fail(r->err, TSDF_EBAD_SIZE, key,
+                          "%s: %zu bytes, expected %llu (block_count %llu + 1 uint32)", key, n,
+                          (unsigned long long)((block_count + 1u) * 4u),
+                          (unsigned long long)block_count);
+    if (bin_u32(p, 0) != 0)
+        return proto_fail(r->err, TSDF_EBAD_SIZE, key, "%s: entry 0 is %u, expected 0", key,
+                          bin_u32(p, 0));
+    for (uint64_t i = 1; i <= block_count; i++) {
+        uint32_t prev = bin_u32(p, i - 1), cur = bin_u32(p, i);
+        if (cur < prev)
+            return proto_fail(r->err, TSDF_EBAD_SIZE, key,
+                              "%s: entry %llu (%u) is below entry %llu (%u)", key,
+                              (unsigned long long)i, cur, (unsigned long long)(i - 1), prev);
+    }
+    if (bin_u32(p, block_count) != count)
+        return proto_fail(r->err, TSDF_EBAD_SIZE, key, "%s: last entry %u, %s is %llu", key,
+                          bin_u32(p, block_count), count_key, (unsigned long long)count);
+    return TSDF_OK;
+}
+
+/* The parts of a by_block mesh: all three bins or none. A consumer that
+ * replaces parts reads part i's vertices by its starts alone, so a
+ * triangle that reached into another part's vertices would tie two parts
+ * together that the client replaces apart. */
+static int read_mesh_blocks(const proto_reader *r, tsdf_rep_mesh *q)
+{
+    static const char *const keys[3] = {"block_coords", "block_vertex_start",
+                                        "block_triangle_start"};
+    const void *p[3] = {NULL, NULL, NULL};
+    size_t n[3] = {0, 0, 0};
+    int present[3] = {0, 0, 0};
+    for (int i = 0; i < 3; i++)
+        PROTO_TRY(proto_get_bin(r, keys[i], &p[i], &n[i], &present[i]));
+    if (!present[0] && !present[1] && !present[2])
+        return TSDF_OK;
+    for (int i = 0; i < 3; i++) {
+        if (!present[i])
+            return proto_fail(r->err, TSDF_EPROTO_KEY, keys[i],
+                              "%s: required with %s (the parts of a by_block mesh)", keys[i],
+                              keys[present[0] ? 0 : 1]);
+    }
+    if (n[0] % 12u != 0)
+        return proto_fail(r->err, TSDF_EBAD_SIZE, keys[0],
+                          "block_coords: %zu bytes, not a multiple of 12 (3 int32 a block)", n[0]);
+    uint64_t blocks = n[0] / 12u;
+    PROTO_TRY(check_part_starts(r, keys[1], p[1], n[1], blocks, q->vertex_count, "vertex_count"));
+    PROTO_TRY(
+        check_part_starts(r, keys[2], p[2], n[2], blocks, q->triangle_count, "triangle_count"));
+    for (uint64_t b = 0; b < blocks; b++) {
+        uint32_t v0 = bin_u32(p[1], b), v1 = bin_u32(p[1], b + 1);
+        for (uint64_t i = 3u * (uint64_t)bin_u32(p[2], b); i < 3u * (uint64_t)bin_u32(p[2], b + 1);
+             i++) {
+            uint32_t idx = bin_u32(q->indices, i);
+            if (idx < v0 || idx >= v1)
+                return proto_fail(r->err, TSDF_EBAD_SIZE, "indices",
+                                  "indices: entry %llu is %u, outside the vertices %u..%u of its "
+                                  "block's part %llu",
+                                  (unsigned long long)i, idx, v0, v1, (unsigned long long)b);
+        }
+    }
+    q->has_blocks = 1;
+    q->block_count = blocks;
+    q->block_coords = p[0];
+    q->block_vertex_start = p[1];
+    q->block_triangle_start = p[2];
+    return TSDF_OK;
+}
+
+/* "removed" and "full", the answer to an incremental mesh: both or none. */
+static int read_mesh_removed(const proto_reader *r, tsdf_rep_mesh *q)
+{
+    const void *p = NULL;
+    size_t n = 0;
+    int present = 0, full = -1;
+    PROTO_TRY(proto_get_bin(r, "removed", &p, &n, &present));
+    PROTO_TRY(proto_get_bool(r, "full", &full));
+    if (!present && full < 0)
+        return TSDF_OK;
+    if (!present || full < 0)
+        return proto_fail(r->err, TSDF_EPROTO_KEY, present ? "full" : "removed",
+                          "%s: required with %s (the answer to since_version)",
+                          present ? "full" : "removed", present ? "removed" : "full");
+    if (n % 12u != 0)
+        return proto_fail(r->err, TSDF_EBAD_SIZE, "removed",
+                          "removed: %zu bytes, not a multiple of 12 (3 int32 a block)", n);
+    q->has_removed = 1;
+    q->removed_count = n / 12u;
+    q->removed_coords = p;
+    q->full = full;
+    return TSDF_OK;
+}
+
 static int read_mesh_rep(const proto_reader *r, tsdf_rep_mesh *q)
 {
     const uint64_t max_items = TSDF_PROTO_MAX_MESSAGE_BYTES / 12u;
@@ -324,16 +460,15 @@ static int read_mesh_rep(const proto_reader *r, tsdf_rep_mesh *q)
         return proto_fail(r->err, TSDF_EBAD_SIZE, "indices", "indices: %zu bytes, expected %zu", n,
                           (size_t)q->triangle_count * 12u);
     /* A bad index would make a consumer read outside the vertex arrays. */
-    const uint8_t *ip = q->indices;
     for (uint64_t i = 0; i < q->triangle_count * 3u; i++) {
-        uint32_t idx;
-        memcpy(&idx, ip + 4u * i, 4);
+        uint32_t idx = bin_u32(q->indices, i);
         if (idx >= q->vertex_count)
             return proto_fail(r->err, TSDF_EBAD_SIZE, "indices",
                               "indices: entry %llu is %u, vertex_count is %llu",
                               (unsigned long long)i, idx, (unsigned long long)q->vertex_count);
     }
-    return TSDF_OK;
+    PROTO_TRY(read_mesh_blocks(r, q));
+    return read_mesh_removed(r, q);
 }
 
 static int read_maps_rep(const proto_reader *r, tsdf_rep_maps *q)
@@ -450,8 +585,9 @@ int tsdf_proto_decode_reply(const void *data, size_t len, tsdf_reply *out, tsdf_
 static void w_engine_stats(proto_writer *w, const tsdf_volume_stats *st)
 {
     proto_w_key(w, "engine");
-    msgpack_pack_map(&w->pk, (uint32_t)ENGINE_FIELD_COUNT + 3);
+    msgpack_pack_map(&w->pk, (uint32_t)ENGINE_FIELD_COUNT + 3 + (layout_known(st->layout) ? 1 : 0));
     proto_w_str(w, "backend", backend_wire_name(st->backend));
+    w_layout(w, st->layout);
     for (size_t i = 0; i < ENGINE_FIELD_COUNT; i++) {
         const stat_field *f = &engine_fields[i];
         const char *src = (const char *)st + f->offset;
@@ -474,6 +610,31 @@ static void w_engine_stats(proto_writer *w, const tsdf_volume_stats *st)
     msgpack_pack_array(&w->pk, TSDF_PROBE_HIST_BINS);
     for (int i = 0; i < TSDF_PROBE_HIST_BINS; i++)
         msgpack_pack_uint64(&w->pk, st->probe_hist[i]);
+}
+
+/* What a mesh reply's encoder checks before it reads any payload: every
+ * payload with a non-zero count has a pointer (TSDF_EINVAL), and all of
+ * them together fit in one message (TSDF_ETOO_LARGE, before msgpack would
+ * find out by filling the buffer up to its limit). Each count is bounded
+ * on its own first, so that the sum cannot overflow. */
+static int check_mesh_rep(const tsdf_rep_mesh *q)
+{
+    const uint64_t limit = TSDF_PROTO_MAX_MESSAGE_BYTES;
+    if ((q->vertex_count && (q->positions == NULL || q->normals == NULL)) ||
+        (q->triangle_count && q->indices == NULL))
+        return TSDF_EINVAL;
+    if ((q->block_count && (!q->has_blocks || q->block_coords == NULL ||
+                            q->block_vertex_start == NULL || q->block_triangle_start == NULL)) ||
+        (q->removed_count && (!q->has_removed || q->removed_coords == NULL)))
+        return TSDF_EINVAL;
+    if (q->vertex_count > limit / 12u || q->triangle_count > limit / 12u ||
+        q->block_count > limit / 12u || q->removed_count > limit / 12u)
+        return TSDF_ETOO_LARGE;
+    uint64_t bytes = q->vertex_count * (24u + (q->colors ? 3u : 0u)) + q->triangle_count * 12u +
+                     q->removed_count * 12u;
+    if (q->has_blocks)
+        bytes += q->block_count * 12u + (q->block_count + 1u) * 8u;
+    return bytes > limit ? TSDF_ETOO_LARGE : TSDF_OK;
 }
 
 static int encode_reply_body(proto_writer *w, const void *src)
@@ -508,13 +669,9 @@ static int encode_reply_body(proto_writer *w, const void *src)
     }
     case TSDF_MSG_MESH: {
         const tsdf_rep_mesh *q = &r->u.mesh;
-        if ((q->vertex_count && (q->positions == NULL || q->normals == NULL)) ||
-            (q->triangle_count && q->indices == NULL))
-            return TSDF_EINVAL;
-        if (q->vertex_count > TSDF_PROTO_MAX_MESSAGE_BYTES / 12u ||
-            q->triangle_count > TSDF_PROTO_MAX_MESSAGE_BYTES / 12u)
-            return TSDF_ETOO_LARGE;
-        msgpack_pack_map(&w->pk, env + 6 + (q->colors ? 1 : 0));
+        PROTO_TRY(check_mesh_rep(q));
+        msgpack_pack_map(&w->pk, env + 6 + (q->colors ? 1 : 0) + (q->has_blocks ? 3 : 0) +
+                                     (q->has_removed ? 2 : 0));
         break;
     }
     case TSDF_MSG_STATS:
@@ -581,6 +738,23 @@ static int encode_reply_body(proto_writer *w, const void *src)
             proto_w_bin(w, "colors", q->colors, (size_t)q->vertex_count * 3u);
         proto_w_bin(w, "indices", q->triangle_count ? q->indices : none,
                     (size_t)q->triangle_count * 12u);
+        if (q->has_blocks) {
+            /* The engine leaves the starts of a mesh of no parts NULL; on
+             * the wire they are still the one entry 0. */
+            static const uint32_t no_parts[1] = {0};
+            size_t sb = ((size_t)q->block_count + 1u) * 4u;
+            int bare = q->block_count == 0 && q->block_vertex_start == NULL;
+            proto_w_bin(w, "block_coords", q->block_count ? q->block_coords : none,
+                        (size_t)q->block_count * 12u);
+            proto_w_bin(w, "block_vertex_start", bare ? no_parts : q->block_vertex_start, sb);
+            bare = q->block_count == 0 && q->block_triangle_start == NULL;
+            proto_w_bin(w, "block_triangle_start", bare ? no_parts : q->block_triangle_start, sb);
+        }
+        if (q->has_removed) {
+            proto_w_bin(w, "removed", q->removed_count ? q->removed_coords : none,
+                        (size_t)q->removed_count * 12u);
+            proto_w_bool(w, "full", q->full);
+        }
         break;
     }
     case TSDF_MSG_STATS: {
@@ -593,11 +767,12 @@ static int encode_reply_body(proto_writer *w, const void *src)
          * statistics are the volume's, these are the map's settings. */
         if (s->has_params) {
             proto_w_key(w, "params");
-            msgpack_pack_map(&w->pk, 4);
+            msgpack_pack_map(&w->pk, 4 + (layout_known(s->params.layout) ? 1 : 0));
             proto_w_float(w, "voxel_size_m", s->params.voxel_size_m);
             proto_w_float(w, "trunc_vox", s->params.trunc_vox);
             proto_w_float(w, "max_weight", s->params.max_weight);
             proto_w_uint(w, "memory_cap_bytes", s->params.memory_cap_bytes);
+            w_layout(w, s->params.layout);
         }
         proto_w_key(w, "daemon");
         msgpack_pack_map(&w->pk, s->extra_count);

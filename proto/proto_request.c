@@ -247,7 +247,7 @@ static int read_mesh_req(const proto_reader *r, tsdf_req_mesh *q)
         q->use_box = 1;
     }
     PROTO_TRY(proto_get_uint(r, "since_version", UINT64_MAX, &q->since_version, &present));
-    return TSDF_OK;
+    return proto_get_bool(r, "by_block", &q->by_block);
 }
 
 static int decode_request(const proto_reader *r, tsdf_request *out)
@@ -382,7 +382,7 @@ static int encode_request_body(proto_writer *w, const void *src)
     }
     case TSDF_MSG_MESH: {
         const tsdf_req_mesh *m = &q->u.mesh;
-        msgpack_pack_map(&w->pk, n + 1 + (m->use_box ? 1 : 0));
+        msgpack_pack_map(&w->pk, n + 1 + (m->use_box ? 1 : 0) + (m->by_block ? 1 : 0));
         proto_w_envelope(w, q->type, q->id);
         proto_w_str(w, "map", q->map);
         if (m->use_box) {
@@ -391,6 +391,10 @@ static int encode_request_body(proto_writer *w, const void *src)
             proto_w_floats(w, "box", b, 6);
         }
         proto_w_uint(w, "since_version", m->since_version);
+        /* Only when asked for: a whole mesh is requested with the bytes
+         * clients sent before the key existed. */
+        if (m->by_block)
+            proto_w_bool(w, "by_block", 1);
         return TSDF_OK;
     }
     case TSDF_MSG_SAVE:

@@ -164,6 +164,10 @@ typedef struct {
     int use_box; /* 1 when "box" was given */
     tsdf_aabb box;
     uint64_t since_version; /* 0: whole map */
+    /* "by_block": 1 asks for the mesh in one part per voxel block (see
+     * tsdf_rep_mesh); default 0. The encoder writes the key only when it is
+     * 1, so a request without it is what clients before it sent. */
+    int by_block;
 } tsdf_req_mesh;
 
 /* save and load: an optional path (empty: the daemon's snapshot file for the map). */
@@ -205,6 +209,25 @@ typedef struct {
     const void *normals;   /* 3 * vertex_count float32 LE */
     const uint8_t *colors; /* optional 3 * vertex_count RGB8, or NULL */
     const void *indices;   /* 3 * triangle_count uint32 LE, each < vertex_count */
+    /* The parts of a by_block mesh (the request's by_block; PROTOCOL.md
+     * 6.3, and tsdf_mesh in tsdf_types.h for what a part is). has_blocks:
+     * 1 when the reply carries them ("block_coords", "block_vertex_start",
+     * "block_triangle_start", all three or none), also for 0 blocks. The
+     * decoder checks that the starts begin at 0, never decrease and end at
+     * vertex_count and triangle_count, and that every triangle's indices
+     * lie in its own part's vertices. The encoder writes the starts of 0
+     * blocks ([0]) itself when they are NULL, as the engine leaves them. */
+    int has_blocks;
+    uint64_t block_count;
+    const void *block_coords;         /* 3 * block_count int32 LE block coordinates */
+    const void *block_vertex_start;   /* block_count + 1 uint32 LE */
+    const void *block_triangle_start; /* block_count + 1 uint32 LE */
+    /* An incremental mesh (the request's since_version > 0): has_removed 1
+     * when the reply carries "removed" and "full" (both or neither). */
+    int has_removed;
+    uint64_t removed_count;
+    const void *removed_coords; /* 3 * removed_count int32 LE: the blocks gone since */
+    int full;                   /* 1: the mesh is the whole map and replaces all the client holds */
 } tsdf_rep_mesh;
 
 typedef struct {
@@ -300,7 +323,7 @@ int tsdf_proto_decode_request(const void *data, size_t len, tsdf_request *out,
  * the call returns TSDF_OK and out->status holds the daemon's code. Payloads
  * are checked against their counts (depth == width*height*4, positions ==
  * vertex_count*12, indices == triangle_count*12 and every index <
- * vertex_count, ...). */
+ * vertex_count, a mesh's parts consistent with its counts, ...). */
 int tsdf_proto_decode_reply(const void *data, size_t len, tsdf_reply *out, tsdf_proto_error *err);
 
 /* ---- small helpers shared with the daemon ------------------------------ */

@@ -99,10 +99,15 @@ typedef struct {
     float max_weight;          /* weights clamp here */
     uint64_t memory_cap_bytes; /* the map's own volume cap; 0 = none (the cap in force,
                                 * engine.memory_cap_bytes, may be lower: the budget) */
+    tsdf_layout layout;        /* how the map stores its voxels; 0: not said (an older
+                                * daemon) or a layout this side does not know */
 } tsdf_map_params;
 
 typedef struct {
     int has_engine; /* 1 when the reply carried an "engine" map */
+    /* The keys a reply lacks read 0: engine.layout, pool_capacity_blocks
+     * and blocks_erased from a daemon before them (layout also for a
+     * layout name this side does not know). */
     tsdf_volume_stats engine;
     int has_params; /* 1 when the reply carried a "params" map (not from older daemons) */
     tsdf_map_params params;

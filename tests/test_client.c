@@ -86,9 +86,15 @@ static void answer(const tsdf_request *q, tsdf_reply *r, float *depth, float *no
         break;
     }
     case TSDF_MSG_MESH:
-        r->u.mesh = (tsdf_rep_mesh){77, 4, 4, tet_pos, tet_nrm, tet_col, tet_idx};
+        r->u.mesh = (tsdf_rep_mesh){.version = 77,
+                                    .vertex_count = 4,
+                                    .triangle_count = 4,
+                                    .positions = tet_pos,
+                                    .normals = tet_nrm,
+                                    .colors = tet_col,
+                                    .indices = tet_idx};
         if (q->u.mesh.since_version == 77)
-            r->u.mesh = (tsdf_rep_mesh){77, 0, 0, NULL, NULL, NULL, NULL};
+            r->u.mesh = (tsdf_rep_mesh){.version = 77};
         break;
     case TSDF_MSG_STATS:
         r->u.stats.has_engine = 1;

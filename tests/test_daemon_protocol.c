@@ -229,6 +229,9 @@ static void expect_params(tsdf_client *c, const char *map, tsdf_rep_stats *st, t
     assert_true(st->params.trunc_vox == want.trunc_vox);
     assert_true(st->params.max_weight == want.max_weight);
     assert_int_equal(st->params.memory_cap_bytes, want.memory_cap_bytes);
+    assert_int_equal(st->params.layout, want.layout);
+    /* The volume's own statistics say the same layout. */
+    assert_int_equal(st->engine.layout, want.layout);
 }
 
 /* 6.6 "params": what a map was made with, and what a load gave it. */
@@ -249,7 +252,8 @@ static void test_stats_report_map_params(void **state)
                      0);
     tsdf_client *c = open_client(&a, 0);
     integrate_all(c, "coarse", &fs);
-    expect_params(c, "coarse", st, (tsdf_map_params){0.02f, 3.0f, 50.0f, 64ull << 20});
+    expect_params(c, "coarse", st,
+                  (tsdf_map_params){0.02f, 3.0f, 50.0f, 64ull << 20, TSDF_LAYOUT_S16});
     assert_int_equal(tsdf_client_save(c, "coarse", NULL, NULL, 60000), TSDF_OK);
     tsdf_client_close(c);
     assert_int_equal(tsdfd_harness_stop(&a, 30000), 0);
@@ -262,12 +266,13 @@ static void test_stats_report_map_params(void **state)
     assert_int_equal(start_daemon(&b, ini, NULL), 0);
     c = open_client(&b, 0);
     assert_int_equal(tsdf_client_load(c, "coarse", NULL, NULL, 60000), TSDF_OK);
-    expect_params(c, "coarse", st, (tsdf_map_params){0.02f, 3.0f, 50.0f, 4096ull << 20});
+    expect_params(c, "coarse", st,
+                  (tsdf_map_params){0.02f, 3.0f, 50.0f, 4096ull << 20, TSDF_LAYOUT_S16});
     tsdf_volume_params def;
     tsdf_volume_params_default(&def);
-    expect_params(
-        c, "default", st,
-        (tsdf_map_params){def.voxel_size_m, def.trunc_vox, def.max_weight, 4096ull << 20});
+    expect_params(c, "default", st,
+                  (tsdf_map_params){def.voxel_size_m, def.trunc_vox, def.max_weight, 4096ull << 20,
+                                    def.layout});
     /* No such map: neither engine nor params. */
     assert_int_equal(tsdf_client_stats(c, "nosuchmap", st, 30000), TSDF_OK);
     assert_false(st->has_engine);
@@ -275,6 +280,161 @@ static void test_stats_report_map_params(void **state)
     tsdf_client_close(c);
     assert_int_equal(tsdfd_harness_stop(&b, 30000), 0);
     frames_free(&fs);
+    free(st);
+}
+
+/* The parts of a by_block mesh through libtsdf: consecutive, covering the
+ * mesh, each block once, every triangle on its part's vertices, and every
+ * vertex within its block's cells (8 voxels a side from voxel 8 b, whose
+ * centres sit half a voxel in, plus the one voxel the cells of the block's
+ * top faces reach into the next). */
+static void check_parts(const tsdf_mesh *m, float voxel_size_m)
+{
+    assert_true(m->block_count > 0);
+    assert_non_null(m->block_coords);
+    assert_int_equal(m->block_vertex_start[0], 0);
+    assert_int_equal(m->block_triangle_start[0], 0);
+    assert_int_equal(m->block_vertex_start[m->block_count], m->vertex_count);
+    assert_int_equal(m->block_triangle_start[m->block_count], m->triangle_count);
+    const float edge_m = 8.0f * voxel_size_m, slack_m = 1e-4f;
+    for (size_t b = 0; b < m->block_count; b++) {
+        const int32_t *bc = &m->block_coords[3 * b];
+        uint32_t v0 = m->block_vertex_start[b], v1 = m->block_vertex_start[b + 1];
+        uint32_t t0 = m->block_triangle_start[b], t1 = m->block_triangle_start[b + 1];
+        assert_true(v0 <= v1 && t0 <= t1);
+        for (size_t o = 0; o < b; o++)
+            assert_false(memcmp(&m->block_coords[3 * o], bc, 12) == 0);
+        for (size_t i = 3 * (size_t)t0; i < 3 * (size_t)t1; i++)
+            assert_true(m->indices[i] >= v0 && m->indices[i] < v1);
+        for (uint32_t v = v0; v < v1; v++) {
+            for (int k = 0; k < 3; k++) {
+                float lo = (float)bc[k] * edge_m + 0.5f * voxel_size_m;
+                float p = m->positions[3 * v + k];
+                assert_true(p >= lo - slack_m && p <= lo + edge_m + slack_m);
+            }
+        }
+    }
+}
+
+/* 6.3: a by_block mesh is the whole mesh in one part per block, and an
+ * incremental mesh says which blocks went or that it replaces everything;
+ * a request that asks for neither gets a reply without their keys. 6.6:
+ * the storage keys of stats. */
+static void test_mesh_by_block_and_since(void **state)
+{
+    tsdfd_harness h;
+    frame_set fs;
+    tsdf_rep_stats *st = calloc(1, sizeof *st);
+    tsdf_reply *rep = malloc(sizeof *rep);
+    tsdf_mesh whole, parts, inc;
+    uint64_t v_whole = 0, v_parts = 0, v_inc = 0;
+    (void)state;
+
+    assert_non_null(st);
+    assert_non_null(rep);
+    tsdf_mesh_init(&whole);
+    tsdf_mesh_init(&parts);
+    tsdf_mesh_init(&inc);
+    frames_make(&fs, "sphere", 64, 48, 6);
+    assert_int_equal(start_daemon(&h, NULL, NULL), 0);
+    tsdf_client *c = open_client(&h, 0);
+    for (uint32_t i = 0; i < 4; i++)
+        assert_int_equal(integrate_into(c, "parts", &fs.frames[i]), TSDF_OK);
+
+    assert_int_equal(tsdf_client_stats(c, "parts", st, 30000), TSDF_OK);
+    assert_true(st->has_engine && st->has_params);
+    assert_int_equal(st->engine.layout, TSDF_LAYOUT_S16);
+    assert_int_equal(st->params.layout, TSDF_LAYOUT_S16);
+    assert_true(st->engine.blocks_allocated > 0);
+    assert_true(st->engine.pool_capacity_blocks >= st->engine.blocks_allocated);
+    assert_int_equal(st->engine.blocks_erased, 0);
+
+    assert_int_equal(tsdf_client_mesh(c, "parts", NULL, &whole, &v_whole, 60000), TSDF_OK);
+    assert_true(whole.triangle_count > 100);
+    assert_int_equal(whole.block_count, 0);
+    assert_null(whole.block_coords);
+    assert_int_equal(whole.removed_count, 0);
+    assert_int_equal(whole.full, 0);
+
+    tsdf_mesh_params mp;
+    memset(&mp, 0, sizeof mp);
+    mp.by_block = 1;
+    assert_int_equal(tsdf_client_mesh(c, "parts", &mp, &parts, &v_parts, 60000), TSDF_OK);
+    assert_int_equal(v_parts, v_whole);
+    /* The same triangles; vertices are copied per part, so at least as many. */
+    assert_int_equal(parts.triangle_count, whole.triangle_count);
+    assert_true(parts.vertex_count >= whole.vertex_count);
+    assert_true(parts.block_count <= st->engine.blocks_allocated);
+    check_parts(&parts, st->params.voxel_size_m);
+
+    /* Nothing changed since: empty, nothing removed, not full; by block
+     * and whole alike. */
+    mp.since_version = v_parts;
+    assert_int_equal(tsdf_client_mesh(c, "parts", &mp, &inc, &v_inc, 60000), TSDF_OK);
+    assert_int_equal(v_inc, v_parts);
+    assert_int_equal(inc.triangle_count, 0);
+    assert_int_equal(inc.block_count, 0);
+    assert_int_equal(inc.removed_count, 0);
+    assert_int_equal(inc.full, 0);
+    mp.by_block = 0;
+    assert_int_equal(tsdf_client_mesh(c, "parts", &mp, &inc, &v_inc, 60000), TSDF_OK);
+    assert_int_equal(inc.triangle_count, 0);
+    assert_int_equal(inc.removed_count, 0);
+    assert_int_equal(inc.full, 0);
+
+    /* Two more frames: the parts of the blocks they changed, still not full. */
+    for (uint32_t i = 4; i < 6; i++)
+        assert_int_equal(integrate_into(c, "parts", &fs.frames[i]), TSDF_OK);
+    mp.by_block = 1;
+    assert_int_equal(tsdf_client_mesh(c, "parts", &mp, &inc, &v_inc, 60000), TSDF_OK);
+    assert_true(v_inc > v_parts);
+    assert_int_equal(inc.full, 0);
+    assert_int_equal(inc.removed_count, 0);
+    assert_true(inc.triangle_count > 0);
+    check_parts(&inc, st->params.voxel_size_m);
+
+    /* What travels is what was asked for: no parts and no removed keys for
+     * a plain request, removed and full for an incremental one. */
+    nng_socket s = raw_req(&h);
+    tsdf_request q;
+    tsdf_buf b;
+    tsdf_request_init(&q, TSDF_MSG_MESH);
+    q.id = 31;
+    strcpy(q.map, "parts");
+    tsdf_buf_init(&b);
+    assert_int_equal(tsdf_proto_encode_request(&q, &b), TSDF_OK);
+    raw_roundtrip(s, b.data, b.len, rep);
+    assert_int_equal(rep->status, TSDF_OK);
+    assert_true(rep->u.mesh.triangle_count > 0);
+    assert_false(rep->u.mesh.has_blocks);
+    assert_false(rep->u.mesh.has_removed);
+    q.u.mesh.since_version = v_inc;
+    tsdf_buf_clear(&b);
+    assert_int_equal(tsdf_proto_encode_request(&q, &b), TSDF_OK);
+    raw_roundtrip(s, b.data, b.len, rep);
+    assert_false(rep->u.mesh.has_blocks);
+    assert_true(rep->u.mesh.has_removed);
+    assert_int_equal(rep->u.mesh.removed_count, 0);
+    assert_false(rep->u.mesh.full);
+    tsdf_buf_fini(&b);
+    nng_close(s);
+
+    /* A reset since: the daemon cannot say which blocks went, so the mesh
+     * (of the now empty map) replaces everything. */
+    assert_int_equal(tsdf_client_reset(c, "parts", 30000), TSDF_OK);
+    mp.since_version = v_parts;
+    assert_int_equal(tsdf_client_mesh(c, "parts", &mp, &inc, &v_inc, 60000), TSDF_OK);
+    assert_int_equal(inc.full, 1);
+    assert_int_equal(inc.triangle_count, 0);
+    assert_int_equal(inc.block_count, 0);
+
+    tsdf_client_mesh_release(&whole);
+    tsdf_client_mesh_release(&parts);
+    tsdf_client_mesh_release(&inc);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    frames_free(&fs);
+    free(rep);
     free(st);
 }
 
@@ -324,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_longest_map_name),
         cmocka_unit_test(test_error_replies_echo_type_and_id),
         cmocka_unit_test(test_stats_report_map_params),
+        cmocka_unit_test(test_mesh_by_block_and_since),
         cmocka_unit_test(test_refused_paths_say_why),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -12,6 +12,7 @@
 
 #include <msgpack.h>
 
+#include "proto_samples.h"
 #include "tsdf_pose.h"
 #include "tsdf_proto.h"
 
@@ -71,6 +72,16 @@ static void encode_req(const tsdf_request *q, tsdf_buf *b)
 }
 
 /* ---- round trips: requests --------------------------------------------- */
+
+/* 1 when the encoded bytes hold the text s (a key name, say). */
+static int buf_contains(const tsdf_buf *b, const char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i + n <= b->len; i++)
+        if (memcmp(b->data + i, s, n) == 0)
+            return 1;
+    return 0;
+}
 
 static void test_roundtrip_frame_u16(void **state)
 {
@@ -174,6 +185,21 @@ static void test_roundtrip_small_requests(void **state)
     assert_int_equal(tsdf_proto_decode_request(b.data, b.len, &d, NULL), TSDF_OK);
     assert_int_equal(d.u.mesh.use_box, 0);
     assert_int_equal(d.u.mesh.since_version, 0);
+    assert_int_equal(d.u.mesh.by_block, 0);
+    /* A mesh request that does not ask for parts has the bytes it had
+     * before by_block existed. */
+    assert_false(buf_contains(&b, "by_block"));
+    size_t whole_len = b.len;
+    tsdf_buf_fini(&b);
+
+    q.u.mesh.by_block = 1;
+    q.u.mesh.since_version = 78;
+    encode_req(&q, &b);
+    assert_true(buf_contains(&b, "by_block"));
+    assert_int_equal(b.len, whole_len + strlen("by_block") + 2); /* fixstr head, true */
+    assert_int_equal(tsdf_proto_decode_request(b.data, b.len, &d, NULL), TSDF_OK);
+    assert_int_equal(d.u.mesh.by_block, 1);
+    assert_int_equal(d.u.mesh.since_version, 78);
     tsdf_buf_fini(&b);
 
     tsdf_request_init(&q, TSDF_MSG_SAVE);
@@ -217,16 +243,6 @@ static void test_roundtrip_small_requests(void **state)
 }
 
 /* ---- round trips: replies ---------------------------------------------- */
-
-/* 1 when the encoded bytes hold the text s (a key name, say). */
-static int buf_contains(const tsdf_buf *b, const char *s)
-{
-    size_t n = strlen(s);
-    for (size_t i = 0; i + n <= b->len; i++)
-        if (memcmp(b->data + i, s, n) == 0)
-            return 1;
-    return 0;
-}
 
 static void roundtrip_reply(const tsdf_reply *r, tsdf_reply *d, tsdf_buf *b)
 {
@@ -276,20 +292,24 @@ static void test_roundtrip_replies(void **state)
     assert_memory_equal(d->u.raycast.rgb, g_rgb, sizeof(g_rgb));
     tsdf_buf_fini(&b);
 
-    float pos[4 * 3] = {0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1};
-    float nrm[4 * 3] = {0, 0, 1, 0, 0, 1, 0, 0, 1, 1, 0, 0};
-    uint8_t col[4 * 3] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
-    uint32_t idx[2 * 3] = {0, 1, 2, 0, 2, 3};
-    tsdf_reply_init(r, TSDF_MSG_MESH, 7);
-    r->u.mesh = (tsdf_rep_mesh){55, 4, 2, pos, nrm, col, idx};
+    proto_sample_mesh_quad(r, 7);
     roundtrip_reply(r, d, &b);
     assert_int_equal(d->u.mesh.version, 55);
     assert_int_equal(d->u.mesh.vertex_count, 4);
     assert_int_equal(d->u.mesh.triangle_count, 2);
-    assert_memory_equal(d->u.mesh.positions, pos, sizeof(pos));
-    assert_memory_equal(d->u.mesh.normals, nrm, sizeof(nrm));
-    assert_memory_equal(d->u.mesh.colors, col, sizeof(col));
-    assert_memory_equal(d->u.mesh.indices, idx, sizeof(idx));
+    assert_memory_equal(d->u.mesh.positions, g_quad_pos, sizeof(g_quad_pos));
+    assert_memory_equal(d->u.mesh.normals, g_quad_nrm, sizeof(g_quad_nrm));
+    assert_memory_equal(d->u.mesh.colors, g_quad_col, sizeof(g_quad_col));
+    assert_memory_equal(d->u.mesh.indices, g_quad_idx, sizeof(g_quad_idx));
+    /* A mesh of no parts and no removed blocks says nothing of them: the
+     * reply to an old-style request is what it was. */
+    assert_int_equal(d->u.mesh.has_blocks, 0);
+    assert_int_equal(d->u.mesh.has_removed, 0);
+    assert_null(d->u.mesh.block_vertex_start);
+    assert_null(d->u.mesh.removed_coords);
+    assert_false(buf_contains(&b, "block_"));
+    assert_false(buf_contains(&b, "removed"));
+    assert_false(buf_contains(&b, "full"));
     tsdf_buf_fini(&b);
 
     /* An empty mesh travels as empty bins. */
@@ -299,6 +319,44 @@ static void test_roundtrip_replies(void **state)
     assert_int_equal(d->u.mesh.vertex_count, 0);
     assert_int_equal(d->u.mesh.triangle_count, 0);
     assert_null(d->u.mesh.colors);
+    tsdf_buf_fini(&b);
+
+    /* By block, incremental: three parts (the last without triangles, a
+     * block whose old part the client clears) and two removed blocks. */
+    proto_sample_mesh_parts(r, 21);
+    roundtrip_reply(r, d, &b);
+    const tsdf_rep_mesh *dm = &d->u.mesh;
+    assert_int_equal(dm->has_blocks, 1);
+    assert_int_equal(dm->block_count, 3);
+    assert_memory_equal(dm->block_coords, g_parts_coords, sizeof(g_parts_coords));
+    assert_memory_equal(dm->block_vertex_start, g_parts_vstart, sizeof(g_parts_vstart));
+    assert_memory_equal(dm->block_triangle_start, g_parts_tstart, sizeof(g_parts_tstart));
+    assert_memory_equal(dm->indices, g_parts_idx, sizeof(g_parts_idx));
+    assert_int_equal(dm->has_removed, 1);
+    assert_int_equal(dm->removed_count, 2);
+    assert_memory_equal(dm->removed_coords, g_parts_removed, sizeof(g_parts_removed));
+    assert_int_equal(dm->full, 0);
+    tsdf_buf_fini(&b);
+
+    /* Parts of nothing: the engine leaves the starts NULL, the wire says
+     * [0]; a full mesh with nothing removed. */
+    tsdf_reply_init(r, TSDF_MSG_MESH, 9);
+    r->u.mesh.version = 4;
+    r->u.mesh.has_blocks = 1;
+    r->u.mesh.has_removed = 1;
+    r->u.mesh.full = 1;
+    roundtrip_reply(r, d, &b);
+    assert_int_equal(dm->has_blocks, 1);
+    assert_int_equal(dm->block_count, 0);
+    assert_non_null(dm->block_vertex_start);
+    uint32_t first;
+    memcpy(&first, dm->block_vertex_start, 4);
+    assert_int_equal(first, 0);
+    memcpy(&first, dm->block_triangle_start, 4);
+    assert_int_equal(first, 0);
+    assert_int_equal(dm->has_removed, 1);
+    assert_int_equal(dm->removed_count, 0);
+    assert_int_equal(dm->full, 1);
     tsdf_buf_fini(&b);
 
     tsdf_reply_init(r, TSDF_MSG_STATS, 9);
@@ -325,6 +383,9 @@ static void test_roundtrip_replies(void **state)
     st->last_update_ms = 0.3;
     st->last_raycast_ms = 0.4;
     st->last_mesh_ms = 0.5;
+    st->layout = TSDF_LAYOUT_S16;
+    st->pool_capacity_blocks = 1088;
+    st->blocks_erased = 42;
     r->u.stats.extra_count = 3;
     r->u.stats.extra[0] = (tsdf_stat_entry){"frames_received", 0, 777, 0};
     r->u.stats.extra[1] = (tsdf_stat_entry){"queue_latency_p99_ms", 1, 0, 12.75};
@@ -332,6 +393,10 @@ static void test_roundtrip_replies(void **state)
     roundtrip_reply(r, d, &b);
     assert_int_equal(d->u.stats.has_engine, 1);
     assert_memory_equal(&d->u.stats.engine, st, sizeof(*st));
+    assert_int_equal(d->u.stats.engine.layout, TSDF_LAYOUT_S16);
+    assert_int_equal(d->u.stats.engine.pool_capacity_blocks, 1088);
+    assert_int_equal(d->u.stats.engine.blocks_erased, 42);
+    assert_true(buf_contains(&b, "s16"));
     assert_int_equal(d->u.stats.extra_count, 3);
     assert_string_equal(d->u.stats.extra[0].key, "frames_received");
     assert_int_equal(d->u.stats.extra[0].is_float, 0);
@@ -349,15 +414,26 @@ static void test_roundtrip_replies(void **state)
 
     /* The map's voxel parameters travel in "params". */
     r->u.stats.has_params = 1;
-    r->u.stats.params = (tsdf_map_params){0.02f, 3.0f, 100.0f, 1ull << 30};
+    r->u.stats.params = (tsdf_map_params){0.02f, 3.0f, 100.0f, 1ull << 30, TSDF_LAYOUT_F32};
     roundtrip_reply(r, d, &b);
     assert_int_equal(d->u.stats.has_params, 1);
     assert_true(d->u.stats.params.voxel_size_m == 0.02f);
     assert_true(d->u.stats.params.trunc_vox == 3.0f);
     assert_true(d->u.stats.params.max_weight == 100.0f);
     assert_int_equal(d->u.stats.params.memory_cap_bytes, 1ull << 30);
+    assert_int_equal(d->u.stats.params.layout, TSDF_LAYOUT_F32);
     assert_memory_equal(&d->u.stats.engine, st, sizeof(*st));
     tsdf_buf_fini(&b);
+    /* A layout of no known name is not written, and reads as 0. */
+    r->u.stats.params.layout = (tsdf_layout)7;
+    st->layout = (tsdf_layout)0;
+    roundtrip_reply(r, d, &b);
+    assert_false(buf_contains(&b, "layout"));
+    assert_int_equal(d->u.stats.params.layout, 0);
+    assert_int_equal(d->u.stats.engine.layout, 0);
+    assert_int_equal(d->u.stats.engine.blocks_erased, 42);
+    tsdf_buf_fini(&b);
+    st->layout = TSDF_LAYOUT_S16;
     r->u.stats.has_params = 0;
 
     /* The CUDA backend's frame timelines travel as an array of maps. */
@@ -894,6 +970,11 @@ static void test_validation_other(void **state)
     assert_int_equal(req_with(&b, "box", v_box_inverted, &err), TSDF_EINVAL);
     assert_int_equal(req_with(&b, "box", v_pose_15, &err), TSDF_EPROTO_KEY);
     assert_int_equal(req_with(&b, "since_version", v_neg, &err), TSDF_EPROTO_KEY);
+    assert_int_equal(req_with(&b, "by_block", v_u2, &err), TSDF_EPROTO_KEY);
+    assert_string_equal(err.key, "by_block");
+    assert_int_equal(req_with(&b, "by_block", v_str_bogus, &err), TSDF_EPROTO_KEY);
+    /* nil is absent: a whole mesh. */
+    assert_int_equal(req_with(&b, "by_block", v_nil, &err), TSDF_OK);
     tsdf_buf_fini(&b);
 
     tsdf_request_init(&q, TSDF_MSG_LOAD);
@@ -1022,8 +1103,66 @@ static void test_encode_checks(void **state)
     assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_EINVAL);
     uint32_t idx[3] = {0, 1, 5};
     float pos[9] = {0}, nrm[9] = {0};
-    r->u.mesh = (tsdf_rep_mesh){1, 3, 1, pos, nrm, NULL, idx};
+    r->u.mesh = (tsdf_rep_mesh){.version = 1,
+                                .vertex_count = 3,
+                                .triangle_count = 1,
+                                .positions = pos,
+                                .normals = nrm,
+                                .indices = idx};
     assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_EBAD_SIZE); /* index 5 >= 3 */
+    /* Parts or removed blocks counted but not said to be there, or without
+     * their arrays. */
+    proto_sample_mesh_parts(r, 21);
+    assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_OK);
+    assert_true(b.len > 0);
+    size_t ok_len = b.len;
+    r->u.mesh.has_blocks = 0;
+    assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_EINVAL);
+    proto_sample_mesh_parts(r, 21);
+    r->u.mesh.block_triangle_start = NULL;
+    assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_EINVAL);
+    proto_sample_mesh_parts(r, 21);
+    r->u.mesh.has_removed = 0;
+    assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_EINVAL);
+    proto_sample_mesh_parts(r, 21);
+    r->u.mesh.removed_coords = NULL;
+    assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_EINVAL);
+    /* Inconsistent parts fail the encoder's own decode, with the decoder's
+     * code. */
+    proto_sample_mesh_parts(r, 21);
+    static const uint32_t bad_vstart[4] = {0, 4, 7, 6};
+    r->u.mesh.block_vertex_start = bad_vstart;
+    assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_EBAD_SIZE);
+    /* The size check counts every array: counts that each fit in a
+     * message but together do not are TOO_LARGE before any payload is read
+     * (the pointers here hold far fewer bytes than the counts say). A
+     * quarter of per_item vertices is half a message (24 bytes each); half
+     * of per_item parts is 20 bytes each, five sixths of one; three
+     * quarters of per_item removed blocks are three quarters of one. */
+    const uint64_t per_item = TSDF_PROTO_MAX_MESSAGE_BYTES / 12u;
+    proto_sample_mesh_parts(r, 21);
+    r->u.mesh.vertex_count = per_item / 4;
+    r->u.mesh.block_count = per_item / 2;
+    assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_ETOO_LARGE);
+    proto_sample_mesh_parts(r, 21);
+    r->u.mesh.vertex_count = per_item / 4;
+    r->u.mesh.removed_count = per_item / 4 * 3;
+    assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_ETOO_LARGE);
+    proto_sample_mesh_parts(r, 21);
+    r->u.mesh.block_count = per_item + 1;
+    assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_ETOO_LARGE);
+    proto_sample_mesh_parts(r, 21);
+    r->u.mesh.removed_count = per_item + 1;
+    assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_ETOO_LARGE);
+    /* And the buffer's own limit still holds for what the check lets by. */
+    proto_sample_mesh_parts(r, 21);
+    tsdf_buf small;
+    tsdf_buf_init(&small);
+    small.max_len = ok_len - 1;
+    assert_int_equal(tsdf_proto_encode_reply(r, &small), TSDF_ETOO_LARGE);
+    assert_int_equal(small.len, 0);
+    tsdf_buf_fini(&small);
+    tsdf_buf_clear(&b);
     tsdf_reply_init(r, TSDF_MSG_FRAME, 1);
     assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_EPROTO_TYPE);
     tsdf_reply_init(r, TSDF_MSG_RAYCAST, 1);
@@ -1047,7 +1186,12 @@ static void test_reply_validation(void **state)
     float pos[9] = {0}, nrm[9] = {0};
     uint32_t idx[3] = {0, 1, 2};
     tsdf_reply_init(r, TSDF_MSG_MESH, 1);
-    r->u.mesh = (tsdf_rep_mesh){1, 3, 1, pos, nrm, NULL, idx};
+    r->u.mesh = (tsdf_rep_mesh){.version = 1,
+                                .vertex_count = 3,
+                                .triangle_count = 1,
+                                .positions = pos,
+                                .normals = nrm,
+                                .indices = idx};
     tsdf_buf_init(&b);
     assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_OK);
 
@@ -1113,6 +1257,210 @@ static void test_reply_validation(void **state)
     free(d);
 }
 
+/* The engine map v_engine_with writes: blocks_erased 9 and "layout"
+ * written by g_engine_layout (NULL: no layout key), as a daemon other than
+ * this codec could send it. */
+static value_fn g_engine_layout;
+static void v_engine_with(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, g_engine_layout ? 2 : 1);
+    msgpack_pack_str(pk, 13);
+    msgpack_pack_str_body(pk, "blocks_erased", 13);
+    msgpack_pack_uint32(pk, 9);
+    if (g_engine_layout) {
+        msgpack_pack_str(pk, 6);
+        msgpack_pack_str_body(pk, "layout", 6);
+        g_engine_layout(pk);
+    }
+}
+
+/* Decodes the stats reply in b with its engine map replaced by
+ * v_engine_with's, "layout" written by put; returns the code. */
+static int stats_with_layout(const tsdf_buf *b, value_fn put, tsdf_reply *d, tsdf_proto_error *err)
+{
+    g_engine_layout = put;
+    rebuild(b, "engine", "engine", v_engine_with);
+    return tsdf_proto_decode_reply(g_out, g_out_len, d, err);
+}
+
+/* The bin a value function writes next (rebuild's put takes no argument). */
+static const void *g_put_bin;
+static size_t g_put_bin_len;
+static void v_bin_given(msgpack_packer *pk)
+{
+    msgpack_pack_bin(pk, g_put_bin_len);
+    msgpack_pack_bin_body(pk, g_put_bin, g_put_bin_len);
+}
+
+/* Decodes the sample of proto_sample_mesh_parts with key replaced by a bin of n
+ * bytes at p; returns the code, err says which key. */
+static int parts_with_bin(const tsdf_buf *b, const char *key, const void *p, size_t n,
+                          tsdf_proto_error *err)
+{
+    static tsdf_reply d;
+    g_put_bin = p;
+    g_put_bin_len = n;
+    rebuild(b, key, key, v_bin_given);
+    return tsdf_proto_decode_reply(g_out, g_out_len, &d, err);
+}
+
+/* Every way the parts and the removed blocks of a mesh reply can be wrong
+ * is refused with its code and names its key; nothing the decoder accepts
+ * lets a triangle reach outside its part. */
+static void test_mesh_parts_validation(void **state)
+{
+    (void)state;
+    tsdf_reply *r = calloc(1, sizeof(*r));
+    tsdf_reply *d = calloc(1, sizeof(*d));
+    tsdf_buf b;
+    tsdf_proto_error err;
+    assert_non_null(r);
+    assert_non_null(d);
+    proto_sample_mesh_parts(r, 21);
+    tsdf_buf_init(&b);
+    assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_OK);
+
+    /* Each of the three bins alone is missing, of another type, or nil
+     * (which is absent). */
+    static const char *const part_keys[] = {"block_coords", "block_vertex_start",
+                                            "block_triangle_start"};
+    for (int i = 0; i < 3; i++) {
+        rebuild(&b, part_keys[i], NULL, NULL);
+        assert_int_equal(tsdf_proto_decode_reply(g_out, g_out_len, d, &err), TSDF_EPROTO_KEY);
+        assert_string_equal(err.key, part_keys[i]);
+        rebuild(&b, part_keys[i], part_keys[i], v_nil);
+        assert_int_equal(tsdf_proto_decode_reply(g_out, g_out_len, d, &err), TSDF_EPROTO_KEY);
+        assert_string_equal(err.key, part_keys[i]);
+        rebuild(&b, part_keys[i], part_keys[i], v_str_bogus);
+        assert_int_equal(tsdf_proto_decode_reply(g_out, g_out_len, d, &err), TSDF_EPROTO_KEY);
+        assert_string_equal(err.key, part_keys[i]);
+        rebuild(&b, part_keys[i], part_keys[i], v_u2);
+        assert_int_equal(tsdf_proto_decode_reply(g_out, g_out_len, d, &err), TSDF_EPROTO_KEY);
+    }
+
+    /* Sizes: coordinates not whole blocks, or for another count of parts
+     * than the starts. */
+    assert_int_equal(parts_with_bin(&b, "block_coords", g_parts_coords, 10, &err), TSDF_EBAD_SIZE);
+    assert_string_equal(err.key, "block_coords");
+    assert_int_equal(parts_with_bin(&b, "block_coords", g_parts_coords, 24, &err), TSDF_EBAD_SIZE);
+    assert_string_equal(err.key, "block_vertex_start");
+    assert_int_equal(parts_with_bin(&b, "block_vertex_start", g_parts_vstart, 12, &err),
+                     TSDF_EBAD_SIZE);
+    assert_string_equal(err.key, "block_vertex_start");
+    assert_int_equal(parts_with_bin(&b, "block_triangle_start", g_parts_tstart, 15, &err),
+                     TSDF_EBAD_SIZE);
+    assert_string_equal(err.key, "block_triangle_start");
+    assert_int_equal(parts_with_bin(&b, "block_vertex_start", g_parts_vstart, 0, &err),
+                     TSDF_EBAD_SIZE);
+
+    /* Starts that do not begin at 0, go back, or end elsewhere than the
+     * counts. */
+    static const uint32_t not_from_0[4] = {1, 4, 7, 7};
+    static const uint32_t going_back[4] = {0, 5, 4, 7};
+    static const uint32_t short_end[4] = {0, 4, 6, 6};
+    static const uint32_t long_end[4] = {0, 2, 3, 4};
+    static const uint32_t huge_end[4] = {0, 4, 7, UINT32_MAX};
+    assert_int_equal(parts_with_bin(&b, "block_vertex_start", not_from_0, 16, &err),
+                     TSDF_EBAD_SIZE);
+    assert_string_equal(err.key, "block_vertex_start");
+    assert_int_equal(parts_with_bin(&b, "block_vertex_start", going_back, 16, &err),
+                     TSDF_EBAD_SIZE);
+    assert_non_null(strstr(err.message, "below"));
+    assert_int_equal(parts_with_bin(&b, "block_vertex_start", short_end, 16, &err), TSDF_EBAD_SIZE);
+    assert_non_null(strstr(err.message, "vertex_count"));
+    assert_int_equal(parts_with_bin(&b, "block_vertex_start", huge_end, 16, &err), TSDF_EBAD_SIZE);
+    assert_int_equal(parts_with_bin(&b, "block_triangle_start", long_end, 16, &err),
+                     TSDF_EBAD_SIZE);
+    assert_non_null(strstr(err.message, "triangle_count"));
+    assert_int_equal(parts_with_bin(&b, "block_triangle_start", going_back, 16, &err),
+                     TSDF_EBAD_SIZE);
+
+    /* Consistent starts, but a triangle of part 1 that uses a vertex of
+     * part 0 (still below vertex_count), and part 0 one that uses part 1's. */
+    static const uint32_t cross_back[9] = {0, 1, 2, 0, 2, 3, 4, 5, 3};
+    static const uint32_t cross_on[9] = {0, 1, 4, 0, 2, 3, 4, 5, 6};
+    assert_int_equal(parts_with_bin(&b, "indices", cross_back, sizeof(cross_back), &err),
+                     TSDF_EBAD_SIZE);
+    assert_string_equal(err.key, "indices");
+    assert_non_null(strstr(err.message, "part 1"));
+    assert_int_equal(parts_with_bin(&b, "indices", cross_on, sizeof(cross_on), &err),
+                     TSDF_EBAD_SIZE);
+    assert_non_null(strstr(err.message, "part 0"));
+    /* Starts that move a triangle into another part make its indices
+     * foreign too. */
+    static const uint32_t moved[4] = {0, 1, 3, 3};
+    assert_int_equal(parts_with_bin(&b, "block_triangle_start", moved, 16, &err), TSDF_EBAD_SIZE);
+    assert_string_equal(err.key, "indices");
+
+    /* removed and full: each without the other, of another type, or of a
+     * size that is no whole blocks. */
+    rebuild(&b, "removed", NULL, NULL);
+    assert_int_equal(tsdf_proto_decode_reply(g_out, g_out_len, d, &err), TSDF_EPROTO_KEY);
+    assert_string_equal(err.key, "removed");
+    rebuild(&b, "full", NULL, NULL);
+    assert_int_equal(tsdf_proto_decode_reply(g_out, g_out_len, d, &err), TSDF_EPROTO_KEY);
+    assert_string_equal(err.key, "full");
+    rebuild(&b, "full", "full", v_u2);
+    assert_int_equal(tsdf_proto_decode_reply(g_out, g_out_len, d, &err), TSDF_EPROTO_KEY);
+    assert_string_equal(err.key, "full");
+    rebuild(&b, "removed", "removed", v_str_bogus);
+    assert_int_equal(tsdf_proto_decode_reply(g_out, g_out_len, d, &err), TSDF_EPROTO_KEY);
+    assert_string_equal(err.key, "removed");
+    assert_int_equal(parts_with_bin(&b, "removed", g_parts_removed, 13, &err), TSDF_EBAD_SIZE);
+    assert_string_equal(err.key, "removed");
+    /* A repeated key is refused, as for every key. */
+    g_put_bin = g_parts_removed;
+    g_put_bin_len = 12;
+    rebuild(&b, NULL, "removed", v_bin_given);
+    assert_int_equal(tsdf_proto_decode_reply(g_out, g_out_len, d, &err), TSDF_EPROTO_KEY);
+    /* No removed block at all is a valid answer. */
+    assert_int_equal(parts_with_bin(&b, "removed", g_parts_removed, 0, &err), TSDF_OK);
+
+    /* Without any of the new keys (an older daemon's reply, or one to an
+     * old-style request) the same mesh decodes as a whole mesh. */
+    tsdf_buf cur = b;
+    static const char *const new_keys[] = {"block_coords", "block_vertex_start",
+                                           "block_triangle_start", "removed", "full"};
+    for (int i = 0; i < 5; i++) {
+        rebuild(&cur, new_keys[i], NULL, NULL);
+        if (i > 0)
+            tsdf_buf_fini(&cur);
+        cur = take_rebuilt();
+    }
+    assert_int_equal(tsdf_proto_decode_reply(cur.data, cur.len, d, &err), TSDF_OK);
+    assert_int_equal(d->u.mesh.vertex_count, 7);
+    assert_int_equal(d->u.mesh.triangle_count, 3);
+    assert_int_equal(d->u.mesh.has_blocks, 0);
+    assert_int_equal(d->u.mesh.has_removed, 0);
+    assert_int_equal(d->u.mesh.full, 0);
+    tsdf_buf_fini(&cur);
+    tsdf_buf_fini(&b);
+
+    /* Engine stats: a layout of another type is refused; one of no known
+     * name (a newer daemon's) reads as 0, as does none. */
+    tsdf_reply_init(r, TSDF_MSG_STATS, 22);
+    r->u.stats.has_engine = 1;
+    r->u.stats.engine.layout = TSDF_LAYOUT_F32;
+    tsdf_buf_init(&b);
+    assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_OK);
+    assert_int_equal(tsdf_proto_decode_reply(b.data, b.len, d, &err), TSDF_OK);
+    assert_int_equal(d->u.stats.engine.layout, TSDF_LAYOUT_F32);
+    assert_int_equal(stats_with_layout(&b, v_u2, d, &err), TSDF_EPROTO_KEY);
+    assert_string_equal(err.key, "layout");
+    assert_int_equal(stats_with_layout(&b, v_str_bogus, d, &err), TSDF_OK);
+    assert_int_equal(d->u.stats.engine.layout, 0);
+    assert_int_equal(d->u.stats.engine.blocks_erased, 9);
+    assert_int_equal(stats_with_layout(&b, v_str_long, d, &err), TSDF_OK);
+    assert_int_equal(d->u.stats.engine.layout, 0);
+    assert_int_equal(stats_with_layout(&b, v_str_f32, d, &err), TSDF_OK);
+    assert_int_equal(d->u.stats.engine.layout, TSDF_LAYOUT_F32);
+    assert_int_equal(stats_with_layout(&b, NULL, d, &err), TSDF_OK);
+    assert_int_equal(d->u.stats.engine.layout, 0);
+    tsdf_buf_fini(&b);
+    free(r);
+    free(d);
+}
+
 /* ---- robustness -------------------------------------------------------- */
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
@@ -1157,12 +1505,27 @@ static int sample_messages(tsdf_buf *out, int max)
         assert_int_equal(tsdf_proto_encode_request(&q, &out[n]), TSDF_OK);
         n++;
     }
+    tsdf_request_init(&q, TSDF_MSG_MESH);
+    q.id = 30;
+    q.u.mesh.by_block = 1;
+    q.u.mesh.since_version = 9;
+    tsdf_buf_init(&out[n]);
+    assert_int_equal(tsdf_proto_encode_request(&q, &out[n++]), TSDF_OK);
     tsdf_reply *r = calloc(1, sizeof(*r));
     float pos[9] = {0}, nrm[9] = {0};
     uint32_t idx[3] = {0, 1, 2};
     float depth[12] = {0}, normals[36] = {0};
     tsdf_reply_init(r, TSDF_MSG_MESH, 1);
-    r->u.mesh = (tsdf_rep_mesh){1, 3, 1, pos, nrm, g_rgb, idx};
+    r->u.mesh = (tsdf_rep_mesh){.version = 1,
+                                .vertex_count = 3,
+                                .triangle_count = 1,
+                                .positions = pos,
+                                .normals = nrm,
+                                .colors = g_rgb,
+                                .indices = idx};
+    tsdf_buf_init(&out[n]);
+    assert_int_equal(tsdf_proto_encode_reply(r, &out[n++]), TSDF_OK);
+    proto_sample_mesh_parts(r, 21);
     tsdf_buf_init(&out[n]);
     assert_int_equal(tsdf_proto_encode_reply(r, &out[n++]), TSDF_OK);
     tsdf_reply_init(r, TSDF_MSG_RAYCAST, 2);
@@ -1171,6 +1534,9 @@ static int sample_messages(tsdf_buf *out, int max)
     assert_int_equal(tsdf_proto_encode_reply(r, &out[n++]), TSDF_OK);
     tsdf_reply_init(r, TSDF_MSG_STATS, 3);
     r->u.stats.has_engine = 1;
+    r->u.stats.engine.layout = TSDF_LAYOUT_S16;
+    r->u.stats.has_params = 1;
+    r->u.stats.params.layout = TSDF_LAYOUT_F32;
     r->u.stats.extra_count = 1;
     r->u.stats.extra[0] = (tsdf_stat_entry){"x", 1, 0, 1.5};
     tsdf_buf_init(&out[n]);
@@ -1192,8 +1558,8 @@ static int sample_messages(tsdf_buf *out, int max)
 static void test_truncated_never_valid(void **state)
 {
     (void)state;
-    tsdf_buf msgs[16];
-    int n = sample_messages(msgs, 16);
+    tsdf_buf msgs[24];
+    int n = sample_messages(msgs, 24);
     tsdf_request *q = malloc(sizeof(*q));
     tsdf_reply *r = malloc(sizeof(*r));
     size_t tried = 0;
@@ -1219,11 +1585,56 @@ static void test_truncated_never_valid(void **state)
     free(r);
 }
 
+/* What a consumer of a decoded mesh relies on: indices below vertex_count,
+ * and with parts, starts from 0 to the counts, never decreasing, every
+ * triangle inside its own part, and the arrays inside the message. */
+static void assert_mesh_consistent(const tsdf_rep_mesh *m, const uint8_t *msg, size_t len)
+{
+    for (uint64_t i = 0; i < m->triangle_count * 3; i++) {
+        uint32_t v;
+        memcpy(&v, (const uint8_t *)m->indices + 4 * i, 4);
+        assert_true(v < m->vertex_count);
+    }
+    if (m->has_removed) {
+        const uint8_t *p = m->removed_coords;
+        assert_true(p >= msg && p + m->removed_count * 12 <= msg + len);
+    }
+    if (!m->has_blocks)
+        return;
+    const uint8_t *c = m->block_coords, *vs = m->block_vertex_start, *ts = m->block_triangle_start;
+    assert_true(c >= msg && c + m->block_count * 12 <= msg + len);
+    assert_true(vs >= msg && vs + (m->block_count + 1) * 4 <= msg + len);
+    assert_true(ts >= msg && ts + (m->block_count + 1) * 4 <= msg + len);
+    uint32_t v0, t0;
+    memcpy(&v0, vs, 4);
+    memcpy(&t0, ts, 4);
+    assert_int_equal(v0, 0);
+    assert_int_equal(t0, 0);
+    for (uint64_t k = 0; k < m->block_count; k++) {
+        uint32_t v1, t1;
+        memcpy(&v0, vs + 4 * k, 4);
+        memcpy(&v1, vs + 4 * (k + 1), 4);
+        memcpy(&t0, ts + 4 * k, 4);
+        memcpy(&t1, ts + 4 * (k + 1), 4);
+        assert_true(v0 <= v1 && t0 <= t1);
+        for (uint64_t i = 3 * (uint64_t)t0; i < 3 * (uint64_t)t1; i++) {
+            uint32_t v;
+            memcpy(&v, (const uint8_t *)m->indices + 4 * i, 4);
+            assert_true(v >= v0 && v < v1);
+        }
+    }
+    uint32_t vend, tend;
+    memcpy(&vend, vs + 4 * m->block_count, 4);
+    memcpy(&tend, ts + 4 * m->block_count, 4);
+    assert_int_equal(vend, m->vertex_count);
+    assert_int_equal(tend, m->triangle_count);
+}
+
 static void test_mutated_and_random_bytes(void **state)
 {
     (void)state;
-    tsdf_buf msgs[16];
-    int n = sample_messages(msgs, 16);
+    tsdf_buf msgs[24];
+    int n = sample_messages(msgs, 24);
     tsdf_request *q = malloc(sizeof(*q));
     tsdf_reply *r = malloc(sizeof(*r));
     int ok_after_mutation = 0, errors = 0;
@@ -1256,13 +1667,8 @@ static void test_mutated_and_random_bytes(void **state)
             const uint8_t *d = q->u.frame.frame.depth;
             assert_true(d >= p && d <= p + src->len);
         }
-        if (b == TSDF_OK && r->status == TSDF_OK && r->type == TSDF_MSG_MESH) {
-            for (uint64_t i = 0; i < r->u.mesh.triangle_count * 3; i++) {
-                uint32_t v;
-                memcpy(&v, (const uint8_t *)r->u.mesh.indices + 4 * i, 4);
-                assert_true(v < r->u.mesh.vertex_count);
-            }
-        }
+        if (b == TSDF_OK && r->status == TSDF_OK && r->type == TSDF_MSG_MESH)
+            assert_mesh_consistent(&r->u.mesh, p, src->len);
         ok_after_mutation += (a == TSDF_OK) + (b == TSDF_OK);
         errors += (a != TSDF_OK) + (b != TSDF_OK);
         free(p);
@@ -1501,6 +1907,7 @@ int main(void)
         cmocka_unit_test(test_validation_envelope_and_structure),
         cmocka_unit_test(test_encode_checks),
         cmocka_unit_test(test_reply_validation),
+        cmocka_unit_test(test_mesh_parts_validation),
         cmocka_unit_test(test_truncated_never_valid),
         cmocka_unit_test(test_mutated_and_random_bytes),
         cmocka_unit_test(test_utf8),

@@ -72,6 +72,10 @@ grep -q "voxel_size_m *0.01$" "$WORK/stats" && grep -q "trunc_vox *4$" "$WORK/st
     fail "stats shows no params: $(cat "$WORK/stats")"
 $C stats --map s --json | grep -q '"params": {"voxel_size_m": 0.00999999978' ||
     fail "stats --json params: $($C stats --map s --json)"
+# The storage keys: the default layout, in the engine's stats and the params.
+[ "$(grep -c "layout *s16$" "$WORK/stats")" -eq 2 ] || fail "stats shows no layout: $(cat "$WORK/stats")"
+grep -q "pool_capacity_blocks *[1-9]" "$WORK/stats" && grep -q "blocks_erased *0$" "$WORK/stats" ||
+    fail "stats shows no pool: $(cat "$WORK/stats")"
 
 # The mesh of the sphere: a closed surface has T = 2V - 4.
 $C mesh "$WORK/s.ply" --map s >"$WORK/out" || fail "mesh: $(cat "$WORK/out")"
@@ -80,7 +84,9 @@ T=$(sed -n 's/.* \([0-9]*\) triangles.*/\1/p' "$WORK/out")
 [ -n "$V" ] && [ "$V" -gt 1000 ] || fail "mesh too small: $(cat "$WORK/out")"
 head -c 3 "$WORK/s.ply" | grep -q ply || fail "not a PLY file"
 VER=$(sed -n 's/.*map version \([0-9]*\).*/\1/p' "$WORK/out")
-$C mesh "$WORK/s2.ply" --map s --since "$VER" | grep -q ": 0 vertices" || fail "mesh --since"
+$C mesh "$WORK/s2.ply" --map s --since "$VER" >"$WORK/out" || fail "mesh --since: $(cat "$WORK/out")"
+grep -q ": 0 vertices" "$WORK/out" && grep -q "0 blocks removed$" "$WORK/out" ||
+    fail "mesh --since with no change: $(cat "$WORK/out")"
 $C mesh "$WORK/s3.ply" --map s --box 0 0 0 1 1 1 >"$WORK/out" || fail "mesh --box"
 V3=$(sed -n 's/.*: \([0-9]*\) vertices.*/\1/p' "$WORK/out")
 [ "$V3" -gt 0 ] && [ "$V3" -lt "$V" ] || fail "mesh --box should give part of the sphere ($V3 of $V)"
@@ -143,6 +149,9 @@ $C replay "$WORK/notaseq" >"$WORK/out" 2>&1
 $C save --map s >"$WORK/out" || fail "save: $(cat "$WORK/out")"
 $C reset --map s >/dev/null || fail "reset"
 $C stats --map s | grep -q "blocks_allocated *0$" || fail "reset left blocks"
+# A reset after VER: the daemon cannot say which blocks went, so the mesh is full.
+$C mesh "$WORK/s4.ply" --map s --since "$VER" >"$WORK/out" || fail "mesh --since: $(cat "$WORK/out")"
+grep -q "blocks removed; full" "$WORK/out" || fail "mesh --since after a reset: $(cat "$WORK/out")"
 $C load --map s >"$WORK/out" || fail "load: $(cat "$WORK/out")"
 $C stats --map s | grep -q "blocks_allocated *0$" && fail "load restored nothing"
 $C reset --map nosuchmap >"$WORK/out" 2>&1

@@ -102,6 +102,13 @@ def test_stats_report_the_map_params(client):
     assert abs(params["voxel_size_m"] - 0.01) < 1e-6
     assert params["trunc_vox"] == 4.0 and params["max_weight"] == 64.0
     assert params["memory_cap_bytes"] == 4096 << 20
+    assert params["layout"] == "s16"
+    # The storage keys of the engine: the same layout, a pool with room for
+    # every block, and nothing erased by a plain integration.
+    engine_stats = client.stats("params")["engine"]
+    assert engine_stats["layout"] == "s16"
+    assert engine_stats["pool_capacity_blocks"] >= engine_stats["blocks_allocated"] > 0
+    assert engine_stats["blocks_erased"] == 0
 
 
 def test_raycast_of_a_plane(client):
@@ -170,6 +177,92 @@ def test_mesh_of_the_sphere(client, sphere):
     part = client.mesh(sphere, box=(0.0, 0.0, 0.0, 1.0, 1.0, 1.0))
     assert 0 < len(part.vertices) < len(v)
     assert np.all(part.vertices.min(0) > -0.08 - 1e-6)
+
+
+def test_mesh_by_block_of_the_sphere(client, sphere):
+    whole = client.mesh(sphere)
+    assert whole.block_coords is None and whole.removed is None and not whole.full
+    assert list(whole.parts()) == []
+
+    mesh = client.mesh(sphere, by_block=True)
+    assert mesh.version == whole.version
+    coords, vs, ts = mesh.block_coords, mesh.block_vertex_start, mesh.block_triangle_start
+    assert coords.dtype == np.int32 and coords.ndim == 2 and coords.shape[1] == 3
+    blocks = len(coords)
+    assert 1 < blocks <= engine(client, sphere)["blocks_allocated"]
+    assert vs.dtype == np.uint32 and vs.shape == (blocks + 1,)
+    assert ts.dtype == np.uint32 and ts.shape == (blocks + 1,)
+    # The parts are the whole mesh's triangles, each block once.
+    assert len(mesh.faces) == len(whole.faces) and int(ts[-1]) == len(mesh.faces)
+    assert int(vs[0]) == 0 and int(vs[-1]) == len(mesh.vertices)
+    assert len({tuple(b) for b in coords.tolist()}) == blocks
+    voxel_m = client.stats(sphere)["params"]["voxel_size_m"]
+    edge_m = 8 * voxel_m
+    parts = list(mesh.parts())
+    assert len(parts) == blocks
+    assert sum(len(p.faces) for p in parts) == len(mesh.faces)
+    for part in parts:
+        assert part.colors is None and part.normals.shape == part.vertices.shape
+        if len(part.faces):
+            assert int(part.faces.max()) < len(part.vertices)
+        # A part's vertices lie in its block's cells: from the centre of
+        # its first voxel (8 b + 0.5 voxels) one block edge on.
+        lo = np.array(part.block) * edge_m + 0.5 * voxel_m
+        assert np.all(part.vertices >= lo - 1e-4) and np.all(part.vertices <= lo + edge_m + 1e-4)
+
+    # Nothing changed since: no parts, nothing removed, not full.
+    again = client.mesh(sphere, since=mesh.version, by_block=True)
+    assert len(again.faces) == 0 and again.block_coords.shape == (0, 3)
+    assert again.block_vertex_start.tolist() == [0] == again.block_triangle_start.tolist()
+    assert again.removed.shape == (0, 3) and again.removed.dtype == np.int32
+    assert again.full is False
+
+
+def test_keeping_a_mesh_current_by_block(client):
+    """PROTOCOL.md 6.3's procedure: parts held from a first mesh, updated
+    with an incremental one, are the parts of a fresh mesh, block for
+    block. Positions and faces depend only on a part's own cells; normals
+    also on the voxels around them, which is why they are not compared."""
+    name = "current"
+    poses = list(orbit_poses())
+    for T in poses[:12]:
+        client.integrate(name, render_sphere(T), K, T)
+    first = client.mesh(name, by_block=True)
+    held = {p.block: p for p in first.parts()}
+    # One more view: about half of the parts change, the rest are kept.
+    client.integrate(name, render_sphere(poses[12]), K, poses[12])
+    update = client.mesh(name, since=first.version, by_block=True)
+    assert not update.full and 0 < len(update.block_coords) < len(held)
+    for b in map(tuple, update.removed.tolist()):
+        held.pop(b, None)
+    for p in update.parts():
+        held[p.block] = p
+
+    fresh = {p.block: p for p in client.mesh(name, by_block=True).parts()}
+    assert update.version == client.mesh(name).version
+    assert held.keys() == fresh.keys()
+    for b, p in fresh.items():
+        assert np.array_equal(held[b].vertices, p.vertices), b
+        assert np.array_equal(held[b].faces, p.faces), b
+    # The daemon's maps are few (volume.max_maps): leave the slot to others.
+    client.delete(name)
+
+
+def test_mesh_since_a_reset_is_full(client):
+    name = "since-reset"
+    client.integrate(name, plane_depth(1.0), PLANE_K, IDENTITY)
+    before = client.mesh(name, by_block=True)
+    assert len(before.faces) > 0 and len(before.block_coords) > 0
+    client.integrate(name, plane_depth(1.0), PLANE_K, IDENTITY)
+    later = client.mesh(name, since=before.version, by_block=True)
+    assert not later.full and len(later.removed) == 0 and len(later.faces) > 0
+    # After a reset the daemon cannot say which blocks went: the mesh (of
+    # the empty map) replaces what the caller holds.
+    client.reset(name)
+    after = client.mesh(name, since=before.version)
+    assert after.full is True and len(after.faces) == 0
+    assert after.removed is not None and after.block_coords is None
+    client.delete(name)
 
 
 def test_bad_intrinsics_is_named(client):
@@ -241,6 +334,14 @@ def test_arguments_are_checked_before_sending(client, kwargs, code):
         client.send_frame(**args)
     # Nothing reached the daemon.
     assert "args" not in client.maps()
+
+
+def test_mesh_arguments_are_checked_before_sending(client):
+    with pytest.raises(ArgumentError) as e:
+        client.mesh("args", by_block="yes")
+    assert e.value.code is ErrorCode.INVAL
+    with pytest.raises(ArgumentError):
+        client.mesh("args", since=-1, by_block=True)
 
 
 def test_send_frame_needs_a_push_socket(daemon):

@@ -183,7 +183,39 @@ def raycast_result(reply, width, height):
                    normals=_array(reply, "normals", "<f4", (height, width, 3)), rgb=rgb)
 
 
-def mesh_result(reply):
+def _coords(reply, key):
+    """An (N, 3) int32 array of block coordinates from a bin of N x 12 bytes."""
+    data = reply.get(key)
+    if not isinstance(data, bytes) or len(data) % 12:
+        raise TsdfError(ErrorCode.FORMAT, f"the reply's '{key}' is no bin of 3 int32 a block")
+    return _array(reply, key, "<i4", (len(data) // 12, 3))
+
+
+def _part_starts(reply, key, blocks, count):
+    """block_vertex_start or block_triangle_start: blocks + 1 uint32 from 0
+    to count, never decreasing, so that the parts cover every item once."""
+    starts = _array(reply, key, "<u4", (blocks + 1,))
+    if starts[0] != 0 or int(starts[-1]) != count or np.any(np.diff(starts.astype(np.int64)) < 0):
+        raise TsdfError(ErrorCode.FORMAT,
+                        f"the reply's '{key}' does not run from 0 up to {count}")
+    return starts
+
+
+def _mesh_parts(reply, nv, nt, faces):
+    """The parts of a by_block mesh (PROTOCOL.md 6.3), checked as libtsdf
+    checks them: every triangle's indices inside its own part's vertices."""
+    coords = _coords(reply, "block_coords")
+    vstart = _part_starts(reply, "block_vertex_start", len(coords), nv)
+    tstart = _part_starts(reply, "block_triangle_start", len(coords), nt)
+    if nt:
+        part = np.repeat(np.arange(len(coords)), np.diff(tstart.astype(np.int64)))
+        lo, hi = vstart[part][:, None], vstart[part + 1][:, None]
+        if np.any(faces < lo) or np.any(faces >= hi):
+            raise TsdfError(ErrorCode.FORMAT, "a mesh index lies outside its block's part")
+    return coords, vstart, tstart
+
+
+def mesh_result(reply, by_block=False):
     nv = _count(reply, "vertex_count")
     nt = _count(reply, "triangle_count")
     faces = _array(reply, "indices", "<u4", (nt, 3))
@@ -192,6 +224,24 @@ def mesh_result(reply):
     colors = None
     if reply.get("colors") is not None:
         colors = _array(reply, "colors", np.uint8, (nv, 3))
+    parts = {}
+    if by_block:
+        # Asked for parts and got none: a daemon from before by_block. Its
+        # whole mesh would read as no change to a caller that replaces parts.
+        if reply.get("block_coords") is None:
+            raise TsdfError(ErrorCode.FORMAT,
+                            "the mesh reply has no parts (block_coords): the daemon is older "
+                            "than by_block")
+        coords, vstart, tstart = _mesh_parts(reply, nv, nt, faces)
+        parts = dict(block_coords=coords, block_vertex_start=vstart, block_triangle_start=tstart)
+    removed, full = None, False
+    if reply.get("removed") is not None or reply.get("full") is not None:
+        # The answer to since: both keys, as libtsdf requires them.
+        removed = _coords(reply, "removed")
+        full = reply.get("full")
+        if not isinstance(full, bool):
+            raise TsdfError(ErrorCode.FORMAT, "the reply has 'removed' but no bool 'full'")
     return Mesh(version=_count(reply, "version"),
                 vertices=_array(reply, "positions", "<f4", (nv, 3)), faces=faces,
-                normals=_array(reply, "normals", "<f4", (nv, 3)), colors=colors)
+                normals=_array(reply, "normals", "<f4", (nv, 3)), colors=colors,
+                removed=removed, full=full, **parts)

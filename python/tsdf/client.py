@@ -211,10 +211,11 @@ class Client:
         return list(self.request("maps").get("maps", []))
 
     def stats(self, map):
-        """The stats reply as a dict: "engine" (the map's volume statistics;
-        absent when the map does not exist), "params" (the map's
-        voxel_size_m, trunc_vox, max_weight and memory_cap_bytes, which a
-        load may have changed; absent when the map does not exist),
+        """The stats reply as a dict: "engine" (the map's volume statistics,
+        layout, pool_capacity_blocks and blocks_erased among them; absent
+        when the map does not exist), "params" (the map's voxel_size_m,
+        trunc_vox, max_weight, memory_cap_bytes and layout, which a load
+        may have changed; absent when the map does not exist),
         "daemon" (the daemon's counters) and, on the CUDA backend,
         "timeline" (PROTOCOL.md 6.6)."""
         r = self.request("stats", map=m.check_map(map))
@@ -279,19 +280,32 @@ class Client:
                          max_depth=m.num(max_depth, "max_depth"), rgb=bool(rgb))
         return m.raycast_result(r, width, height)
 
-    def mesh(self, map, box=None, since=None):
+    def mesh(self, map, box=None, since=None, by_block=False):
         """The map's triangle mesh. box: (minx, miny, minz, maxx, maxy, maxz)
         metres, only blocks that intersect it; since: a Mesh.version, only
         blocks changed after it. Returns Mesh (vertices (N, 3) float32,
-        faces (M, 3) uint32, normals, colors or None, version)."""
+        faces (M, 3) uint32, normals, colors or None, version).
+
+        by_block=True: the mesh comes in one part per voxel block,
+        block_coords (B, 3) int32 with block_vertex_start and
+        block_triangle_start (B + 1,) uint32 (Mesh.parts() iterates them),
+        so that a mesh kept by block can be updated part by part. With
+        since: removed (R, 3) int32, the blocks gone since that version,
+        and full, True when the mesh replaces everything instead
+        (PROTOCOL.md 6.3 says how to apply them)."""
         if box is not None:
             box = [m.num(x, "box") for x in box]
             if len(box) != 6:
                 raise ArgumentError(ErrorCode.INVAL, "box must hold 6 numbers")
         if since is not None:
             since = m.uint(since, "since")
-        r = self.request("mesh", map=m.check_map(map), box=box, since_version=since)
-        return m.mesh_result(r)
+        if not isinstance(by_block, bool):
+            raise ArgumentError(ErrorCode.INVAL,
+                                f"by_block must be a bool, not {type(by_block).__name__}")
+        # Sent only when asked for, as libtsdf sends it.
+        r = self.request("mesh", map=m.check_map(map), box=box, since_version=since,
+                         by_block=True if by_block else None)
+        return m.mesh_result(r, by_block)
 
     def save(self, map, path=None):
         """Saves every map (path None: a new snapshot in the daemon's state

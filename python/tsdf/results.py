@@ -33,12 +33,46 @@ class Raycast:
 
 
 @dataclass(frozen=True)
+class MeshPart:
+    block: tuple  # (x, y, z) block coordinates: the block spans block * 8 voxels, 8 a side
+    vertices: np.ndarray  # (n, 3) float32, the part's own vertices
+    faces: np.ndarray  # (m, 3) uint32 indices into this part's vertices
+    normals: np.ndarray  # (n, 3) float32
+    colors: Optional[np.ndarray]  # (n, 3) uint8, when the map has colour
+
+
+@dataclass(frozen=True)
 class Mesh:
     version: int  # the map version the mesh was extracted at (pass as since=)
     vertices: np.ndarray  # (N, 3) float32 metres, world frame
     faces: np.ndarray  # (M, 3) uint32 vertex indices, counter-clockwise seen from outside
     normals: np.ndarray  # (N, 3) float32 unit vertex normals, pointing into free space
     colors: Optional[np.ndarray]  # (N, 3) uint8, when the map has colour
+    # by_block=True: one part per voxel block (PROTOCOL.md 6.3); None otherwise.
+    # Part i is vertices[block_vertex_start[i]:block_vertex_start[i + 1]] and
+    # faces[block_triangle_start[i]:block_triangle_start[i + 1]].
+    block_coords: Optional[np.ndarray] = None  # (B, 3) int32
+    block_vertex_start: Optional[np.ndarray] = None  # (B + 1,) uint32
+    block_triangle_start: Optional[np.ndarray] = None  # (B + 1,) uint32
+    # since=V: the blocks gone since V, (R, 3) int32 (None for a whole mesh,
+    # and from a daemon before them); full: this mesh is the whole map and
+    # replaces everything the caller holds (a reset or load after V, or V
+    # too old for the daemon to say what went).
+    removed: Optional[np.ndarray] = None
+    full: bool = False
+
+    def parts(self):
+        """The parts of a by_block mesh as MeshPart, in the daemon's order,
+        each with faces indexing its own vertices; none for a whole mesh."""
+        if self.block_coords is None:
+            return
+        vs, ts = self.block_vertex_start, self.block_triangle_start
+        for i, block in enumerate(self.block_coords):
+            v0, v1, t0, t1 = int(vs[i]), int(vs[i + 1]), int(ts[i]), int(ts[i + 1])
+            yield MeshPart(block=tuple(int(x) for x in block), vertices=self.vertices[v0:v1],
+                           faces=self.faces[t0:t1] - np.uint32(v0),
+                           normals=self.normals[v0:v1],
+                           colors=None if self.colors is None else self.colors[v0:v1])
 
 
 @dataclass(frozen=True)
