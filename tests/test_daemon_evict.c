@@ -7,7 +7,8 @@
  *            (counted, and in the snapshot file beside the resident ones),
  *            and when the camera comes back they return bit for bit as
  *            they left; a restart keeps them spilled.
- *   drop     the same plateau, and the blocks left behind are gone.
+ *   drop     the same plateau, the blocks left behind are gone, and an
+ *            incremental mesh lists them as removed.
  *   on_full  a map capped far below the corridor takes every frame when
  *            on_full = evict, and refuses frames (CAPACITY) when it is
  *            refuse.
@@ -253,6 +254,9 @@ static void test_drop_keeps_memory_flat(void **state)
     corridor(&w->scene);
     assert_int_equal(start_daemon(&h, VOLUME_INI "mode = drop\n", NULL), 0);
     tsdf_client *c = open_client(&h, 0);
+    assert_int_equal(integrate_into(c, "hall", frame_at(w, 0.0f, 0)), TSDF_OK);
+    map_blocks(c, st);
+    const uint64_t v0 = st->engine.version;
     early = walk_out(c, w, st, &late, &refused);
     assert_int_equal(refused, 0);
     print_message("drop: at most %lld blocks early, %lld late\n", (long long)early,
@@ -260,6 +264,37 @@ static void test_drop_keeps_memory_flat(void **state)
     assert_true(late <= early + early / 4);
     assert_true(stat_get(st, "map.blocks_evicted") > 0);
     assert_int_equal(stat_get(st, "map.blocks_spilled"), 0);
+
+    /* A viewer that meshed the start learns which blocks went: an
+     * incremental mesh lists them, all far behind the camera, none among
+     * its parts. */
+    {
+        tsdf_mesh_params mp;
+        tsdf_mesh m;
+        memset(&mp, 0, sizeof mp);
+        mp.since_version = v0;
+        mp.by_block = 1;
+        tsdf_mesh_init(&m);
+        assert_int_equal(tsdf_client_mesh(c, "hall", &mp, &m, NULL, 30000), TSDF_OK);
+        print_message("drop: the mesh since the start removes %zu blocks, has %zu parts\n",
+                      m.removed_count, m.block_count);
+        assert_int_equal(m.full, 0);
+        assert_true(m.removed_count > 0);
+        const float here[3] = {FAR_X_M, 0.0f, 1.2f};
+        const double block_m = TSDF_BLOCK_DIM * (double)VOXEL_M;
+        for (size_t i = 0; i < m.removed_count; i++) {
+            double d2 = 0;
+            for (int a = 0; a < 3; a++) {
+                double d = ((double)m.removed_coords[3 * i + a] + 0.5) * block_m - here[a];
+                d2 += d * d;
+            }
+            assert_true(sqrt(d2) > 3.0);
+            for (size_t k = 0; k < m.block_count; k++)
+                assert_memory_not_equal(&m.removed_coords[3 * i], &m.block_coords[3 * k],
+                                        3 * sizeof(int32_t));
+        }
+        tsdf_mesh_fini(&m);
+    }
     /* Back at the start: nothing there any more, nothing comes back. */
     assert_int_equal(integrate_into(c, "hall", frame_at(w, 0.0f, 1)), TSDF_OK);
     assert_int_equal(tsdf_client_stats(c, "hall", st, 10000), TSDF_OK);
