@@ -3,7 +3,8 @@
  * private ipc:// sockets): the max_maps limit, deleting a map (its slot,
  * its name and its memory come free; a deleted map stays deleted across a
  * restart), deleting a map while frames stream into it, and keeping unknown
- * map names from taking slots (auto_create_maps = false).
+ * map names from taking slots (auto_create_maps = false); and loading a
+ * snapshot of format version 1.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -270,6 +271,65 @@ static void test_no_auto_create_keeps_junk_out(void **state)
     free(st);
 }
 
+/* Copies the format version 1 fixture (tests/data/README.md) into dir. */
+static void copy_v1_fixture(const char *dir, const char *name)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/%s'",
+             tsdf_test_source_path("tests/data/snapshot-v1-sphere.tsdfsnap"), dir, name);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* A snapshot of format version 1 (written before the voxel layouts) loads
+ * through a client's load request: its map takes the configured layout,
+ * keeps the snapshot's voxel size and every block, and a restart after the
+ * save (written in format 2) restores it so. */
+static void v1_loads_as(const char *layout_ini, tsdf_layout want)
+{
+    tsdfd_harness a, b;
+    tsdf_rep_stats *st = calloc(1, sizeof *st);
+    tsdf_rep_path rp;
+    char ini[1024];
+
+    assert_non_null(st);
+    snprintf(ini, sizeof ini, "[volume]\n%s\n[snapshot]\nsave_on_stop = true\n", layout_ini);
+    assert_int_equal(start_daemon(&a, ini, NULL), 0);
+    copy_v1_fixture(a.state_dir, "old.tsdfsnap");
+    tsdf_client *c = open_client(&a, 0);
+    assert_int_equal(tsdf_client_load(c, "sphere", "old.tsdfsnap", &rp, 30000), TSDF_OK);
+    assert_int_equal(tsdf_client_stats(c, "sphere", st, 10000), TSDF_OK);
+    assert_true(st->has_params);
+    assert_int_equal(st->params.layout, want);
+    assert_int_equal(st->engine.layout, want);
+    assert_true(st->params.voxel_size_m == 0.03f);
+    assert_int_equal(st->engine.blocks_allocated, 34);
+    tsdf_mesh m;
+    tsdf_mesh_init(&m);
+    assert_int_equal(tsdf_client_mesh(c, "sphere", NULL, &m, NULL, 30000), TSDF_OK);
+    assert_true(m.triangle_count > 100);
+    tsdf_mesh_fini(&m);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&a, 30000), 0);
+
+    snprintf(ini, sizeof ini, "[server]\nstate_dir = %s\n[snapshot]\nload_on_start = true\n",
+             a.state_dir);
+    assert_int_equal(start_daemon(&b, ini, NULL), 0);
+    c = open_client(&b, 0);
+    assert_int_equal(tsdf_client_stats(c, "sphere", st, 10000), TSDF_OK);
+    assert_int_equal(st->params.layout, want);
+    assert_int_equal(st->engine.blocks_allocated, 34);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&b, 30000), 0);
+    free(st);
+}
+
+static void test_version1_snapshot_loads(void **state)
+{
+    (void)state;
+    v1_loads_as("layout = s16", TSDF_LAYOUT_S16);
+    v1_loads_as("layout = f32", TSDF_LAYOUT_F32);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -278,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_delete_survives_a_crash),
         cmocka_unit_test(test_delete_while_streaming),
         cmocka_unit_test(test_no_auto_create_keeps_junk_out),
+        cmocka_unit_test(test_version1_snapshot_loads),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     /* nng frees the last of a closed socket's pipes on its own threads;
