@@ -3,7 +3,15 @@
  *
  *   bench_engine [--backend cpu|cuda|auto] [--data DIR] [--frames N]
  *                [--voxel M] [--trunc-vox V] [--max-depth M]
+ *                [--layout s16|f32] [--color on|off]
  *                [--check-frames K] [--raycast-reps R] [--mesh-reps R]
+ *
+ * --layout picks how the volume stores a voxel (default s16, the engine's
+ * default). --color on gives every frame an RGB image so that the volume
+ * keeps a colour channel: the 7-Scenes copy here has depth only, so the
+ * image is synthetic (a gradient over the pixels); it costs what real
+ * colour costs in memory and integration work. The volume line reports the
+ * volume memory per allocated block.
  *
  * All frames are loaded into memory first, so disk and PNG decoding are
  * not timed. With the CUDA backend the GPU result is first checked against
@@ -50,6 +58,9 @@ typedef struct {
     uint32_t check_frames;
     uint32_t raycast_reps;
     uint32_t mesh_reps;
+    tsdf_layout layout;
+    int color;
+    const uint8_t *rgb; /* with color: one width*height*3 image for every frame */
 } bench_opts;
 
 typedef struct {
@@ -106,9 +117,11 @@ static void usage(FILE *to)
         to,
         "usage: bench_engine [--backend cpu|cuda|auto] [--data DIR] [--frames N]\n"
         "                    [--voxel M] [--trunc-vox V] [--max-depth M]\n"
+        "                    [--layout s16|f32] [--color on|off]\n"
         "                    [--check-frames K] [--raycast-reps R] [--mesh-reps R]\n"
         "defaults: --backend auto, --data $TSDF_DATA_DIR or ../shared/data/7scenes-redkitchen,\n"
         "          all frames, --voxel 0.01, --trunc-vox 4, --max-depth 4,\n"
+        "          --layout s16, --color off,\n"
         "          --check-frames 10 (CUDA only; 0 skips the check), --raycast-reps 20,\n"
         "          --mesh-reps 3\n");
 }
@@ -167,6 +180,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->check_frames = 10;
     o->raycast_reps = 20;
     o->mesh_reps = 3;
+    o->layout = TSDF_LAYOUT_S16;
     const char *data = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -197,7 +211,12 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             bad = parse_u32(val, &o->raycast_reps);
         else if (strcmp(a, "--mesh-reps") == 0)
             bad = parse_u32(val, &o->mesh_reps);
-        else {
+        else if (strcmp(a, "--layout") == 0)
+            bad = tsdf_layout_parse(val, &o->layout) != TSDF_OK;
+        else if (strcmp(a, "--color") == 0) {
+            o->color = strcmp(val, "on") == 0;
+            bad = !o->color && strcmp(val, "off") != 0;
+        } else {
             fprintf(stderr, "bench_engine: unknown option %s\n", a);
             return -1;
         }
@@ -218,6 +237,7 @@ static int make_volume(const bench_opts *o, tsdf_backend backend, tsdf_volume **
     p.voxel_size_m = o->voxel_m;
     p.trunc_vox = o->trunc_vox;
     p.backend = backend;
+    p.layout = o->layout;
     int rc = tsdf_volume_create(&p, out);
     if (rc != TSDF_OK)
         fprintf(stderr, "bench_engine: creating a %s volume: %s\n", tsdf_backend_name(backend),
@@ -229,6 +249,7 @@ static int integrate_frame(tsdf_volume *v, const bench_opts *o, const bench_fram
 {
     tsdf_frame fr;
     tsdf_dataset_frame_to_tsdf(&f->meta, f->depth, o->min_depth_m, o->max_depth_m, &fr);
+    fr.rgb = o->rgb;
     int rc = tsdf_volume_integrate(v, &fr);
     if (rc == TSDF_OK)
         rc = tsdf_volume_sync(v);
@@ -351,7 +372,24 @@ int main(int argc, char **argv)
         }
     }
     tsdf_dataset_close(ds);
-    printf("bench_engine: backend %s, data %s\n", tsdf_backend_name(o.backend), o.data_dir);
+    uint8_t *rgb = NULL;
+    if (o.color) {
+        if ((rgb = malloc(npix * 3)) == NULL) {
+            fprintf(stderr, "bench_engine: no memory for the colour image\n");
+            return 2;
+        }
+        for (uint32_t y = 0; y < info.height; y++)
+            for (uint32_t x = 0; x < info.width; x++) {
+                uint8_t *c = rgb + 3 * ((size_t)y * info.width + x);
+                c[0] = (uint8_t)(255u * x / info.width);
+                c[1] = (uint8_t)(255u * y / info.height);
+                c[2] = 128;
+            }
+        o.rgb = rgb;
+    }
+    printf("bench_engine: backend %s, data %s, layout %s, colour %s\n",
+           tsdf_backend_name(o.backend), o.data_dir, tsdf_layout_name(o.layout),
+           o.color ? "on (synthetic)" : "off");
     printf("  %u frames %ux%u loaded in %.0f ms (%.0f MiB); voxel %.3f m, truncation %.1f "
            "voxels (%.3f m), depth %.2f..%.2f m\n",
            n, info.width, info.height, now_ms() - t0, (double)n * npix * sizeof *pool / 1048576.0,
@@ -411,6 +449,13 @@ int main(int argc, char **argv)
            (unsigned long long)st.blocks_allocated, (unsigned long long)st.capacity_slots,
            st.load_factor, (unsigned long long)st.growth_events,
            (double)st.memory_bytes / 1048576.0, st.max_probe);
+    printf("memory: %llu bytes for %llu blocks = %.2f KiB a block (pool of %llu blocks, layout "
+           "%s, colour %s)\n",
+           (unsigned long long)st.memory_bytes, (unsigned long long)st.blocks_allocated,
+           st.blocks_allocated ? (double)st.memory_bytes / (double)st.blocks_allocated / 1024.0
+                               : 0.0,
+           (unsigned long long)st.pool_capacity_blocks, tsdf_layout_name(st.layout),
+           st.has_color ? "yes" : "no");
 
     /* ---- raycast ---- */
     uint32_t mid = n / 2;
@@ -487,6 +532,7 @@ int main(int argc, char **argv)
     free(update);
     free(wall);
     free(pool);
+    free(rgb);
     free(frames);
     return 0;
 }
