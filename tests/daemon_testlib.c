@@ -308,15 +308,20 @@ void expect_error(nng_socket s, const pk_opts *o, uint64_t id, int want_status,
     free(rep);
 }
 
+void restart_on(const tsdfd_harness *h, tsdfd_harness *b, const char *extra_ini)
+{
+    char ini[4096];
+    snprintf(ini, sizeof ini, "[server]\nstate_dir = %s\n[snapshot]\nload_on_start = true\n%s",
+             h->state_dir, extra_ini != NULL ? extra_ini : "");
+    assert_int_equal(start_daemon(b, ini, NULL), 0);
+}
+
 void crash_and_restart(tsdfd_harness *h, tsdfd_harness *b)
 {
-    char ini[1024];
     assert_int_equal(kill(h->pid, SIGKILL), 0);
     assert_int_equal(waitpid(h->pid, NULL, 0), h->pid);
     h->pid = 0;
-    snprintf(ini, sizeof ini, "[server]\nstate_dir = %s\n[snapshot]\nload_on_start = true\n",
-             h->state_dir);
-    assert_int_equal(start_daemon(b, ini, NULL), 0);
+    restart_on(h, b, NULL);
 }
 
 int integrate_into(tsdf_client *c, const char *map, const tsdf_frame *frame)

@@ -47,6 +47,10 @@ int stat_find(const tsdf_rep_stats *s, const char *key, int64_t *v);
 /* The value of a daemon stats entry that must be present. */
 int64_t stat_get(const tsdf_rep_stats *s, const char *key);
 
+/* Starts b on the state directory of h (stopped) with load_on_start, so that
+ * it restores h's newest snapshot, and extra_ini (may be NULL) after. */
+void restart_on(const tsdfd_harness *h, tsdfd_harness *b, const char *extra_ini);
+
 /* Crashes h's daemon (SIGKILL, nothing saved) and starts a new one on its
  * state directory that restores the newest snapshot (load_on_start) into b. */
 void crash_and_restart(tsdfd_harness *h, tsdfd_harness *b);

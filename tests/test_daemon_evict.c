@@ -160,7 +160,6 @@ static void test_spill_keeps_memory_flat_and_brings_blocks_back(void **state)
     int64_t late, early;
     int refused;
     size_t n_far, n_back;
-    char ini[2048];
     (void)state;
 
     assert_non_null(w);
@@ -225,11 +224,7 @@ static void test_spill_keeps_memory_flat_and_brings_blocks_back(void **state)
     assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
 
     /* A restart from the snapshot keeps the spilled blocks spilled. */
-    snprintf(ini, sizeof ini,
-             "[server]\nstate_dir = %s\n[snapshot]\nload_on_start = true\n" VOLUME_INI
-             "mode = spill\n",
-             h.state_dir);
-    assert_int_equal(start_daemon(&b, ini, NULL), 0);
+    restart_on(&h, &b, VOLUME_INI "mode = spill\n");
     c = open_client(&b, 0);
     assert_int_equal(map_blocks(c, st), (int64_t)hall_back->blocks.count);
     assert_int_equal(stat_get(st, "map.blocks_spilled"), (int64_t)hall_back->spilled.count);

@@ -311,9 +311,7 @@ static void v1_loads_as(const char *layout_ini, tsdf_layout want)
     tsdf_client_close(c);
     assert_int_equal(tsdfd_harness_stop(&a, 30000), 0);
 
-    snprintf(ini, sizeof ini, "[server]\nstate_dir = %s\n[snapshot]\nload_on_start = true\n",
-             a.state_dir);
-    assert_int_equal(start_daemon(&b, ini, NULL), 0);
+    restart_on(&a, &b, NULL);
     c = open_client(&b, 0);
     assert_int_equal(tsdf_client_stats(c, "sphere", st, 10000), TSDF_OK);
     assert_int_equal(st->params.layout, want);
