@@ -187,7 +187,7 @@ static void make_replies(void)
     r.u.mesh.version = 3;
     put_reply("mesh-empty", &r);
 
-    /* By block and since a version (the sample test_proto.c decodes). */
+    /* By block and since a version (the sample test_proto_roundtrip.c decodes). */
     proto_sample_mesh_parts(&r, 15);
     put_reply("mesh-parts-since", &r);
     /* No parts at all, and full: what an incremental mesh of a reset map says. */

@@ -1,5 +1,5 @@
 # Tests of the daemon's core: the frame queue and counters, the
-# configuration, and the end-to-end service test against a real tsdfd.
+# configuration, and the end-to-end service tests against a real tsdfd.
 if(NOT TARGET tsdfd_core)
   message(WARNING "tests/daemon.cmake: no tsdfd_core target; the daemon tests are not built")
   return()
@@ -30,9 +30,17 @@ if(TARGET tsdf_client)
     add_library(tsdfd_testlib STATIC daemon_testlib.c)
     target_link_libraries(tsdfd_testlib PUBLIC tsdfd_harness tsdf_client tsdf_proto tsdf_engine
       tsdf_scenes nng::nng PkgConfig::MSGPACK tsdf_testutil PRIVATE tsdf_warnings)
-    tsdf_add_test(NAME daemon SOURCES test_daemon.c
-      LIBS tsdfd_testlib tsdfd_harness tsdf_client tsdf_proto tsdf_engine tsdf_scenes nng::nng Threads::Threads
-      LABELS daemon TIMEOUT 600)
+    # The end-to-end suite, one program a topic (test_daemon_<topic>.c):
+    # the frame queue and its counters (streams), the daemon's mesh and
+    # raycast against the engine's (results), malformed and mutated input
+    # (malformed), snapshots (persist), the connection and memory limits
+    # (limits), bounded queries and a bounded stop (bounded). Each keeps
+    # the 600 s limit of the one program they were split from.
+    set(TSDF_DAEMON_E2E_TOPICS streams results malformed persist limits bounded)
+    foreach(topic IN LISTS TSDF_DAEMON_E2E_TOPICS)
+      tsdf_add_test(NAME daemon_${topic} SOURCES test_daemon_${topic}.c
+        LIBS tsdfd_testlib Threads::Threads LABELS daemon TIMEOUT 600)
+    endforeach()
     # Load and faults: many clients, vanishing clients, a full or read-only
     # state directory, CUDA asked for without a GPU.
     tsdf_add_test(NAME daemon_faults SOURCES test_daemon_faults.c
@@ -60,11 +68,14 @@ if(TARGET tsdf_client)
     tsdf_add_test(NAME daemon_evict SOURCES test_daemon_evict.c
       LIBS tsdfd_testlib tsdf_ops LABELS daemon TIMEOUT 300)
     # The same end-to-end suite against a daemon on the CUDA backend (the
-    # reference volume in the test on CUDA too); skipped (77) without a GPU.
-    add_test(NAME daemon_cuda COMMAND test_daemon)
-    set_tests_properties(daemon_cuda PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
-      LABELS "gpu;daemon"
-      ENVIRONMENT "TSDF_SOURCE_DIR=${PROJECT_SOURCE_DIR};TSDF_TEST_DAEMON_BACKEND=cuda")
+    # reference volume in the test on CUDA too), daemon_<topic>_cuda for
+    # each program of it; skipped (77) without a GPU.
+    foreach(topic IN LISTS TSDF_DAEMON_E2E_TOPICS)
+      add_test(NAME daemon_${topic}_cuda COMMAND test_daemon_${topic})
+      set_tests_properties(daemon_${topic}_cuda PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
+        LABELS "gpu;daemon"
+        ENVIRONMENT "TSDF_SOURCE_DIR=${PROJECT_SOURCE_DIR};TSDF_TEST_DAEMON_BACKEND=cuda")
+    endforeach()
     # Upload/compute overlap on the CUDA daemon path, from the CUDA event
     # timeline of the stats reply; skipped (77) without a GPU.
     tsdf_add_test(NAME daemon_overlap SOURCES test_daemon_overlap.c

@@ -8,6 +8,7 @@
 
 #include "daemon_testlib.h"
 
+#include <dirent.h>
 #include <inttypes.h>
 #include <nng/protocol/pipeline0/push.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -75,6 +76,41 @@ void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+static int cmp_vertex(const void *a, const void *b)
+{
+    const float *x = a, *y = b;
+    for (int k = 0; k < 3; k++)
+        if (x[k] != y[k])
+            return x[k] < y[k] ? -1 : 1;
+    return 0;
+}
+
+void sort_vertices(float *positions, size_t n)
+{
+    qsort(positions, n, 3 * sizeof(float), cmp_vertex);
+}
+
+int count_entries(const char *dir, int only_snapshots)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *name = e->d_name;
+        size_t len = strlen(name);
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+            continue;
+        if (only_snapshots && (strncmp(name, "snap-", 5) != 0 || len < 14 ||
+                               strcmp(name + len - 9, ".tsdfsnap") != 0))
+            continue;
+        n++;
+    }
+    closedir(d);
+    return n;
 }
 
 int stat_find(const tsdf_rep_stats *s, const char *key, int64_t *v)
@@ -331,4 +367,20 @@ int integrate_into(tsdf_client *c, const char *map, const tsdf_frame *frame)
     f.map = map;
     f.frame = frame;
     return tsdf_client_integrate(c, &f, 30000, NULL);
+}
+
+/* ---- main --------------------------------------------------------------- */
+
+int daemon_tests_run(const char *group, const struct CMUnitTest *tests, size_t count)
+{
+    if (test_backend() == TSDF_BACKEND_CUDA && !tsdf_cuda_available())
+        tsdf_test_skip_program("TSDF_TEST_DAEMON_BACKEND=cuda but no usable GPU");
+    const char *filter = getenv("TSDF_TEST_FILTER");
+    if (filter != NULL && filter[0] != '\0')
+        cmocka_set_test_filter(filter);
+    int rc = _cmocka_run_group_tests(group, tests, count, NULL, NULL);
+    /* nng frees the last of a closed socket's pipes on its own threads;
+     * waiting for that keeps LeakSanitizer from reporting it at exit. */
+    nng_fini();
+    return rc;
 }

@@ -1,8 +1,9 @@
 /*
  * daemon_testlib.h - what the end-to-end daemon tests share: the backend
  * under test, starting a daemon, synthetic frame sets, stats look-ups and
- * the counter reconciliation, and raw nng sockets with msgpack builders for
- * bytes the client library would refuse to send.
+ * the counter reconciliation, raw nng sockets with msgpack builders for
+ * bytes the client library would refuse to send, and the main() of an
+ * end-to-end program.
  *
  * Every function fails the running cmocka test (fail_msg / assert_*) instead
  * of returning an error, unless it says otherwise.
@@ -15,6 +16,8 @@
 
 #include <msgpack.h>
 #include <nng/nng.h>
+
+#include "testutil.h"
 
 #include "daemon_harness.h"
 #include "tsdf_client.h"
@@ -41,6 +44,15 @@ void frames_make(frame_set *fs, const char *scene, uint32_t w, uint32_t h, uint3
 void frames_free(frame_set *fs);
 
 void sleep_ms(int ms);
+
+/* Sorts n vertices (x, y, z floats) of positions in place, so that meshes
+ * whose vertices come in another order (the GPU allocates blocks in a
+ * thread-dependent order) compare as sets. */
+void sort_vertices(float *positions, size_t n);
+
+/* Entries of dir other than . and ..; with only_snapshots, just the
+ * snapshot files (snap-*.tsdfsnap). -1 when dir cannot be read. */
+int count_entries(const char *dir, int only_snapshots);
 
 /* The value of a daemon stats entry: 1 and *v when present. */
 int stat_find(const tsdf_rep_stats *s, const char *key, int64_t *v);
@@ -106,5 +118,12 @@ void pack_request(msgpack_sbuffer *sb, const pk_opts *o, uint64_t id);
 /* Sends a built request and checks the error reply's status and type. */
 void expect_error(nng_socket s, const pk_opts *o, uint64_t id, int want_status,
                   tsdf_msg_type want_type);
+
+/* What main() of an end-to-end program does: exits 77 (skipped) where
+ * TSDF_TEST_DAEMON_BACKEND=cuda asks for a GPU that is not usable, runs
+ * only the tests that match TSDF_TEST_FILTER=<glob> when it is set (to loop
+ * one suspected of flakiness), runs the count tests as the group `group`,
+ * and waits for nng's threads before returning cmocka's result. */
+int daemon_tests_run(const char *group, const struct CMUnitTest *tests, size_t count);
 
 #endif /* TSDF_TESTS_DAEMON_TESTLIB_H */

@@ -1,6 +1,16 @@
 # The wire codec and the client library (unit level). The end-to-end tests
 # against a running tsdfd live with the daemon's tests.
-tsdf_add_test(NAME proto SOURCES test_proto.c LIBS tsdf_proto TIMEOUT 120)
+# The codec's tests, one program a topic (test_proto_<topic>.c): round
+# trips, request validation, what the encoders and the reply decoder refuse
+# (consistency), truncated, mutated and random bytes (robustness), and
+# UTF-8. What they share is proto_testlib.h.
+add_library(tsdf_proto_testlib STATIC proto_testlib.c)
+target_link_libraries(tsdf_proto_testlib PUBLIC tsdf_proto tsdf_testutil PkgConfig::MSGPACK
+  PRIVATE tsdf_warnings m)
+foreach(topic IN ITEMS roundtrip validation consistency robustness utf8)
+  tsdf_add_test(NAME proto_${topic} SOURCES test_proto_${topic}.c LIBS tsdf_proto_testlib
+    TIMEOUT 120)
+endforeach()
 # The depth encodings frames may travel in (png, zstd, rvl).
 tsdf_add_test(NAME depth_codec SOURCES test_depth_codec.c LIBS tsdf_proto TIMEOUT 120)
 # The depth codec benchmark on 3 frames: it checks every decode is exact.

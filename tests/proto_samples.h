@@ -1,5 +1,5 @@
 /*
- * proto_samples.h - wire samples that the codec's tests (test_proto.c) and
+ * proto_samples.h - wire samples that the codec's tests (test_proto_*.c) and
  * the fuzz seeds (fuzz/make_corpus.c) share, so that the seeds are the
  * messages the tests hold the codec to.
  *

@@ -1,0 +1,190 @@
+/*
+ * test_daemon_bounded.c - end to end, issue 8: raycasts of extreme
+ * intrinsics or of minutes of work leave a real tsdfd's map answering at
+ * once, and SIGTERM after one exits in bounded time with its final save.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "testutil.h"
+
+#include "daemon_testlib.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- bounded queries and a bounded stop (issue 8) ----------------------- */
+
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* A short request timeout, so that a pathological query times out fast,
+ * and room for the replies of the 1024 x 1024 raycasts below (16 MiB with
+ * normals, above the default 8 MiB message limit). */
+#define SHORT_TIMEOUT_INI "[server]\nrequest_timeout_ms = 200\nmax_message_mb = 32\n"
+
+/* Raycast buffers for up to 1024 x 1024 pixels. */
+typedef struct {
+    float *depth, *normals;
+} cast_buffers;
+
+static void cast_buffers_init(cast_buffers *b)
+{
+    b->depth = malloc(1024u * 1024u * sizeof(float));
+    b->normals = malloc(3u * 1024u * 1024u * sizeof(float));
+    assert_non_null(b->depth);
+    assert_non_null(b->normals);
+}
+
+static void cast_buffers_fini(cast_buffers *b)
+{
+    free(b->depth);
+    free(b->normals);
+}
+
+/* A raycast from the origin along world +z; returns the client's code and
+ * the seconds it took in *dt. */
+static int raycast_from_origin(tsdf_client *c, uint32_t w, uint32_t h, float f_px, float max_m,
+                               cast_buffers *b, double *dt)
+{
+    tsdf_raycast_params rp;
+    tsdf_raycast_output out = {b->depth, b->normals, NULL};
+    memset(&rp, 0, sizeof rp);
+    rp.width = w;
+    rp.height = h;
+    rp.K.fx = rp.K.fy = f_px;
+    rp.K.cx = 0.5f * (float)w - 0.5f;
+    rp.K.cy = 0.5f * (float)h - 0.5f;
+    rp.T_world_cam[0] = rp.T_world_cam[5] = rp.T_world_cam[10] = rp.T_world_cam[15] = 1.0f;
+    rp.min_depth_m = 0.1f;
+    rp.max_depth_m = max_m;
+    double t0 = mono_s();
+    int rc = tsdf_client_raycast(c, "default", &rp, 0, &out, NULL, 10000);
+    *dt = mono_s() - t0;
+    return rc;
+}
+
+/* 1024 x 1024 rays of a 160-degree camera to the deepest legal depth: each
+ * ray is ~1000 m of block skips, minutes of work for the CPU backend, so
+ * the request times out; the worker must stop it (not grind on). */
+static int raycast_too_long(tsdf_client *c, cast_buffers *b, double *dt)
+{
+    float f_px = 511.5f / tanf(80.0f * 3.14159265f / 180.0f);
+    return raycast_from_origin(c, 1024, 1024, f_px, TSDF_MAX_RAY_M, b, dt);
+}
+
+static void test_pathological_raycasts_leave_the_map_responsive(void **state)
+{
+    tsdfd_harness h;
+    cast_buffers b;
+    tsdf_rep_stats *st = calloc(1, sizeof *st);
+    tsdf_rep_ping ping;
+    tsdf_rep_path sp;
+    double dt;
+    (void)state;
+
+    assert_non_null(st);
+    cast_buffers_init(&b);
+    /* 1 s rather than SHORT_TIMEOUT_INI's 200 ms: the stats query after the
+     * cancelled raycast must get through even where a loaded CI machine
+     * takes the worker a while to see the cancellation. */
+    assert_int_equal(
+        start_daemon(&h, "[server]\nrequest_timeout_ms = 1000\nmax_message_mb = 32\n", NULL), 0);
+    tsdf_client *c = open_client(&h, 0);
+
+    /* 16 x 16 pixels of fx = fy = 0.01: each ray ~1100 times longer than
+     * its depth. It used to wedge the map for hours; now it is refused or
+     * bounded, and answered at once either way. */
+    int rc = raycast_from_origin(c, 16, 16, 0.01f, 5.0f, &b, &dt);
+    printf("16x16 raycast of fx 0.01: %s in %.3f s\n", tsdf_errname(rc), dt);
+    assert_true(rc == TSDF_OK || rc == TSDF_EBAD_INTRINSICS);
+    assert_true(dt < 2.0);
+
+    /* The GPU kernel cannot be cancelled (its bound is the march's), so the
+     * timed-out raycast is a CPU case. */
+    if (test_backend() == TSDF_BACKEND_CPU) {
+        rc = raycast_too_long(c, &b, &dt);
+        printf("1024x1024 raycast of 160 degrees to %g m: %s in %.3f s\n", (double)TSDF_MAX_RAY_M,
+               tsdf_errname(rc), dt);
+        assert_int_equal(rc, TSDF_ETIMEOUT);
+        assert_true(dt < 3.0);
+    }
+    /* The map's worker is free again at once: a ping, a stats query (run
+     * by the worker) and a save (an export by the worker) all succeed
+     * within the request timeout. */
+    double t0 = mono_s();
+    assert_int_equal(tsdf_client_ping(c, &ping, 10000), TSDF_OK);
+    assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
+    assert_int_equal(tsdf_client_save(c, "default", NULL, &sp, 10000), TSDF_OK);
+    assert_true(mono_s() - t0 < 2.0);
+    assert_int_equal(stat_get(st, "workers.stalled"), 0);
+    if (test_backend() == TSDF_BACKEND_CPU)
+        assert_int_equal(stat_get(st, "queries.cancelled"), 1);
+    assert_int_equal(stat_get(st, "queries.abandoned"), 0);
+
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    cast_buffers_fini(&b);
+    free(st);
+}
+
+/* SIGTERM right after a query that timed out: the daemon exits 0 within
+ * request_timeout + drain_timeout + stop_timeout (+ the save) and writes
+ * its final snapshot. Before the bounds the worker kept marching and the
+ * daemon never exited, so the final save never happened. */
+static void test_sigterm_after_a_timed_out_query_is_bounded(void **state)
+{
+    tsdfd_harness h;
+    frame_set fs;
+    cast_buffers b;
+    double dt;
+    (void)state;
+
+    frames_make(&fs, "sphere", 160, 120, 4);
+    cast_buffers_init(&b);
+    assert_int_equal(start_daemon(&h,
+                                  SHORT_TIMEOUT_INI "stop_timeout_ms = 1000\n"
+                                                    "[queue]\ndrain_timeout_ms = 1000\n"
+                                                    "[snapshot]\nsave_on_stop = true\n",
+                                  NULL),
+                     0);
+    tsdf_client *c = open_client(&h, 0);
+    for (uint32_t i = 0; i < fs.count; i++) {
+        tsdf_client_frame f;
+        tsdf_rep_integrate rep;
+        memset(&f, 0, sizeof f);
+        f.frame = &fs.frames[i];
+        f.seq = i;
+        assert_int_equal(tsdf_client_integrate(c, &f, 10000, &rep), TSDF_OK);
+    }
+    if (test_backend() == TSDF_BACKEND_CPU)
+        assert_int_equal(raycast_too_long(c, &b, &dt), TSDF_ETIMEOUT);
+    else
+        assert_true(raycast_from_origin(c, 16, 16, 0.01f, 5.0f, &b, &dt) != TSDF_ETIMEOUT);
+    tsdf_client_close(c);
+    assert_int_equal(count_entries(h.state_dir, 1), 0);
+
+    double t0 = mono_s();
+    assert_int_equal(tsdfd_harness_stop(&h, 10000), 0);
+    dt = mono_s() - t0;
+    printf("SIGTERM to exit after a timed-out raycast: %.3f s\n", dt);
+    assert_true(dt < 5.0);
+    assert_int_equal(count_entries(h.state_dir, 1), 1);
+    cast_buffers_fini(&b);
+    frames_free(&fs);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pathological_raycasts_leave_the_map_responsive),
+        cmocka_unit_test(test_sigterm_after_a_timed_out_query_is_bounded),
+    };
+    return daemon_tests_run("daemon_bounded", tests, sizeof tests / sizeof tests[0]);
+}

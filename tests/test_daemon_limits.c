@@ -1,0 +1,271 @@
+/*
+ * test_daemon_limits.c - end-to-end tests of what a real tsdfd refuses when
+ * a limit is reached, and that it keeps serving:
+ *
+ *  - one connection beyond [server] max_connections is closed and counted,
+ *    and the open ones are still served;
+ *  - the 16x16 fx = 0.05 frame of issue 8 is BAD_INTRINSICS on the wire;
+ *  - a tiny [volume] memory_budget_mb refuses frames (capacity) over two
+ *    maps while queries answer.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "testutil.h"
+
+#include "daemon_testlib.h"
+
+#include <msgpack.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the connection limit ----------------------------------------------- */
+
+/* Messages arriving in part are held by nng with no time limit, one per
+ * connection: the number of connections bounds what they may hold. One
+ * beyond [server] max_connections is closed as it connects, counted, and
+ * the connections already open keep being served. */
+/* Polls c's stats (into *st) until the daemon counts at most n open
+ * connections; 10 s at most. */
+static void wait_connections_at_most(tsdf_client *c, tsdf_rep_stats *st, int64_t n)
+{
+    for (int waited = 0; waited < 10000; waited += 50) {
+        assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
+        if (stat_get(st, "connections.open") <= n)
+            return;
+        sleep_ms(50);
+    }
+    fail_msg("the daemon still counts %lld connections, expected at most %lld",
+             (long long)stat_get(st, "connections.open"), (long long)n);
+}
+
+static void test_connection_limit(void **state)
+{
+    tsdfd_harness h;
+    nng_socket raw[2];
+    tsdf_rep_stats *st = malloc(sizeof *st);
+    (void)state;
+    assert_non_null(st);
+
+    assert_int_equal(start_daemon(&h, "[server]\nmax_connections = 3\n", NULL), 0);
+    tsdf_client *c = open_client(&h, 0);
+    /* The harness's ping client has closed, but the daemon may count its
+     * close a moment later: until then it holds one of the three places,
+     * and one of the connections below would be refused in its stead. */
+    wait_connections_at_most(c, st, 1);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(nng_req0_open(&raw[i]), 0);
+        assert_int_equal(nng_dial(raw[i], h.req_url, NULL, 0), 0);
+    }
+    /* A dial returns once the client's side is up; the daemon may count the
+     * connection a moment later. Wait until all three are counted. */
+    for (int waited = 0; waited < 10000; waited += 20) {
+        assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
+        if (stat_get(st, "connections.open") == 3)
+            break;
+        sleep_ms(20);
+    }
+    assert_int_equal(stat_get(st, "connections.open"), 3);
+    tsdf_client_options o;
+    tsdf_client *extra = NULL;
+    tsdf_client_options_default(&o);
+    int rc = tsdf_client_open(h.req_url, NULL, &o, &extra);
+    if (rc == TSDF_OK) {
+        assert_int_not_equal(tsdf_client_ping(extra, NULL, 1500), TSDF_OK);
+        tsdf_client_close(extra);
+    }
+    assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
+    assert_true(stat_get(st, "connections.refused") >= 1);
+    /* Exactly the admitted ones: a refused connection is not counted. */
+    assert_int_equal(stat_get(st, "connections.open"), 3);
+
+    /* Room again once the idle connections go. */
+    for (int i = 0; i < 2; i++)
+        nng_close(raw[i]);
+    /* The daemon sees the closes asynchronously: wait until only c is left
+     * (a loaded machine may take a while), so the new client is not refused
+     * for a connection that is already gone. */
+    wait_connections_at_most(c, st, 1);
+    extra = open_client(&h, 0);
+    assert_int_equal(tsdf_client_ping(extra, NULL, 10000), TSDF_OK);
+    tsdf_client_close(extra);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 20000), 0);
+    free(st);
+}
+
+/* ---- memory: impossible cameras and the volume budget ------------------- */
+
+/* The 700-byte frame of issue 8 (16x16 u16, fx = fy = 0.05: a field of
+ * view of 179.6 degrees, which used to allocate 240 MiB) is refused as
+ * BAD_INTRINSICS by an integrate and dropped, counted, from the stream. */
+static void test_tiny_focal_length_refused(void **state)
+{
+    tsdfd_harness h;
+    tsdf_rep_stats *st = calloc(1, sizeof *st);
+    (void)state;
+    assert_non_null(st);
+    assert_int_equal(start_daemon(&h, NULL, NULL), 0);
+    nng_socket s = raw_req(&h);
+    nng_socket push = raw_push(&h);
+    pk_opts o = pk_defaults();
+    o.width = o.height = 16;
+    o.fx = o.fy = 0.05f;
+    o.cx = o.cy = 7.5f;
+    expect_error(s, &o, 1, TSDF_EBAD_INTRINSICS, TSDF_MSG_INTEGRATE);
+    {
+        msgpack_sbuffer sb;
+        o.type = "frame";
+        pack_request(&sb, &o, 2);
+        assert_true(sb.size < 1024);
+        assert_int_equal(nng_send(push, sb.data, sb.size, 0), 0);
+        msgpack_sbuffer_destroy(&sb);
+    }
+    tsdf_client *c = open_client(&h, 0);
+    wait_settled(c, "default", 2, st);
+    assert_reconciled(st);
+    assert_int_equal(stat_get(st, "rejected.invalid_frame"), 2);
+    assert_int_equal(stat_get(st, "frames.integrated"), 0);
+    assert_true(st->has_engine);
+    assert_int_equal(st->engine.blocks_allocated, 0);
+
+    tsdf_client_close(c);
+    nng_close(push);
+    nng_close(s);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    free(st);
+}
+
+/* Streams the frames alternately into maps a and b, counting what each
+ * got and how many were refused for capacity (anything else fails). */
+static void stream_two_maps(tsdf_client *c, const frame_set *fs, int ok_map[2], int *ok,
+                            int *refused)
+{
+    static const char *const names[2] = {"a", "b"};
+    for (uint32_t i = 0; i < fs->count; i++) {
+        tsdf_client_frame f;
+        memset(&f, 0, sizeof f);
+        f.map = names[i % 2];
+        f.sensor = "cam";
+        f.frame = &fs->frames[i];
+        int rc = tsdf_client_integrate(c, &f, 30000, NULL);
+        if (rc == TSDF_OK) {
+            (*ok)++;
+            ok_map[i % 2]++;
+        } else if (rc == TSDF_ECAPACITY) {
+            (*refused)++;
+        } else {
+            fail_msg("frame %u: %s", i, tsdf_errname(rc));
+        }
+    }
+}
+
+/* A daemon-wide volume budget of half what two maps of 4 cm voxels hold
+ * without it (measured first, since each backend carries its own per-map
+ * overhead: CUDA volumes hold per-frame scratch on the device, which the
+ * budget counts too), each map with the default (4 GiB) cap of its own:
+ * once the maps together hold what the budget allows, frames that need new
+ * blocks are refused with CAPACITY, counted under rejected.capacity and
+ * volume.budget_refused_frames, while stats and mesh queries answer, a
+ * frame that needs no new block still integrates, and nothing integrated
+ * is lost. */
+static void test_volume_memory_budget(void **state)
+{
+    tsdfd_harness h;
+    frame_set fs;
+    tsdf_rep_stats *st = calloc(1, sizeof *st);
+    const char *const names[2] = {"a", "b"};
+    char ini[512];
+    (void)state;
+    assert_non_null(st);
+    frames_make(&fs, "room", 64, 48, 40);
+    static const char grid[] = "voxel_size_m = 0.04\ninitial_capacity_blocks = 1024\n";
+
+    /* What the two maps hold with room to spare. */
+    int ok = 0, refused = 0;
+    int ok_map[2] = {0, 0};
+    snprintf(ini, sizeof ini, "[volume]\n%s", grid);
+    assert_int_equal(start_daemon(&h, ini, NULL), 0);
+    tsdf_client *c = open_client(&h, 0);
+    stream_two_maps(c, &fs, ok_map, &ok, &refused);
+    assert_int_equal(refused, 0);
+    assert_int_equal(tsdf_client_stats(c, "a", st, 30000), TSDF_OK);
+    uint64_t full = (uint64_t)stat_get(st, "volume.memory_bytes");
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    uint64_t budget_mb = (full / 2) >> 20;
+    if (budget_mb == 0)
+        budget_mb = 1;
+    const uint64_t budget = budget_mb << 20;
+    assert_true(budget < full);
+
+    snprintf(ini, sizeof ini, "[volume]\n%smemory_budget_mb = %llu\n", grid,
+             (unsigned long long)budget_mb);
+    assert_int_equal(start_daemon(&h, ini, NULL), 0);
+    c = open_client(&h, 0);
+    ok = refused = 0;
+    ok_map[0] = ok_map[1] = 0;
+    stream_two_maps(c, &fs, ok_map, &ok, &refused);
+    printf("volume budget %llu MiB (half of %.1f MiB): %d frames integrated (%d + %d), %d "
+           "refused for capacity\n",
+           (unsigned long long)budget_mb, (double)full / 1048576.0, ok, ok_map[0], ok_map[1],
+           refused);
+    assert_true(ok_map[0] >= 1 && ok_map[1] >= 1);
+    assert_true(refused >= 1);
+
+    /* All maps together (a, b and the declared, empty default) stay within
+     * the budget (one client, one frame at a time: no concurrent growth),
+     * and the stats say so. */
+    uint64_t blocks[2], memory = 0;
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(tsdf_client_stats(c, k < 2 ? names[k] : "default", st, 30000), TSDF_OK);
+        assert_true(st->has_engine);
+        memory += st->engine.memory_bytes;
+        if (k < 2) {
+            blocks[k] = st->engine.blocks_allocated;
+            assert_true(blocks[k] > 0);
+        }
+    }
+    assert_true(memory <= budget);
+    assert_reconciled(st);
+    assert_int_equal(stat_get(st, "volume.memory_budget_bytes"), (int64_t)budget);
+    assert_int_equal(stat_get(st, "volume.memory_bytes"), (int64_t)memory);
+    assert_int_equal(stat_get(st, "rejected.capacity"), refused);
+    assert_int_equal(stat_get(st, "volume.budget_refused_frames"), refused);
+    assert_int_equal(stat_get(st, "frames.integrated"), ok);
+
+    /* Queries still answer, from everything integrated. */
+    tsdf_mesh m;
+    tsdf_mesh_init(&m);
+    assert_int_equal(tsdf_client_mesh(c, "a", NULL, &m, NULL, 30000), TSDF_OK);
+    assert_true(m.triangle_count > 0);
+    tsdf_client_mesh_release(&m);
+
+    /* The first frame again needs no new block of map a: it integrates. */
+    tsdf_client_frame f;
+    memset(&f, 0, sizeof f);
+    f.map = "a";
+    f.sensor = "cam";
+    f.frame = &fs.frames[0];
+    assert_int_equal(tsdf_client_integrate(c, &f, 30000, NULL), TSDF_OK);
+    assert_int_equal(tsdf_client_stats(c, "a", st, 30000), TSDF_OK);
+    assert_int_equal(st->engine.blocks_allocated, blocks[0]);
+    assert_int_equal(st->engine.frames_integrated, (uint64_t)ok_map[0] + 1);
+
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    frames_free(&fs);
+    free(st);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_connection_limit),
+        cmocka_unit_test(test_tiny_focal_length_refused),
+        cmocka_unit_test(test_volume_memory_budget),
+    };
+    return daemon_tests_run("daemon_limits", tests, sizeof tests / sizeof tests[0]);
+}
