@@ -2,7 +2,9 @@
  * test_kitchen.c - the CPU engine end to end on real data: fuses the 450
  * 7-Scenes "redkitchen" frames, meshes the volume and raycasts it from
  * frame 200's pose, and checks the results against the scene and against
- * frame 200's own measured depth.
+ * frame 200's own measured depth. Then fuses every 5th frame into an f32
+ * and an s16 volume and checks that the two meshes lie within a
+ * millimetre of each other (about 14 s more).
  *
  * Voxel size: 1 cm (KITCHEN_VOXEL_M), the engine's default, with a 4 cm
  * truncation band and depth up to 4 m. Timed on the 2-core development
@@ -232,6 +234,248 @@ static void test_kitchen_fusion(void **state)
     tsdf_dataset_close(ds);
 }
 
+/* ---- the two voxel layouts on real data ---- */
+
+/* Every KITCHEN_LAYOUT_STRIDE-th frame of the sequence goes into one volume
+ * of each layout; the s16 mesh must lie within KITCHEN_LAYOUT_MEDIAN_M of the
+ * f32 mesh (median over its vertices of the distance to the nearest f32
+ * vertex). Every 5th frame spans the whole trajectory at a fifth of the
+ * cost: 90 frames, twice, some 14 s on the 2-core machine. */
+#define KITCHEN_LAYOUT_STRIDE 5u
+#define KITCHEN_LAYOUT_MEDIAN_M 0.001f
+/* Nearest-vertex search looks at most this many grid cells out; a vertex
+ * with no other within it counts as infinitely far. */
+#define KITCHEN_NN_MAX_RING 5
+
+/* A uniform grid over a vertex set for nearest-vertex queries: the vertex
+ * ids sorted by cell, and an open-addressing table from a cell's key to its
+ * run of ids. Borrows the positions. */
+typedef struct {
+    const float *pos;
+    float cell_m;
+    uint32_t *ids;
+    uint64_t *slot_key; /* cell key + 1; 0 = empty slot */
+    uint32_t *slot_start, *slot_count;
+    size_t slot_mask;
+} vertex_grid;
+
+typedef struct {
+    uint64_t key;
+    uint32_t id;
+} keyed_id;
+
+#define GRID_BIAS (1 << 20)
+
+static int cell_of(float x, float cell_m)
+{
+    return (int)floorf(x / cell_m);
+}
+
+/* Cells within +-2^20 of the origin on each axis (10 km at 1 cm). */
+static uint64_t cell_key(int x, int y, int z)
+{
+    return (uint64_t)(x + GRID_BIAS) << 42 | (uint64_t)(y + GRID_BIAS) << 21 |
+           (uint64_t)(z + GRID_BIAS);
+}
+
+static size_t slot_of(uint64_t key, size_t mask)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+}
+
+static int cmp_keyed(const void *a, const void *b)
+{
+    uint64_t x = ((const keyed_id *)a)->key, y = ((const keyed_id *)b)->key;
+    return x < y ? -1 : x > y;
+}
+
+static void grid_build(vertex_grid *g, const float *pos, size_t n, float cell_m)
+{
+    keyed_id *k = malloc((n + 1) * sizeof *k);
+    size_t runs = 0, slots = 16;
+    assert_non_null(k);
+    g->pos = pos;
+    g->cell_m = cell_m;
+    for (size_t i = 0; i < n; i++) {
+        int c[3];
+        for (int a = 0; a < 3; a++) {
+            c[a] = cell_of(pos[3 * i + a], cell_m);
+            assert_true(c[a] > -GRID_BIAS && c[a] < GRID_BIAS);
+        }
+        k[i].key = cell_key(c[0], c[1], c[2]);
+        k[i].id = (uint32_t)i;
+    }
+    qsort(k, n, sizeof *k, cmp_keyed);
+    for (size_t i = 0; i < n; i++)
+        runs += i == 0 || k[i].key != k[i - 1].key;
+    while (slots < 2 * runs)
+        slots *= 2;
+    g->slot_mask = slots - 1;
+    g->ids = malloc((n + 1) * sizeof *g->ids);
+    g->slot_key = calloc(slots, sizeof *g->slot_key);
+    g->slot_start = malloc(slots * sizeof *g->slot_start);
+    g->slot_count = malloc(slots * sizeof *g->slot_count);
+    assert_non_null(g->ids);
+    assert_non_null(g->slot_key);
+    assert_non_null(g->slot_start);
+    assert_non_null(g->slot_count);
+    for (size_t i = 0; i < n;) {
+        size_t j = i, s = slot_of(k[i].key, g->slot_mask);
+        while (j < n && k[j].key == k[i].key) {
+            g->ids[j] = k[j].id;
+            j++;
+        }
+        /* At most half the slots are used, so a free one is always found. */
+        while (g->slot_key[s] != 0)
+            s = (s + 1) & g->slot_mask;
+        g->slot_key[s] = k[i].key + 1;
+        g->slot_start[s] = (uint32_t)i;
+        g->slot_count[s] = (uint32_t)(j - i);
+        i = j;
+    }
+    free(k);
+}
+
+static void grid_free(vertex_grid *g)
+{
+    free(g->ids);
+    free(g->slot_key);
+    free(g->slot_start);
+    free(g->slot_count);
+}
+
+/* The distance from q to the nearest vertex of g, or INFINITY when none
+ * lies within KITCHEN_NN_MAX_RING cells. Searches shells of cells (the
+ * cells r steps out, r = 0, 1, ...) and stops once the best distance found
+ * is at most r cells: every vertex not yet seen is farther than that. */
+static float grid_nearest(const vertex_grid *g, const float q[3])
+{
+    int c[3];
+    float best2 = INFINITY;
+    for (int a = 0; a < 3; a++)
+        c[a] = cell_of(q[a], g->cell_m);
+    for (int r = 0; r <= KITCHEN_NN_MAX_RING; r++) {
+        for (int dz = -r; dz <= r; dz++)
+            for (int dy = -r; dy <= r; dy++)
+                for (int dx = -r; dx <= r; dx++) {
+                    if (abs(dx) != r && abs(dy) != r && abs(dz) != r)
+                        continue;
+                    uint64_t key = cell_key(c[0] + dx, c[1] + dy, c[2] + dz);
+                    size_t s = slot_of(key, g->slot_mask);
+                    while (g->slot_key[s] != 0 && g->slot_key[s] != key + 1)
+                        s = (s + 1) & g->slot_mask;
+                    if (g->slot_key[s] == 0)
+                        continue;
+                    for (uint32_t i = 0; i < g->slot_count[s]; i++) {
+                        const float *p = g->pos + 3 * (size_t)g->ids[g->slot_start[s] + i];
+                        float d0 = p[0] - q[0], d1 = p[1] - q[1], d2 = p[2] - q[2];
+                        float d2sum = d0 * d0 + d1 * d1 + d2 * d2;
+                        if (d2sum < best2)
+                            best2 = d2sum;
+                    }
+                }
+        if (sqrtf(best2) <= (float)r * g->cell_m)
+            break;
+    }
+    return sqrtf(best2);
+}
+
+typedef struct {
+    float median_m, p90_m, max_m;
+    size_t unmatched; /* vertices with no vertex of the other mesh near */
+} nn_figures;
+
+/* Distances from each vertex of a to the nearest vertex of b. */
+static nn_figures nearest_figures(const tsdf_mesh *a, const tsdf_mesh *b, float cell_m)
+{
+    vertex_grid g;
+    nn_figures r = {0.0f, 0.0f, 0.0f, 0};
+    float *d = malloc((a->vertex_count + 1) * sizeof *d);
+    assert_non_null(d);
+    assert_true(a->vertex_count > 0);
+    grid_build(&g, b->positions, b->vertex_count, cell_m);
+    for (size_t i = 0; i < a->vertex_count; i++) {
+        d[i] = grid_nearest(&g, a->positions + 3 * i);
+        r.unmatched += isinf(d[i]);
+    }
+    grid_free(&g);
+    qsort(d, a->vertex_count, sizeof *d, cmp_float);
+    r.median_m = d[a->vertex_count / 2];
+    r.p90_m = d[(size_t)(0.9 * (double)(a->vertex_count - 1))];
+    r.max_m = d[a->vertex_count - 1];
+    free(d);
+    return r;
+}
+
+/* The s16 layout (the default) stores the sdf in units of trunc / 32767
+ * and the weight as an integer; f32 stores floats. Fused from the same real
+ * frames with the same parameters, the two meshes must lie within a
+ * millimetre of each other, both ways. The nearest vertex of the other
+ * mesh is an upper bound on the distance to its surface. */
+static void test_kitchen_layouts(void **state)
+{
+    static const tsdf_layout layouts[2] = {TSDF_LAYOUT_F32, TSDF_LAYOUT_S16};
+    tsdf_dataset *ds = NULL;
+    tsdf_dataset_info info;
+    tsdf_volume *v[2];
+    tsdf_mesh mesh[2];
+    uint32_t frames = 0;
+    float voxel_m = voxel_size_m();
+    double t_start = now_s();
+    (void)state;
+    assert_int_equal(tsdf_dataset_open(data_dir, &ds), TSDF_OK);
+    assert_int_equal(tsdf_dataset_get_info(ds, &info), TSDF_OK);
+    const size_t npix = (size_t)info.width * info.height;
+    for (int l = 0; l < 2; l++) {
+        tsdf_volume_params p;
+        tsdf_volume_params_default(&p);
+        p.backend = TSDF_BACKEND_CPU;
+        p.voxel_size_m = voxel_m;
+        p.trunc_vox = KITCHEN_TRUNC_M / voxel_m;
+        p.layout = layouts[l];
+        assert_int_equal(tsdf_volume_create(&p, &v[l]), TSDF_OK);
+    }
+    uint16_t *depth = malloc(npix * sizeof *depth);
+    assert_non_null(depth);
+    for (uint32_t i = 0; i < info.frame_count; i += KITCHEN_LAYOUT_STRIDE) {
+        tsdf_dataset_frame df;
+        tsdf_frame fr;
+        assert_int_equal(tsdf_dataset_load(ds, i, depth, npix, &df), TSDF_OK);
+        tsdf_dataset_frame_to_tsdf(&df, depth, KITCHEN_MIN_DEPTH_M, KITCHEN_MAX_DEPTH_M, &fr);
+        for (int l = 0; l < 2; l++)
+            assert_int_equal(tsdf_volume_integrate(v[l], &fr), TSDF_OK);
+        frames++;
+    }
+    free(depth);
+    for (int l = 0; l < 2; l++) {
+        tsdf_mesh_init(&mesh[l]);
+        assert_int_equal(tsdf_volume_mesh(v[l], NULL, &mesh[l]), TSDF_OK);
+        tsdf_volume_destroy(v[l]);
+    }
+    /* A real kitchen's mesh, not an empty one (see test_kitchen_fusion). */
+    assert_true((double)mesh[0].vertex_count > 5.0 / ((double)voxel_m * voxel_m));
+
+    nn_figures to_f32 = nearest_figures(&mesh[1], &mesh[0], voxel_m);
+    nn_figures to_s16 = nearest_figures(&mesh[0], &mesh[1], voxel_m);
+    printf("layouts: %u frames (1 in %u of %u) at %.0f mm voxels, %.0f mm truncation: "
+           "%zu f32 / %zu s16 vertices\n",
+           frames, KITCHEN_LAYOUT_STRIDE, info.frame_count, 1000.0 * voxel_m,
+           1000.0 * KITCHEN_TRUNC_M, mesh[0].vertex_count, mesh[1].vertex_count);
+    printf("layouts: s16 vertex -> nearest f32 vertex: median %.5f mm, p90 %.5f mm, max %.4f mm, "
+           "%zu beyond %d voxels\n",
+           1000.0 * to_f32.median_m, 1000.0 * to_f32.p90_m, 1000.0 * to_f32.max_m, to_f32.unmatched,
+           KITCHEN_NN_MAX_RING);
+    printf("layouts: f32 vertex -> nearest s16 vertex: median %.5f mm, p90 %.5f mm, max %.4f mm, "
+           "%zu beyond %d voxels; %.1f s in all\n",
+           1000.0 * to_s16.median_m, 1000.0 * to_s16.p90_m, 1000.0 * to_s16.max_m, to_s16.unmatched,
+           KITCHEN_NN_MAX_RING, now_s() - t_start);
+    assert_true(to_f32.median_m <= KITCHEN_LAYOUT_MEDIAN_M);
+    assert_true(to_s16.median_m <= KITCHEN_LAYOUT_MEDIAN_M);
+    tsdf_mesh_fini(&mesh[0]);
+    tsdf_mesh_fini(&mesh[1]);
+    tsdf_dataset_close(ds);
+}
+
 int main(void)
 {
     data_dir = tsdf_test_data_dir();
@@ -239,6 +483,7 @@ int main(void)
         tsdf_test_skip_program("7-Scenes data not found (set TSDF_DATA_DIR)");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kitchen_fusion),
+        cmocka_unit_test(test_kitchen_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,12 +3,14 @@
  * reference backend, on synthetic scenes with exact depth (scenes/tsdf_synth):
  * mesh vertices lie on the true surface, a closed object gives a closed,
  * outward-facing mesh without duplicate vertices, a raycast of the fused
- * volume matches the exact render, and the PLY file reads back.
+ * volume matches the exact render, the f32 and s16 voxel layouts mesh
+ * equally close to the true surface, and the PLY file reads back.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "testutil.h"
 
@@ -594,6 +596,98 @@ static void test_plane_room_mesh(void **state)
     tsdf_volume_destroy(vol);
 }
 
+/* ---- the two voxel layouts ---------------------------------------------------- */
+
+/* The s16 layout (the default) stores the sdf in units of trunc / 32767 and
+ * the weight as an integer frame count; f32 stores both as floats. The
+ * default may be s16 only if that costs no visible accuracy: on each
+ * standard sequence, fused frame for frame into one volume of each layout
+ * with the same parameters, the mean distance of the mesh vertices to the
+ * true surface may differ by at most LAYOUT_MEAN_DIFF_VOX between the two. */
+#define LAYOUT_MEAN_DIFF_VOX 0.01
+
+typedef struct {
+    const char *name;
+    uint32_t width, height;
+    /* Each layout's own mean |sdf| must stay below this, so that the
+     * comparison is between two good meshes. */
+    double mean_bound_vox;
+} layout_case;
+
+static void test_layouts_agree(void **state)
+{
+    /* The sphere and the box at 160 x 120 as in test_sphere_mesh; the room
+     * at 320 x 240 as in test_room_mesh_and_raycast, since at 160 x 120 a
+     * pixel spans 2 cm on its far walls (mean 0.11 voxel there); the plane
+     * at 240 x 180, where a pixel on the far floor is about a voxel (at
+     * 160 x 120 the mean is 0.13 voxel). Integration, not the image size,
+     * sets the time: the room and the plane take about 5 s of CPU each.
+     * The box is small, 50 x 30 x 20 cm, so much of its surface lies near
+     * a convex edge, where projective fusion moves the zero crossing out
+     * by up to trunc / 2 (see vertex_error): its mean is about 0.32 voxel,
+     * hence its looser bound. */
+    static const layout_case cases[] = {
+        {"sphere", 160, 120, 0.1},
+        {"box", 160, 120, 0.5},
+        {"room", 320, 240, 0.1},
+        {"plane", 240, 180, 0.1},
+    };
+    static const tsdf_layout layouts[2] = {TSDF_LAYOUT_F32, TSDF_LAYOUT_S16};
+    (void)state;
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        const layout_case *lc = &cases[c];
+        tsdf_synth_sequence seq;
+        tsdf_volume *vol[2];
+        double mean_vox[2], max_vox[2];
+        size_t vertices[2];
+        float *depth;
+        clock_t t0 = clock();
+        assert_int_equal(tsdf_synth_sequence_init(&seq, lc->name), TSDF_OK);
+        assert_int_equal(tsdf_synth_sequence_set_resolution(&seq, lc->width, lc->height), TSDF_OK);
+        for (int l = 0; l < 2; l++) {
+            tsdf_volume_params p;
+            tsdf_volume_params_default(&p);
+            p.backend = TSDF_BACKEND_CPU;
+            p.voxel_size_m = VOXEL_M;
+            p.initial_capacity_blocks = 4096;
+            p.layout = layouts[l];
+            assert_int_equal(tsdf_volume_create(&p, &vol[l]), TSDF_OK);
+        }
+        depth = malloc((size_t)lc->width * lc->height * sizeof(float));
+        assert_non_null(depth);
+        /* Each frame is rendered once and integrated into both volumes. */
+        for (uint32_t i = 0; i < seq.frame_count; i++) {
+            tsdf_frame f;
+            assert_int_equal(tsdf_synth_sequence_frame(&seq, i, depth, NULL, &f), TSDF_OK);
+            for (int l = 0; l < 2; l++)
+                assert_int_equal(tsdf_volume_integrate(vol[l], &f), TSDF_OK);
+        }
+        free(depth);
+        for (int l = 0; l < 2; l++) {
+            tsdf_mesh m;
+            double max_good_vox;
+            size_t good;
+            tsdf_mesh_init(&m);
+            assert_int_equal(tsdf_volume_mesh(vol[l], NULL, &m), TSDF_OK);
+            assert_true(m.vertex_count > 1000);
+            vertex_error(vol[l], &seq.scene, &m, 0.0f, 0.0f, &mean_vox[l], &max_vox[l],
+                         &max_good_vox, &good);
+            vertices[l] = m.vertex_count;
+            tsdf_mesh_fini(&m);
+            tsdf_volume_destroy(vol[l]);
+        }
+        print_message("layouts, %s (%u frames, %ux%u): |sdf| mean f32 %.5f s16 %.5f voxel, "
+                      "s16 - f32 %+.2e voxel; max f32 %.4f s16 %.4f voxel; "
+                      "%zu / %zu vertices; %.1f s CPU\n",
+                      lc->name, seq.frame_count, lc->width, lc->height, mean_vox[0], mean_vox[1],
+                      mean_vox[1] - mean_vox[0], max_vox[0], max_vox[1], vertices[0], vertices[1],
+                      (double)(clock() - t0) / CLOCKS_PER_SEC);
+        assert_true(mean_vox[0] <= lc->mean_bound_vox);
+        assert_true(mean_vox[1] <= lc->mean_bound_vox);
+        assert_true(fabs(mean_vox[1] - mean_vox[0]) <= LAYOUT_MEAN_DIFF_VOX);
+    }
+}
+
 /* ---- PLY ---------------------------------------------------------------------- */
 
 static void test_ply_roundtrip(void **state)
@@ -676,6 +770,7 @@ int main(void)
         cmocka_unit_test(test_sphere_mesh),
         cmocka_unit_test(test_room_mesh_and_raycast),
         cmocka_unit_test(test_plane_room_mesh),
+        cmocka_unit_test(test_layouts_agree),
         cmocka_unit_test(test_ply_roundtrip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
