@@ -1,0 +1,10 @@
+# Tests of the live view (issue #12): the per-map ring of sensor poses, and
+# further down the view's encodings and the page in a real headless
+# Chromium against a daemon fed with the demo scene.
+if(NOT TARGET tsdfd_core)
+  message(WARNING "tests/live.cmake: no tsdfd_core target; the live view tests are not built")
+  return()
+endif()
+
+tsdf_add_test(NAME pose_ring SOURCES test_pose_ring.c LIBS tsdfd_core Threads::Threads
+  LABELS live TIMEOUT 60)
