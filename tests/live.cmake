@@ -8,3 +8,5 @@ endif()
 
 tsdf_add_test(NAME pose_ring SOURCES test_pose_ring.c LIBS tsdfd_core Threads::Threads
   LABELS live TIMEOUT 60)
+tsdf_add_test(NAME view_mesh SOURCES test_view_mesh.c LIBS tsdfd_core tsdf_scenes
+  LABELS live TIMEOUT 60)
