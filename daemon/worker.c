@@ -302,6 +302,7 @@ static int run_mesh(dmap *m, worker_job *j)
     p.use_box = j->req.u.mesh.use_box;
     p.box = j->req.u.mesh.box;
     p.since_version = j->req.u.mesh.since_version;
+    p.by_block = j->mesh_by_block;
     int rc = tsdf_volume_mesh(m->vol, &p, &j->mesh);
     if (rc == TSDF_OK)
         rc = tsdf_volume_sync(m->vol);

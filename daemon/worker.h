@@ -75,6 +75,7 @@ typedef struct {
 typedef struct worker_job {
     job_kind kind;
     tsdf_request req;    /* the decoded request (frame payloads point into msg) */
+    int mesh_by_block;   /* JOB_MESH: one part per block (the live view; not on the wire) */
     nng_msg *msg;        /* owned: the message req's payloads point into, or NULL */
     void *depth_aligned; /* owned: the aligned (decoded or copied) depth, or NULL */
     uint32_t sensor;     /* dstats sensor index (frames) */
