@@ -10,3 +10,4 @@ tsdf_add_test(NAME pose_ring SOURCES test_pose_ring.c LIBS tsdfd_core Threads::T
   LABELS live TIMEOUT 60)
 tsdf_add_test(NAME view_mesh SOURCES test_view_mesh.c LIBS tsdfd_core tsdf_scenes
   LABELS live TIMEOUT 60)
+tsdf_add_test(NAME json_out SOURCES test_json_out.c LIBS tsdfd_core LABELS live TIMEOUT 60)
