@@ -185,3 +185,27 @@ void json_bool(json_out *j, int v)
     item(j);
     put(j, v ? "true" : "false", v ? 4 : 5);
 }
+
+void json_kv_string(json_out *j, const char *key, const char *s)
+{
+    json_key(j, key);
+    json_string(j, s);
+}
+
+void json_kv_u64(json_out *j, const char *key, uint64_t v)
+{
+    json_key(j, key);
+    json_u64(j, v);
+}
+
+void json_kv_double(json_out *j, const char *key, double v)
+{
+    json_key(j, key);
+    json_double(j, v);
+}
+
+void json_kv_bool(json_out *j, const char *key, int v)
+{
+    json_key(j, key);
+    json_bool(j, v);
+}

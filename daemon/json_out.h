@@ -61,6 +61,12 @@ void json_i64(json_out *j, int64_t v);
 void json_double(json_out *j, double v);
 void json_bool(json_out *j, int v);
 
+/* A key and its value in one call, for the long flat objects of the view. */
+void json_kv_string(json_out *j, const char *key, const char *s);
+void json_kv_u64(json_out *j, const char *key, uint64_t v);
+void json_kv_double(json_out *j, const char *key, double v);
+void json_kv_bool(json_out *j, const char *key, int v);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,10 +18,8 @@ static void test_nesting_and_commas(void **state)
     json_key(&j, "maps");
     json_begin_array(&j);
     json_begin_object(&j);
-    json_key(&j, "name");
-    json_string(&j, "default");
-    json_key(&j, "blocks");
-    json_u64(&j, 18446744073709551615ull);
+    json_kv_string(&j, "name", "default");
+    json_kv_u64(&j, "blocks", 18446744073709551615ull);
     json_key(&j, "t");
     json_i64(&j, -3);
     json_end_object(&j);
@@ -31,10 +29,12 @@ static void test_nesting_and_commas(void **state)
     json_end_array(&j);
     json_key(&j, "ok");
     json_bool(&j, 1);
+    json_kv_double(&j, "x", -1.5);
+    json_kv_bool(&j, "no", 0);
     json_end_object(&j);
     assert_int_equal(json_error(&j), TSDF_OK);
     assert_string_equal(j.data, "{\"maps\":[{\"name\":\"default\",\"blocks\":18446744073709551615,"
-                                "\"t\":-3},[],0.25],\"ok\":true}");
+                                "\"t\":-3},[],0.25],\"ok\":true,\"x\":-1.5,\"no\":false}");
     size_t len = 0;
     char *text = json_take(&j, &len);
     assert_non_null(text);
