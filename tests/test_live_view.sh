@@ -122,12 +122,20 @@ code=$(curl -sS --path-as-is -o /dev/null -w '%{http_code}' "$url/../../etc/pass
 
 # ---- the page in Chromium --------------------------------------------------
 page="$url/#eye=3.2,-3.2,3.0&target=0,0,0.3"
-# Before each page load, a pause: the jobs of the page before (or of the
-# curl checks) end and their duty-cycle pauses lapse. Chromium's virtual
-# time runs the page's retry waits in no real time at all, so a page that
-# met 503 at its start could spend its whole budget retrying.
+# Before each page load, the view must be idle: the jobs of the page before
+# (or of the curl checks) ended and their duty-cycle pauses lapsed.
+# Chromium's virtual time runs the page's retry waits in no real time at
+# all, so a page that met 503 at its start could spend its whole budget
+# retrying (on a loaded machine the last page's raycast can still run).
+wait_idle() {
+    for _ in $(seq 1 100); do
+        sleep 0.2
+        curl -fsS "$url/api/maps?client=idle$RANDOM" 2>/dev/null | grep -q '"jobs_running":0' && break
+    done
+    sleep 1
+}
 check_page() { # label
-    sleep 1.5
+    wait_idle
     chrome --virtual-time-budget=6000 --dump-dom "$page" > "$tmp/dom.html" 2> "$tmp/chrome.err"
     status=$(grep -o '<span id="status"[^>]*>[^<]*' "$tmp/dom.html")
     echo "page status ($1): ${status#*data-errors}"
@@ -142,7 +150,7 @@ check_page() { # label
         *) ok "a mesh reached the page ($1)" ;; esac
 }
 shot() { # file
-    sleep 1.5
+    wait_idle
     chrome --virtual-time-budget=6000 --screenshot="$1" "$page" 2>> "$tmp/chrome.err" >/dev/null
     [ -s "$1" ] || { fail "no screenshot $1"; echo "0 1"; return; }
     # The 3D view is right of the 340 px side panel, below the 40 px header.
