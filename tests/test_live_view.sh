@@ -122,17 +122,21 @@ code=$(curl -sS --path-as-is -o /dev/null -w '%{http_code}' "$url/../../etc/pass
 
 # ---- the page in Chromium --------------------------------------------------
 page="$url/#eye=3.2,-3.2,3.0&target=0,0,0.3"
-# Before each page load, the view must be idle: the jobs of the page before
-# (or of the curl checks) ended and their duty-cycle pauses lapsed.
-# Chromium's virtual time runs the page's retry waits in no real time at
-# all, so a page that met 503 at its start could spend its whole budget
-# retrying (on a loaded machine the last page's raycast can still run).
+# Before each page load, the map must take view jobs again: the jobs of
+# the page before (or of the curl checks) ended and their duty-cycle
+# pauses lapsed (on a loaded machine a raycast can take a second, and its
+# pause four). Chromium's virtual time runs the page's retry waits in no
+# real time at all, so a page that met 503 at its start could spend its
+# whole budget retrying. An empty mesh (since a version still to come) is
+# the probe: it is admitted exactly when the page's first mesh would be.
 wait_idle() {
     for _ in $(seq 1 100); do
+        code=$(curl -sS -o /dev/null -w '%{http_code}' \
+            "$url/api/mesh?map=default&since=4000000000&client=idle$RANDOM")
+        [ "$code" = 200 ] && break
         sleep 0.2
-        curl -fsS "$url/api/maps?client=idle$RANDOM" 2>/dev/null | grep -q '"jobs_running":0' && break
     done
-    sleep 1
+    sleep 0.3
 }
 check_page() { # label
     wait_idle

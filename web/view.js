@@ -326,6 +326,9 @@ function cameraParams() {
 async function raycastLoop() {
   const img = document.getElementById('raycast');
   let lastUrl = null;
+  // The first mesh goes first: a raycast would hold the map's share of
+  // the worker while the page has nothing to show yet.
+  while (meshUpdates === 0) await sleep(intervalMs);
   for (;;) {
     try {
       if (chosenMap && document.getElementById('ray-on').checked) {
