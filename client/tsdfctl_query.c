@@ -11,6 +11,7 @@
 #include "tsdfctl.h"
 #include "tsdf_dataset.h"
 #include "tsdf_png.h"
+#include "tsdf_shade.h"
 #include "tsdf_pose.h"
 
 static const char mesh_help[] =
@@ -129,39 +130,6 @@ static const char raycast_help[] =
     "  --map NAME           (default \"default\")\n"
     "  --color              write the fused colour instead of shading (a map without\n"
     "                       colour gets shading and a warning)\n";
-
-static void shade(const float *depth, const float *normals, const float T[16], uint32_t w,
-                  uint32_t h, const tsdf_intrinsics *K, uint8_t *rgb)
-{
-    for (uint32_t v = 0; v < h; v++) {
-        for (uint32_t u = 0; u < w; u++) {
-            size_t i = (size_t)v * w + u;
-            const float *n = normals + 3 * i;
-            uint8_t *px = rgb + 3 * i;
-            if (!isfinite(depth[i]) || !isfinite(n[0])) {
-                px[0] = 32, px[1] = 32, px[2] = 40; /* background */
-                continue;
-            }
-            /* The viewing ray in the world; a headlight at the camera gives
-             * Lambertian shading, and the normal's direction tints it so that
-             * surfaces of different orientation stay distinguishable. */
-            float rc[3] = {((float)u - K->cx) / K->fx, ((float)v - K->cy) / K->fy, 1.0f};
-            float rw[3];
-            for (int r = 0; r < 3; r++)
-                rw[r] = T[4 * r] * rc[0] + T[4 * r + 1] * rc[1] + T[4 * r + 2] * rc[2];
-            float len = sqrtf(rw[0] * rw[0] + rw[1] * rw[1] + rw[2] * rw[2]);
-            float lambert = -(n[0] * rw[0] + n[1] * rw[1] + n[2] * rw[2]) / len;
-            if (lambert < 0)
-                lambert = 0;
-            float I = 0.15f + 0.85f * lambert;
-            for (int k = 0; k < 3; k++) {
-                float tint = 0.75f + 0.25f * n[k];
-                float val = 255.0f * I * tint;
-                px[k] = (uint8_t)(val > 255.0f ? 255.0f : val);
-            }
-        }
-    }
-}
 
 int ctl_raycast(const global_opts *g, int argc, char **argv)
 {
@@ -283,7 +251,7 @@ int ctl_raycast(const global_opts *g, int argc, char **argv)
     if (color && has_rgb)
         memcpy(img, rgb, px * 3);
     else
-        shade(depth, normals, p.T_world_cam, p.width, p.height, &p.K, img);
+        tsdf_shade_surface(depth, normals, p.T_world_cam, &p.K, p.width, p.height, img);
     rc = tsdf_png_write_rgb8(out, img, p.width, p.height);
     if (rc != TSDF_OK) {
         fprintf(stderr, "tsdfctl: raycast: cannot write %s: %s\n", out, tsdf_strerror(rc));

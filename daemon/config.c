@@ -114,6 +114,10 @@ static const key_def cfg_keys[] = {
     {"metrics", "enabled", KEY_BOOL, OFF(metrics_enabled), 0, 0, 0, 0},
     {"metrics", "host", KEY_STRING, OFF(metrics_host), 0, 0, 0, SZ(metrics_host)},
     {"metrics", "port", KEY_U32, OFF(metrics_port), 1, 65535, 0, 0},
+    {"metrics", "view", KEY_BOOL, OFF(view_enabled), 0, 0, 0, 0},
+    {"metrics", "web_dir", KEY_OPTSTRING, OFF(web_dir), 0, 0, 0, SZ(web_dir)},
+    {"metrics", "three_dir", KEY_STRING, OFF(three_dir), 0, 0, 0, SZ(three_dir)},
+    {"metrics", "view_interval_ms", KEY_U32, OFF(view_interval_ms), 10, 60000, 0, 0},
 
     {"log", "level", KEY_LOG_LEVEL, OFF(log_level), 0, 0, 0, 0},
     {"log", "stats_period_s", KEY_U32, OFF(stats_period_s), 0, 86400, 0, 0},
@@ -198,10 +202,21 @@ void cfg_defaults(tsdfd_config *c)
     c->metrics_enabled = 1;
     snprintf(c->metrics_host, sizeof c->metrics_host, "127.0.0.1");
     c->metrics_port = 9464;
+    /* The live view is read-only and served under the metrics endpoint's
+     * address; its page is installed with the daemon and three.js comes
+     * from Debian's libjs-three, so it never needs the network. */
+    c->view_enabled = 1;
+    snprintf(c->three_dir, sizeof c->three_dir, "/usr/share/javascript/three");
+    c->view_interval_ms = 250;
 
     c->log_level = TSDF_LOG_INFO;
     c->stats_period_s = 60;
     c->latency_window = 1024;
+}
+
+const char *cfg_web_dir(const tsdfd_config *c)
+{
+    return c->web_dir[0] != '\0' ? c->web_dir : TSDFD_WEB_DIR;
 }
 
 const char *cfg_policy_name(cfg_queue_policy p)

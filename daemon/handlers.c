@@ -360,28 +360,22 @@ static void query_done(daemon_ctx *d, dmap *m, job_kind kind)
     atomic_fetch_sub(&d->queries_waiting_kind[kind], 1);
 }
 
-static int run_admitted_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request *req,
-                              tsdf_reply *rep, worker_job **jp)
+/* Queues query job j on m and waits up to timeout_ms for it. On TSDF_OK
+ * the caller owns j again; otherwise rep holds the error reply and j is
+ * gone (freed here, or the worker's to free after a timeout). */
+static int run_admitted_job(daemon_ctx *d, dmap *m, worker_job *j, uint32_t timeout_ms,
+                            tsdf_reply *rep)
 {
-    worker_job *j = job_new(kind, 1);
-    int rc;
-
-    if (j == NULL) {
-        set_error(rep, TSDF_ENOMEM, NULL);
-        return TSDF_ENOMEM;
-    }
-    if (req != NULL)
-        j->req = *req;
-    rc = queue_push_query(&m->queue, j);
+    int rc = queue_push_query(&m->queue, j);
     if (rc != TSDF_OK) {
         job_free(j);
         tsdf_reply_set_error(rep, rc, "map '%s': %s", m->name, tsdf_strerror(rc));
         return rc;
     }
-    rc = job_wait(j, (int)d->cfg->request_timeout_ms);
+    rc = job_wait(j, (int)timeout_ms);
     if (rc != TSDF_OK) {
         tsdf_reply_set_error(rep, TSDF_ETIMEOUT, "map '%s': no result within %u ms", m->name,
-                             d->cfg->request_timeout_ms);
+                             timeout_ms);
         return TSDF_ETIMEOUT;
     }
     if (j->status != TSDF_OK) {
@@ -390,19 +384,36 @@ static int run_admitted_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_
         job_free(j);
         return rc;
     }
-    *jp = j;
     return TSDF_OK;
+}
+
+int handlers_run_job(daemon_ctx *d, dmap *m, worker_job *j, uint32_t timeout_ms, tsdf_reply *rep)
+{
+    int rc = query_admit(d, m, j->kind, rep);
+    if (rc != TSDF_OK) {
+        job_free(j);
+        return rc;
+    }
+    job_kind kind = j->kind; /* j may be gone when the wait returns */
+    rc = run_admitted_job(d, m, j, timeout_ms, rep);
+    query_done(d, m, kind);
+    return rc;
 }
 
 int handlers_run_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request *req,
                        tsdf_reply *rep, worker_job **jp)
 {
     *jp = NULL;
-    int rc = query_admit(d, m, kind, rep);
-    if (rc != TSDF_OK)
-        return rc;
-    rc = run_admitted_query(d, m, kind, req, rep, jp);
-    query_done(d, m, kind);
+    worker_job *j = job_new(kind, 1);
+    if (j == NULL) {
+        set_error(rep, TSDF_ENOMEM, NULL);
+        return TSDF_ENOMEM;
+    }
+    if (req != NULL)
+        j->req = *req;
+    int rc = handlers_run_job(d, m, j, d->cfg->request_timeout_ms, rep);
+    if (rc == TSDF_OK)
+        *jp = j;
     return rc;
 }
 

@@ -20,6 +20,13 @@
 int handlers_run_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request *req,
                        tsdf_reply *rep, worker_job **jp);
 
+/* The same for a job the caller made (job_new(kind, 1)) and filled, for
+ * queries that have no wire request (the live view's meshes by block):
+ * the same admission, waiting up to timeout_ms. Takes j: on TSDF_OK the
+ * caller owns it again, with its results; otherwise rep holds the error
+ * reply and j is gone (freed, or the worker's to free after a timeout). */
+int handlers_run_job(daemon_ctx *d, dmap *m, worker_job *j, uint32_t timeout_ms, tsdf_reply *rep);
+
 /* The stats request: the daemon's counters, and the engine's of req->map
  * when it names a map (stats_reply.c). */
 void handlers_do_stats(daemon_ctx *d, const tsdf_request *req, tsdf_reply *rep);

@@ -3,7 +3,8 @@
  * shutdown.
  *
  * Threads: the main thread runs the libuv loop (signals, the cron timer,
- * the watchdog, the /metrics server, autosave hand-off); the server's
+ * the watchdog, the /metrics server and the live view, autosave and view
+ * hand-off); the server's
  * threads receive and answer messages; one worker per map integrates. The
  * loop never blocks on a map: autosave runs on libuv's thread pool
  * (uv_queue_work) and other threads reach the loop through a uv_async.
@@ -26,6 +27,7 @@
 #include "config.h"
 #include "dstats.h"
 #include "handlers.h"
+#include "live_view.h"
 #include "log.h"
 #include "maps.h"
 #include "metrics_http.h"
@@ -65,6 +67,7 @@ typedef struct {
     int autosave_rc;
     char autosave_path[PATH_MAX];
     metrics_http *metrics;
+    live_view *view; /* the page and its data on the metrics endpoint */
     uint64_t cron_loops;
     int stopping;
     int exit_code;
@@ -240,6 +243,17 @@ static int start_loop_handles(tsdfd_main *m)
             return rc;
         }
     }
+    if (m->metrics != NULL && m->cfg.view_enabled) {
+        int rc = live_view_create(loop, &m->d, &m->view);
+        if (rc != TSDF_OK)
+            return rc;
+        metrics_http_set_route(m->metrics, live_view_route, m->view);
+        const char *h = m->cfg.metrics_host;
+        int v6 = strchr(h, ':') != NULL;
+        TSDF_LOG(TSDF_LOG_INFO, "view: open http://%s%s%s:%d/ in a browser (page from %s)",
+                 v6 ? "[" : "", strcmp(h, "0.0.0.0") == 0 || strcmp(h, "::") == 0 ? "127.0.0.1" : h,
+                 v6 ? "]" : "", metrics_http_port(m->metrics), cfg_web_dir(&m->cfg));
+    }
     return TSDF_OK;
 }
 
@@ -351,8 +365,10 @@ fail_handles:
     if (m.metrics != NULL)
         metrics_http_stop(m.metrics);
     uv_walk(&m.loop, close_walk, NULL);
-    /* Let the closes (and a running autosave) finish. */
+    /* Let the closes (and a running autosave, and the view's work on the
+     * thread pool) finish. */
     uv_run(&m.loop, UV_RUN_DEFAULT);
+    live_view_destroy(m.view);
     if (m.srv != NULL)
         server_stop(m.srv);
 fail_maps:

@@ -58,6 +58,9 @@ static int map_create_locked(map_registry *r, const char *name, const tsdf_volum
         goto fail_stats;
     }
     tsdf_volume_get_stats(m->vol, &m->cached_stats);
+    rc = pose_ring_init(&m->poses);
+    if (rc != TSDF_OK)
+        goto fail_poses;
     rc = queue_init(&m->queue, cfg->queue_length, query_capacity(cfg),
                     cfg->queue_policy == CFG_POLICY_DROP_OLDEST ? QUEUE_DROP_OLDEST : QUEUE_BLOCK);
     if (rc != TSDF_OK)
@@ -80,6 +83,8 @@ static int map_create_locked(map_registry *r, const char *name, const tsdf_volum
 fail_worker:
     queue_fini(&m->queue);
 fail_queue:
+    pose_ring_fini(&m->poses);
+fail_poses:
     pthread_mutex_destroy(&m->stats_lock);
 fail_stats:
     atomic_fetch_sub(&r->vbudget.used_bytes, m->published_bytes);
@@ -306,6 +311,7 @@ static void map_free(dmap *m)
      * in its last snapshot, and the next start empties the store anyway. */
     evict_close(m, atomic_load(&m->deleting));
     queue_fini(&m->queue);
+    pose_ring_fini(&m->poses);
     pthread_mutex_destroy(&m->stats_lock);
     free(m);
 }

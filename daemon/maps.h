@@ -25,6 +25,7 @@
 
 #include "config.h"
 #include "dstats.h"
+#include "pose_ring.h"
 #include "queue.h"
 #include "tsdf_proto.h"
 #include "tsdf_volume.h"
@@ -66,6 +67,9 @@ typedef struct dmap {
     tsdf_volume_stats cached_stats;
     int64_t frame_stats_at_ns; /* CLOCK_MONOTONIC of the last refresh after a frame; worker only */
     int stats_stale;           /* a frame ran since that refresh; worker only */
+    /* The poses of the frames integrated, per sensor (recorded by the
+     * worker, read by the live view; cleared by a reset or an import). */
+    pose_ring poses;
     /* The volume memory budget (volume_budget below); worker only once the
      * worker runs. */
     uint64_t own_cap_bytes;   /* [volume] memory_cap_mb: this map's own cap; 0 = none */

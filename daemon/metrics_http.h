@@ -4,9 +4,20 @@
  * Serves GET /metrics (a query string is ignored) with the text the render
  * callback builds, as `Content-Type: text/plain; version=0.0.4`, and closes
  * the connection after every response (no keep-alive: a scrape every few
- * seconds does not need it, and it keeps the server small). Other paths get
- * 404, other methods 405 (with `Allow: GET`), malformed requests 400, and a
- * request head larger than the limit 431.
+ * seconds does not need it, and it keeps the server small). Other paths go
+ * to the route callback when one is set (metrics_http_set_route: the live
+ * view, live_view.h), else get 404; other methods get 405 (with `Allow:
+ * GET`), malformed requests 400, and a request head larger than the limit
+ * 431.
+ *
+ * Routes may answer later: the route callback gets a metrics_http_req and
+ * answers it exactly once with metrics_http_reply (now, or later from the
+ * loop thread, e.g. in a uv_queue_work completion). Until then the request
+ * is not read further and its deadline is pending_timeout_ms (15 s); past
+ * that the client gets 504 and the late reply is dropped. The handle stays
+ * valid until the route replies, also after a timeout or a stop, so that
+ * the route never holds a dangling pointer; the server is freed only once
+ * every route has replied.
  *
  * Bounded: a request head may be at most max_request_bytes (8 KiB by
  * default); at most max_connections (16) are open at once; a connection that
@@ -47,6 +58,7 @@ extern "C" {
 #define METRICS_HTTP_MAX_CONNECTIONS 16u
 #define METRICS_HTTP_TIMEOUT_MS 5000u
 #define METRICS_HTTP_EVICT_AFTER_MS 100u
+#define METRICS_HTTP_PENDING_TIMEOUT_MS 15000u
 
 /* Fills *out with the text of one scrape. Returns TSDF_OK, or an error
  * code: the client then gets 500 and the error is logged. A prom_buf
@@ -55,11 +67,20 @@ typedef int (*metrics_render_fn)(void *arg, prom_buf *out);
 
 typedef struct metrics_http metrics_http;
 
+/* A request handed to the route callback, valid until it is answered. */
+typedef struct metrics_http_req metrics_http_req;
+
+/* Called on the loop thread for every GET whose path is not /metrics. It
+ * must answer req exactly once (metrics_http_reply or _reply_owned), before
+ * it returns or later on the loop thread. */
+typedef void (*metrics_route_fn)(void *arg, metrics_http_req *req);
+
 typedef struct {
-    uint32_t max_request_bytes; /* 0: METRICS_HTTP_MAX_REQUEST_BYTES */
-    uint32_t max_connections;   /* 0: METRICS_HTTP_MAX_CONNECTIONS */
-    uint32_t timeout_ms;        /* 0: METRICS_HTTP_TIMEOUT_MS */
-    uint32_t evict_after_ms;    /* 0: METRICS_HTTP_EVICT_AFTER_MS */
+    uint32_t max_request_bytes;  /* 0: METRICS_HTTP_MAX_REQUEST_BYTES */
+    uint32_t max_connections;    /* 0: METRICS_HTTP_MAX_CONNECTIONS */
+    uint32_t timeout_ms;         /* 0: METRICS_HTTP_TIMEOUT_MS */
+    uint32_t evict_after_ms;     /* 0: METRICS_HTTP_EVICT_AFTER_MS */
+    uint32_t pending_timeout_ms; /* 0: METRICS_HTTP_PENDING_TIMEOUT_MS */
 } metrics_http_limits;
 
 /* Counters of the server itself (for the daemon's own metrics). */
@@ -88,8 +109,37 @@ int metrics_http_start_ex(uv_loop_t *loop, const char *host, int port,
                           const metrics_http_limits *limits, metrics_render_fn render, void *arg,
                           metrics_http **out);
 
+/* Sends every path but /metrics to route(arg, req) from now on (NULL:
+ * 404 again). Loop thread. */
+void metrics_http_set_route(metrics_http *m, metrics_route_fn route, void *arg);
+
+/* The request's path ("/api/maps", percent-escapes as sent) and query (the
+ * text after '?', "" when none); valid until the reply. */
+const char *metrics_http_req_path(const metrics_http_req *r);
+const char *metrics_http_req_query(const metrics_http_req *r);
+
+/* The peer's address as text ("127.0.0.1", "::1"; "?" when unknown), and
+ * 1 when it is a loopback address (127.0.0.0/8, ::1, ::ffff:127.x.y.z). */
+const char *metrics_http_req_peer(const metrics_http_req *r);
+int metrics_http_req_peer_is_loopback(const metrics_http_req *r);
+
+/* 1 when the client will not read a reply any more (it timed out with 504,
+ * or the server stopped): a route may skip its work, but must still reply. */
+int metrics_http_req_gone(const metrics_http_req *r);
+
+/* Answers r with status code, Content-Type content_type, extra_headers
+ * (complete "Name: value\r\n" lines, or NULL) and len bytes of body. The
+ * plain form copies body; the owned form takes body (malloc'ed, or NULL
+ * for none) and frees it, also when the reply is dropped. r is invalid
+ * afterwards. Loop thread. */
+void metrics_http_reply(metrics_http_req *r, int code, const char *content_type,
+                        const char *extra_headers, const void *body, size_t len);
+void metrics_http_reply_owned(metrics_http_req *r, int code, const char *content_type,
+                              const char *extra_headers, void *body, size_t len);
+
 /* Stops listening, closes every open connection, and frees m when the
- * loop has run the close callbacks. NULL is a no-op. */
+ * loop has run the close callbacks and every pending route has replied.
+ * NULL is a no-op. */
 void metrics_http_stop(metrics_http *m);
 
 /* The port actually bound (useful after asking for port 0), or -1. */

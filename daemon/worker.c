@@ -269,8 +269,12 @@ static void run_frame(dmap *m, worker_job *j)
     maps_publish_memory(m);
     double ms = (double)(worker_now_ns() - t0) / 1e6;
     if (rc == TSDF_OK) {
+        const tsdf_req_frame *rf = &j->req.u.frame;
+        char sensor[DS_SENSOR_NAME_LEN];
         lat_window_add(&ds->lat_integrate, ms);
         atomic_fetch_add(&m->frames_done, 1);
+        dstats_sensor_name(&rf->sensor, sensor, sizeof sensor);
+        pose_ring_record(&m->poses, sensor, &rf->frame, rf->seq, rf->stamp_ns, worker_now_ns());
     } else {
         int budget = rc == TSDF_ECAPACITY && by_budget;
         if (budget)
@@ -453,8 +457,12 @@ static void run_query(dmap *m, worker_job *j)
         break;
     case JOB_RESET:
         rc = tsdf_volume_reset(m->vol);
-        if (rc == TSDF_OK)
+        /* Nothing is spilled any more, and the cameras' paths belong to
+         * the map that was dropped. */
+        if (rc == TSDF_OK) {
             evict_reset(m);
+            pose_ring_clear(&m->poses);
+        }
         break;
     case JOB_EXPORT:
         rc = tsdf_volume_sync(m->vol);
@@ -470,6 +478,8 @@ static void run_query(dmap *m, worker_job *j)
         break;
     case JOB_IMPORT:
         rc = run_import(m, j);
+        if (rc == TSDF_OK)
+            pose_ring_clear(&m->poses);
         break;
     default:
         rc = TSDF_EINTERNAL;

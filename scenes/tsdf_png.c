@@ -168,7 +168,77 @@ int tsdf_png_read_gray16(const char *path, uint16_t *pixels, size_t capacity_pix
     return png_read_any(path, pixels, capacity_pixels, width, height, NULL, NULL);
 }
 
-/* The shared writer: bit_depth 16 gray (samples in host order) or 8 RGB. */
+/* A growing buffer libpng writes into (tsdf_png_encode_rgb8). */
+typedef struct {
+    uint8_t *data;
+    size_t len, cap;
+} png_membuf;
+
+static void png_mem_write(png_structp png, png_bytep bytes, png_size_t n)
+{
+    png_membuf *b = png_get_io_ptr(png);
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 65536;
+        while (cap < b->len + n)
+            cap *= 2;
+        uint8_t *p = realloc(b->data, cap);
+        if (!p)
+            png_error(png, "out of memory");
+        b->data = p;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, bytes, n);
+    b->len += n;
+}
+
+static void png_mem_flush(png_structp png)
+{
+    (void)png;
+}
+
+/* The shared encoder: bit_depth 16 gray (samples in host order) or 8 RGB,
+ * into fp or, when fp is NULL, into mem. TSDF_EIO when the file failed,
+ * TSDF_EFORMAT or TSDF_ENOMEM otherwise. */
+static int png_encode(const void *data, uint32_t width, uint32_t height, int bit_depth,
+                      int color_type, size_t row_bytes, FILE *fp, png_membuf *mem)
+{
+    png_structp png =
+        png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, png_silent_error, png_silent_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!info) {
+        png_destroy_write_struct(png ? &png : NULL, NULL);
+        return TSDF_ENOMEM;
+    }
+    png_bytep *volatile rows = malloc(sizeof(png_bytep) * height);
+    if (!rows) {
+        png_destroy_write_struct(&png, &info);
+        return TSDF_ENOMEM;
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        int rc = fp ? (ferror(fp) ? TSDF_EIO : TSDF_EFORMAT) : TSDF_ENOMEM;
+        free(rows);
+        png_destroy_write_struct(&png, &info);
+        return rc;
+    }
+    for (uint32_t y = 0; y < height; y++)
+        rows[y] = (png_bytep)data + (size_t)y * row_bytes;
+    if (fp)
+        png_init_io(png, fp);
+    else
+        png_set_write_fn(png, mem, png_mem_write, png_mem_flush);
+    png_set_IHDR(png, info, width, height, bit_depth, color_type, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    if (bit_depth == 16 && host_is_little_endian())
+        png_set_swap(png);
+    png_write_image(png, rows);
+    png_write_end(png, NULL);
+    free(rows);
+    png_destroy_write_struct(&png, &info);
+    return TSDF_OK;
+}
+
+/* The shared file writer; a failed write removes the partial file. */
 static int png_write_any(const char *path, const void *data, uint32_t width, uint32_t height,
                          int bit_depth, int color_type, size_t row_bytes)
 {
@@ -180,48 +250,13 @@ static int png_write_any(const char *path, const void *data, uint32_t width, uin
     FILE *fp = fopen(path, "wb");
     if (!fp)
         return errno == ENOENT || errno == ENOTDIR ? TSDF_ENOT_FOUND : TSDF_EIO;
-    png_structp png =
-        png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, png_silent_error, png_silent_warning);
-    png_infop info = png ? png_create_info_struct(png) : NULL;
-    if (!info) {
-        png_destroy_write_struct(png ? &png : NULL, NULL);
-        fclose(fp);
-        remove(path);
-        return TSDF_ENOMEM;
-    }
-    png_bytep *volatile rows = malloc(sizeof(png_bytep) * height);
-    if (!rows) {
-        png_destroy_write_struct(&png, &info);
-        fclose(fp);
-        remove(path);
-        return TSDF_ENOMEM;
-    }
-    if (setjmp(png_jmpbuf(png))) {
-        rc = ferror(fp) ? TSDF_EIO : TSDF_EFORMAT;
-        free(rows);
-        png_destroy_write_struct(&png, &info);
-        fclose(fp);
-        remove(path);
-        return rc;
-    }
-    for (uint32_t y = 0; y < height; y++)
-        rows[y] = (png_bytep)data + (size_t)y * row_bytes;
-    png_init_io(png, fp);
-    png_set_IHDR(png, info, width, height, bit_depth, color_type, PNG_INTERLACE_NONE,
-                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_write_info(png, info);
-    if (bit_depth == 16 && host_is_little_endian())
-        png_set_swap(png);
-    png_write_image(png, rows);
-    png_write_end(png, NULL);
-    free(rows);
-    png_destroy_write_struct(&png, &info);
+    rc = png_encode(data, width, height, bit_depth, color_type, row_bytes, fp, NULL);
     /* A full disk may only show when the buffered tail is flushed. */
-    if (fclose(fp) != 0) {
+    if (fclose(fp) != 0 && rc == TSDF_OK)
+        rc = TSDF_EIO;
+    if (rc != TSDF_OK)
         remove(path);
-        return TSDF_EIO;
-    }
-    return TSDF_OK;
+    return rc;
 }
 
 int tsdf_png_write_gray16(const char *path, const uint16_t *pixels, uint32_t width, uint32_t height)
@@ -232,4 +267,25 @@ int tsdf_png_write_gray16(const char *path, const uint16_t *pixels, uint32_t wid
 int tsdf_png_write_rgb8(const char *path, const uint8_t *rgb, uint32_t width, uint32_t height)
 {
     return png_write_any(path, rgb, width, height, 8, PNG_COLOR_TYPE_RGB, (size_t)width * 3);
+}
+
+int tsdf_png_encode_rgb8(const uint8_t *rgb, uint32_t width, uint32_t height, uint8_t **out,
+                         size_t *out_len)
+{
+    if (!rgb || !out || !out_len)
+        return TSDF_EINVAL;
+    *out = NULL;
+    *out_len = 0;
+    int rc = png_size_check(width, height);
+    if (rc != TSDF_OK)
+        return rc;
+    png_membuf mem = {NULL, 0, 0};
+    rc = png_encode(rgb, width, height, 8, PNG_COLOR_TYPE_RGB, (size_t)width * 3, NULL, &mem);
+    if (rc != TSDF_OK) {
+        free(mem.data);
+        return rc;
+    }
+    *out = mem.data;
+    *out_len = mem.len;
+    return TSDF_OK;
 }

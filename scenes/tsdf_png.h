@@ -52,6 +52,11 @@ int tsdf_png_write_gray16(const char *path, const uint16_t *pixels, uint32_t wid
 /* Writes rgb (width*height*3 bytes, row-major RGB) as an 8-bit RGB PNG. */
 int tsdf_png_write_rgb8(const char *path, const uint8_t *rgb, uint32_t width, uint32_t height);
 
+/* The same PNG into memory: *out (malloc'ed; the caller frees it) of
+ * *out_len bytes. For servers that answer with an image (the live view). */
+int tsdf_png_encode_rgb8(const uint8_t *rgb, uint32_t width, uint32_t height, uint8_t **out,
+                         size_t *out_len);
+
 #ifdef __cplusplus
 }
 #endif

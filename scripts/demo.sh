@@ -7,8 +7,9 @@
 # streams a synthetic room through tsdfctl (and the 7-Scenes kitchen into a
 # second map when ../shared/data/7scenes-redkitchen is present), writes
 # meshes and a raycast image, prints the stats and stops the daemon cleanly.
-# /metrics goes to $TSDF_DEMO_METRICS_PORT, else the first free port from
-# 9464 on.
+# /metrics and the live view go to $TSDF_DEMO_METRICS_PORT, else the first
+# free port from 9464 on; TSDF_DEMO_KEEP=1 leaves the daemon running at the
+# end (until Ctrl-C), so that the view can be looked at.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -40,10 +41,12 @@ elif port_taken "$metrics_port"; then
     exit 1
 fi
 echo "== metrics on http://127.0.0.1:$metrics_port/metrics =="
+echo "== live view on http://127.0.0.1:$metrics_port/ (open it in a browser) =="
 
 "$tsdfd" --check-config config/tsdfd.conf
 "$tsdfd" --config config/tsdfd.conf --listen "$TSDF_URL" --frames-listen "$TSDF_PUSH_URL" \
-    --state-dir "$out/state" --metrics "127.0.0.1:$metrics_port" 2>"$out/tsdfd.log" &
+    --state-dir "$out/state" --metrics "127.0.0.1:$metrics_port" \
+    --set metrics.web_dir="$root/web" 2>"$out/tsdfd.log" &
 pid=$!
 stop_daemon() {
     if kill -0 "$pid" 2>/dev/null; then
@@ -92,6 +95,11 @@ if command -v curl >/dev/null; then
     curl -fsS "http://127.0.0.1:$metrics_port/metrics" | grep -E '^tsdfd_(frames_integrated_total|hash_load_factor)' || true
 fi
 
+if [ "${TSDF_DEMO_KEEP:-0}" = 1 ]; then
+    echo "== the daemon keeps running: live view on http://127.0.0.1:$metrics_port/ (Ctrl-C stops it) =="
+    trap 'stop_daemon; exit 0' INT TERM
+    while kill -0 "$pid" 2>/dev/null; do sleep 1; done
+fi
 stop_daemon
 trap - EXIT
 echo "== done: daemon stopped cleanly =="

@@ -3,11 +3,13 @@
 # demonstrates with. Run as root. Idempotent: packages already present are
 # left alone, and the archive is only contacted when something is missing.
 #
-#   scripts/install-deps.sh            build + run dependencies
+#   scripts/install-deps.sh            build + run dependencies (libjs-three:
+#                                      three.js for the live view's page)
 #   scripts/install-deps.sh --test     also what the tests use (promtool,
 #                                      systemd-analyze, Open3D, curl, Python,
 #                                      clang and libFuzzer for scripts/fuzz.sh,
-#                                      clang-format for the format check)
+#                                      clang-format for the format check,
+#                                      chromium for the live view's test)
 #
 # The CUDA toolkit is not a Debian 12 package: when /usr/local/cuda/bin/nvcc
 # exists the build uses it, otherwise it builds the CPU-only daemon.
@@ -16,9 +18,9 @@ set -euo pipefail
 build_pkgs=(build-essential cmake pkg-config git
             libuv1-dev libnng-dev libmbedtls-dev libmsgpack-dev libinih-dev libpng-dev
             libzstd-dev libsystemd-dev
-            zlib1g-dev)
+            zlib1g-dev libjs-three)
 test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-msgpack python3-open3d
-           prometheus systemd curl openssl clang libclang-rt-14-dev clang-format)
+           prometheus systemd curl openssl clang libclang-rt-14-dev clang-format chromium)
 
 pkgs=("${build_pkgs[@]}")
 if [ "${1:-}" = "--test" ]; then

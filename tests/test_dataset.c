@@ -3,7 +3,8 @@
  * written into a scratch folder are read back exactly; malformed files give
  * error codes; the real 7-Scenes data, when present, opens as documented;
  * fuzz-style loops (mutated PNGs, garbage pose files and TUM lists) never
- * crash a reader or make it misreport.
+ * crash a reader or make it misreport. PNGs made in memory match the files,
+ * and raycast shading tells surface from background.
  */
 #include "testutil.h"
 
@@ -18,6 +19,7 @@
 #include "tsdf_dataset.h"
 #include "tsdf_png.h"
 #include "tsdf_pose.h"
+#include "tsdf_shade.h"
 #include "tsdf_synth.h"
 
 static char scratch[1024];
@@ -154,6 +156,55 @@ static void test_png_rgb8_and_errors(void **state)
     char nodir[4096];
     snprintf(nodir, sizeof nodir, "%s/no/such/dir/x.png", tsdf_test_tmpdir());
     assert_int_equal(tsdf_png_write_rgb8(nodir, rgb, w, h), TSDF_ENOT_FOUND);
+}
+
+/* The PNG made in memory (the live view's raycast images) is byte for byte
+ * the file's, and refuses what the file writer refuses. */
+static void test_png_rgb8_in_memory(void **state)
+{
+    const uint32_t w = 40, h = 30;
+    uint8_t rgb[40 * 30 * 3];
+    for (size_t i = 0; i < sizeof rgb; i++)
+        rgb[i] = (uint8_t)(i * 2654435761u >> 24);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/mem.png", tsdf_test_tmpdir());
+    assert_int_equal(tsdf_png_write_rgb8(path, rgb, w, h), TSDF_OK);
+    static unsigned char file[65536];
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    size_t n = fread(file, 1, sizeof file, fp);
+    fclose(fp);
+    uint8_t *mem = NULL;
+    size_t len = 0;
+    assert_int_equal(tsdf_png_encode_rgb8(rgb, w, h, &mem, &len), TSDF_OK);
+    assert_int_equal(len, n);
+    assert_memory_equal(mem, file, n);
+    free(mem);
+    assert_int_equal(tsdf_png_encode_rgb8(rgb, 9000, 1, &mem, &len), TSDF_ETOO_LARGE);
+    assert_null(mem);
+    assert_int_equal(tsdf_png_encode_rgb8(NULL, w, h, &mem, &len), TSDF_EINVAL);
+}
+
+/* Shading: a surface facing the camera is bright, one seen edge-on dark,
+ * no surface is the background; depth maps near to warm, far to cold. */
+static void test_shading(void **state)
+{
+    float depth[3] = {1.0f, 1.0f, NAN};
+    /* Facing the camera (normal towards it: -z), edge-on (+x), none. */
+    float normals[9] = {0, 0, -1, 1, 0, 0, NAN, NAN, NAN};
+    float T[16] = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
+    tsdf_intrinsics K = {100.0f, 100.0f, 1.0f, 0.0f};
+    uint8_t rgb[9];
+    tsdf_shade_surface(depth, normals, T, &K, 3, 1, rgb);
+    assert_true(rgb[0] > 150 && rgb[1] > 150);
+    assert_true(rgb[3] < 100 && rgb[4] < 100);
+    assert_int_equal(rgb[6], 32);
+    assert_int_equal(rgb[8], 40);
+    float d[3] = {0.5f, 4.0f, NAN};
+    tsdf_shade_depth(d, 3, 1, 0.5f, 4.0f, rgb);
+    assert_true(rgb[0] > rgb[2]);
+    assert_true(rgb[5] > rgb[3]);
+    assert_int_equal(rgb[7], 32);
 }
 
 /* ---- 7-Scenes layout --------------------------------------------------- */
@@ -768,6 +819,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_png_gray16_roundtrip),
         cmocka_unit_test(test_png_rgb8_and_errors),
+        cmocka_unit_test(test_png_rgb8_in_memory),
+        cmocka_unit_test(test_shading),
         cmocka_unit_test(test_7scenes_roundtrip),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_tum_roundtrip),
