@@ -579,7 +579,8 @@ static int collect(spill_store *s, const float *near, float radius_m, int take, 
                 if (picks[p].whole || block_near(s, &b->coords[3 * i], near, radius_m))
                     refs[m++] = (block_ref){b, i, ref_key(b, i)};
         }
-        qsort(refs, m, sizeof(*refs), cmp_ref);
+        if (m > 1) /* refs is NULL when nothing was read */
+            qsort(refs, m, sizeof(*refs), cmp_ref);
         fill(s, refs, m, &set);
         tsdf_block_set_fini(out);
         *out = set;
