@@ -89,7 +89,17 @@ static void test_connection_limit(void **state)
      * for a connection that is already gone. */
     wait_connections_at_most(c, st, 1);
     extra = open_client(&h, 0);
-    assert_int_equal(tsdf_client_ping(extra, NULL, 10000), TSDF_OK);
+    rc = tsdf_client_ping(extra, NULL, 10000);
+    if (rc != TSDF_OK) {
+        /* Say what the daemon counted, so that a failure on another machine
+         * shows whether the new connection was refused or never served. */
+        int src = tsdf_client_stats(c, "default", st, 10000);
+        tsdfd_harness_dump_log(&h);
+        fail_msg("ping after the idle connections closed: %s; stats %s: connections.open %lld, "
+                 "connections.refused %lld",
+                 tsdf_strerror(rc), tsdf_strerror(src), (long long)stat_get(st, "connections.open"),
+                 (long long)stat_get(st, "connections.refused"));
+    }
     tsdf_client_close(extra);
     tsdf_client_close(c);
     assert_int_equal(tsdfd_harness_stop(&h, 20000), 0);
