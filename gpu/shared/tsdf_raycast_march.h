@@ -246,12 +246,15 @@ TSDF_LOOKUP_INLINE uint32_t tsdf_ray_max_iterations(float z_min, float z_end, fl
     return n > 0.0f ? (n < 4.0e9f ? (uint32_t)n : 4000000000u) : 0u;
 }
 
-/* One ray from o along d (d scaled so that z is the camera depth). Returns
- * 1 and the crossing's camera depth, 0 when there is no surface between
- * z_min and the ray's end (z_max, or sooner: tsdf_ray_end_z). At most
+/* One ray from o along d (d scaled so that z is the camera depth), over
+ * the camera depths [z_from, z_to] of the ray's part that can meet a block
+ * (tsdf_raycast_range.h; z_min and z_max for the whole ray). Returns 1 and
+ * the crossing's camera depth, 0 when there is no surface between z_from
+ * and the ray's end (z_to, or sooner: tsdf_ray_end_z of z_max). At most
  * tsdf_ray_max_iterations steps. */
-TSDF_LOOKUP_FN int tsdf_ray_march(const tsdf_ray_volume *vol, tsdf_ray_cache *c, const float o[3],
-                                  const float d[3], float z_min, float z_max, float *z_hit)
+TSDF_LOOKUP_FN int tsdf_ray_march_span(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                       const float o[3], const float d[3], float z_from, float z_to,
+                                       float z_max, float *z_hit)
 {
     const float s = vol->voxel_size_m;
     const float block_m = (float)TSDF_BLOCK_DIM * s;
@@ -259,10 +262,11 @@ TSDF_LOOKUP_FN int tsdf_ray_march(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
     /* Distances along the ray are dir_len per unit of camera depth. */
     const float min_step_z = 0.5f * s / dir_len;
     const float eps_z = 0.01f * s / dir_len;
-    const float z_end = tsdf_ray_end_z(z_max, dir_len, s);
+    const float z_cap = tsdf_ray_end_z(z_max, dir_len, s);
+    const float z_end = z_to < z_cap ? z_to : z_cap;
     /* An integer counter: it costs fewer GPU registers than a double. */
-    const uint32_t max_it = tsdf_ray_max_iterations(z_min, z_end, dir_len, s);
-    float z = z_min, prev_z = 0.0f, prev_s = 0.0f;
+    const uint32_t max_it = tsdf_ray_max_iterations(z_from, z_end, dir_len, s);
+    float z = z_from, prev_z = 0.0f, prev_s = 0.0f;
     int prev_known = 0;
 
     for (uint32_t it = 0; z <= z_end && it < max_it; it++) {
@@ -317,20 +321,32 @@ TSDF_LOOKUP_FN int tsdf_ray_march(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
     return 0;
 }
 
-/* The whole of one pixel (px, py): its ray, the march, and entry i of the
- * outputs. depth[i] gets the hit's camera depth or NaN; normals[3i..3i+2]
- * (normals may be NULL) the unit normal or NaNs; rgb[3i..3i+2] (may be NULL)
- * the colour or black. Inlined, so that a constant NULL drops the work it
- * would feed; the outputs are indexed here, late, because addresses formed
- * by the caller would stay live in GPU registers through the march. */
-TSDF_LOOKUP_INLINE void tsdf_ray_pixel(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                       const float *T_world_cam, const tsdf_intrinsics *K,
-                                       uint32_t px, uint32_t py, float z_min, float z_max, size_t i,
-                                       float *depth, float *normals, uint8_t *rgb)
+/* The whole ray from z_min to z_max: the reference, which finds blocks by
+ * walking the empty space from the near plane. */
+TSDF_LOOKUP_INLINE int tsdf_ray_march(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                      const float o[3], const float d[3], float z_min, float z_max,
+                                      float *z_hit)
+{
+    return tsdf_ray_march_span(vol, c, o, d, z_min, z_max, z_max, z_hit);
+}
+
+/* The whole of one pixel (px, py): its ray, the march over [z_from, z_to]
+ * (of a ray that ends at z_max at the latest; no march at all when `span`
+ * is 0: no block in reach), and entry i of the outputs. depth[i] gets the
+ * hit's camera depth or NaN; normals[3i..3i+2] (normals may be NULL) the
+ * unit normal or NaNs; rgb[3i..3i+2] (may be NULL) the colour or black.
+ * Inlined, so that a constant NULL drops the work it would feed; the
+ * outputs are indexed here, late, because addresses formed by the caller
+ * would stay live in GPU registers through the march. */
+TSDF_LOOKUP_INLINE void tsdf_ray_pixel_span(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                            const float *T_world_cam, const tsdf_intrinsics *K,
+                                            uint32_t px, uint32_t py, int span, float z_from,
+                                            float z_to, float z_max, size_t i, float *depth,
+                                            float *normals, uint8_t *rgb)
 {
     float o[3], d[3], z;
     tsdf_pixel_ray_world(T_world_cam, K, (float)px, (float)py, o, d);
-    if (tsdf_ray_march(vol, c, o, d, z_min, z_max, &z)) {
+    if (span && tsdf_ray_march_span(vol, c, o, d, z_from, z_to, z_max, &z)) {
         float hit[3];
         tsdf_ray_point(o, d, z, hit);
         depth[i] = z;
@@ -351,6 +367,16 @@ TSDF_LOOKUP_INLINE void tsdf_ray_pixel(const tsdf_ray_volume *vol, tsdf_ray_cach
         if (rgb != NULL)
             rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = 0;
     }
+}
+
+/* One pixel of the reference raycast: the whole ray from z_min. */
+TSDF_LOOKUP_INLINE void tsdf_ray_pixel(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                       const float *T_world_cam, const tsdf_intrinsics *K,
+                                       uint32_t px, uint32_t py, float z_min, float z_max, size_t i,
+                                       float *depth, float *normals, uint8_t *rgb)
+{
+    tsdf_ray_pixel_span(vol, c, T_world_cam, K, px, py, 1, z_min, z_max, z_max, i, depth, normals,
+                        rgb);
 }
 
 #endif /* TSDF_RAYCAST_MARCH_H */
