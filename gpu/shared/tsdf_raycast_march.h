@@ -7,7 +7,8 @@
  * TSDF_MAX_RAY_M and tsdf_ray_end_z), skip
  * unallocated space a block at a time (to the block's exit), sample the
  * trilinearly interpolated TSDF (tsdf_trilinear) of the 8 surrounding voxels,
- * step 0.75 sdf (at least half a voxel), and refine the first + to - zero
+ * step 0.75 sdf (at least half a voxel; past an unobserved voxel
+ * at once), and refine the first + to - zero
  * crossing with tsdf_zero_crossing plus one secant step (a crossing whose
  * refinement falls in unobserved space is passed over). Normals are central
  * differences of the interpolated TSDF (the cell's gradient as fallback);
@@ -167,6 +168,34 @@ TSDF_LOOKUP_FN float tsdf_ray_block_exit_z(const float o[3], const float d[3], c
     return z_exit;
 }
 
+/* Where a march goes on from camera depth z (point p) after a sample that
+ * found an unobserved corner. Every point of the voxel around p has that
+ * voxel among its cell's corners, so when it is the unobserved one no
+ * sample inside it can succeed: go on at its exit (or half a voxel on,
+ * what the march always stepped, when that is further). */
+TSDF_LOOKUP_FN float tsdf_ray_after_unknown(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                            const float o[3], const float d[3], const float p[3],
+                                            float z, float min_step_z, float eps_z)
+{
+    int32_t vx[3];
+    for (int i = 0; i < 3; i++) {
+        float fl = floorf(p[i] * vol->inv_voxel_size);
+        if (!(fl >= -TSDF_VOXEL_COORD_LIMIT && fl < TSDF_VOXEL_COORD_LIMIT))
+            return z + min_step_z;
+        vx[i] = (int32_t)fl;
+    }
+    int32_t b = tsdf_ray_block(vol, c, tsdf_floor_div8(vx[0]), tsdf_floor_div8(vx[1]),
+                               tsdf_floor_div8(vx[2]));
+    if (b >= 0) {
+        size_t i = (size_t)b * TSDF_BLOCK_VOXELS +
+                   (size_t)tsdf_voxel_index(vx[0] & 7, vx[1] & 7, vx[2] & 7);
+        if (tsdf_vox_known(tsdf_vox_load(vol->layout, vol->geom, i, vol->quant)))
+            return z + min_step_z;
+    }
+    float z_exit = tsdf_ray_block_exit_z(o, d, vx, vol->voxel_size_m) + eps_z;
+    return z_exit > z + min_step_z ? z_exit : z + min_step_z;
+}
+
 /* The surface normal at p: central differences of the interpolated sdf one
  * voxel apart, or the gradient of the cell at p where a neighbour is
  * unknown. 0 when neither gives a direction. */
@@ -283,7 +312,7 @@ TSDF_LOOKUP_FN int tsdf_ray_march_span(const tsdf_ray_volume *vol, tsdf_ray_cach
         }
         if (!tsdf_ray_sample_sdf(vol, c, p, &sdf)) {
             prev_known = 0;
-            z += min_step_z;
+            z = tsdf_ray_after_unknown(vol, c, o, d, p, z, min_step_z, eps_z);
             continue;
         }
         if (prev_known && prev_s > 0.0f && sdf <= 0.0f) {
