@@ -194,6 +194,8 @@ static void cuda_destroy(void *impl)
         cuda_dev_free(v, v->mesh_buf[i], v->mesh_cap[i]);
     if (v->h_counters)
         (void)cudaFreeHost(v->h_counters);
+    if (v->h_mesh)
+        (void)cudaFreeHost(v->h_mesh);
     for (int i = 0; i < CUDA_TIMELINE_RING; i++)
         for (int e = 0; e < CUDA_EV_COUNT; e++)
             if (v->timeline[i].ev[e])

@@ -179,6 +179,9 @@ struct cuda_volume {
 #define CUDA_MESH_BUFFERS 14
     void *mesh_buf[CUDA_MESH_BUFFERS];
     size_t mesh_cap[CUDA_MESH_BUFFERS];
+    /* Pinned host memory the mesh's arrays arrive in, with one copy. */
+    void *h_mesh;
+    size_t h_mesh_cap;
 
     struct cuda_staging staging[2];
     uint64_t frame_seq; /* frames handed to integrate, successful or not */

@@ -21,7 +21,10 @@
  *   number   flagged edges and cells' triangles get compact ids and offsets
  *            by block-wide prefix sums (one atomic per CTA for its base);
  *   emit     vertices (one thread per used edge) and triangles (one thread
- *            per cell with triangles) into the compacted output.
+ *            per cell with triangles) into the compacted output;
+ *   copy     the output arrays, packed in one device buffer, to pinned host
+ *            memory kept in the volume, in one copy; then into the mesh's
+ *            own arrays.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -411,18 +414,62 @@ static int select_blocks(struct cuda_volume *v, const uint64_t *keys, size_t n, 
     return TSDF_OK;
 }
 
-/* Copies n device elements of `elem` bytes into a new host array *out
- * (NULL when n is 0), on the stream; the caller syncs before reading. */
-static int fetch(struct cuda_volume *v, const void *d, size_t n, size_t elem, void **out,
-                 const char *what)
+/* The mesh's output arrays, packed into one device buffer so that they
+ * reach the host with one copy into pinned memory: pageable copies of
+ * each array went through the driver's staging buffer at a fraction of
+ * the bus's speed and took most of a mesh's wall time. Offsets are
+ * 16-byte aligned. */
+struct mesh_pack {
+    size_t pos, nrm, col, idx, tri_keys, meshed, total;
+};
+
+static size_t pack_add(size_t *at, size_t bytes)
+{
+    size_t off = *at;
+    *at += (bytes + 15) & ~(size_t)15;
+    return off;
+}
+
+static void pack_layout(struct mesh_pack *k, size_t nverts, size_t ntris, size_t nsel, int color,
+                        int tri_keys, int meshed)
+{
+    size_t at = 0;
+    k->pos = pack_add(&at, nverts * 3 * sizeof(float));
+    k->nrm = pack_add(&at, nverts * 3 * sizeof(float));
+    k->col = pack_add(&at, color ? nverts * 3 : 0);
+    k->idx = pack_add(&at, ntris * 3 * sizeof(uint32_t));
+    k->tri_keys = pack_add(&at, tri_keys ? ntris * sizeof(uint64_t) : 0);
+    k->meshed = pack_add(&at, meshed ? nsel * sizeof(uint64_t) : 0);
+    k->total = at;
+}
+
+/* Grows the pinned host buffer to hold `bytes`. */
+static int host_reserve(struct cuda_volume *v, size_t bytes)
+{
+    if (bytes <= v->h_mesh_cap)
+        return TSDF_OK;
+    if (v->h_mesh != NULL)
+        (void)cudaFreeHost(v->h_mesh);
+    v->h_mesh = NULL;
+    v->h_mesh_cap = 0;
+    /* Some headroom, so a growing map does not reallocate every call. */
+    size_t want = bytes + bytes / 4;
+    CUDA_TRY(cudaHostAlloc(&v->h_mesh, want, cudaHostAllocDefault));
+    v->h_mesh_cap = want;
+    return TSDF_OK;
+}
+
+/* A new host array of n elements of `elem` bytes (an allocation also when
+ * n is 0, as the mesh's arrays always were) with the bytes at offset `off`
+ * of the pinned buffer. */
+static int unpack(const struct cuda_volume *v, size_t off, size_t n, size_t elem, void **out)
 {
     *out = malloc((n ? n : 1) * elem);
     if (*out == NULL)
         return TSDF_ENOMEM;
-    if (n == 0)
-        return TSDF_OK;
-    return cuda_check(cudaMemcpyAsync(*out, d, n * elem, cudaMemcpyDeviceToHost, v->stream), what,
-                      __FILE__, __LINE__);
+    if (n)
+        memcpy(*out, (const uint8_t *)v->h_mesh + off, n * elem);
+    return TSDF_OK;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -511,19 +558,17 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
         return rc;
     const size_t nverts = h_ctr[2], ntris = h_ctr[3];
 
-    float *d_pos, *d_nrm;
-    uint8_t *d_col;
-    uint32_t *d_idx;
-    uint64_t *d_tri_keys = NULL, *d_meshed = NULL;
-    if ((rc = scratch_alloc(v, s, (void **)&d_pos, nverts * 3 * sizeof(float))) != TSDF_OK ||
-        (rc = scratch_alloc(v, s, (void **)&d_nrm, nverts * 3 * sizeof(float))) != TSDF_OK ||
-        (rc = scratch_alloc(v, s, (void **)&d_col, a.with_color ? nverts * 3 : 0)) != TSDF_OK ||
-        (rc = scratch_alloc(v, s, (void **)&d_idx, ntris * 3 * sizeof(uint32_t))) != TSDF_OK ||
-        (tri_keys_out != NULL &&
-         (rc = scratch_alloc(v, s, (void **)&d_tri_keys, ntris * sizeof(uint64_t))) != TSDF_OK) ||
-        (meshed_out != NULL && (rc = scratch_alloc(v, s, (void **)&d_meshed,
-                                                   (size_t)nsel * sizeof(uint64_t))) != TSDF_OK))
+    struct mesh_pack k;
+    uint8_t *d_out;
+    pack_layout(&k, nverts, ntris, nsel, a.with_color, tri_keys_out != NULL, meshed_out != NULL);
+    if ((rc = scratch_alloc(v, s, (void **)&d_out, k.total)) != TSDF_OK ||
+        (rc = host_reserve(v, k.total)) != TSDF_OK)
         return rc;
+    float *d_pos = (float *)(d_out + k.pos), *d_nrm = (float *)(d_out + k.nrm);
+    uint8_t *d_col = d_out + k.col;
+    uint32_t *d_idx = (uint32_t *)(d_out + k.idx);
+    uint64_t *d_tri_keys = tri_keys_out != NULL ? (uint64_t *)(d_out + k.tri_keys) : NULL;
+    uint64_t *d_meshed = meshed_out != NULL ? (uint64_t *)(d_out + k.meshed) : NULL;
     if (nverts) {
         if (v->p.layout == TSDF_LAYOUT_S16)
             k_vertices<TSDF_LAYOUT_S16><<<cuda_grid(nslots, 256), 256, 0, v->stream>>>(
@@ -545,23 +590,25 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
     }
     CUDA_TRY(cudaEventRecord(v->q_end, v->stream));
 
+    if (k.total)
+        CUDA_TRY(cudaMemcpyAsync(v->h_mesh, d_out, k.total, cudaMemcpyDeviceToHost, v->stream));
+    if ((rc = cuda_sync_all(v)) != TSDF_OK)
+        return rc;
     float *pos = NULL, *nrm = NULL;
     uint8_t *col = NULL;
     uint32_t *idx = NULL;
     uint64_t *tri_keys = NULL, *meshed = NULL;
-    rc = fetch(v, d_pos, nverts, 3 * sizeof(float), (void **)&pos, "mesh positions");
+    rc = unpack(v, k.pos, nverts, 3 * sizeof(float), (void **)&pos);
     if (rc == TSDF_OK)
-        rc = fetch(v, d_nrm, nverts, 3 * sizeof(float), (void **)&nrm, "mesh normals");
+        rc = unpack(v, k.nrm, nverts, 3 * sizeof(float), (void **)&nrm);
     if (rc == TSDF_OK && a.with_color)
-        rc = fetch(v, d_col, nverts, 3, (void **)&col, "mesh colours");
+        rc = unpack(v, k.col, nverts, 3, (void **)&col);
     if (rc == TSDF_OK)
-        rc = fetch(v, d_idx, ntris, 3 * sizeof(uint32_t), (void **)&idx, "mesh indices");
+        rc = unpack(v, k.idx, ntris, 3 * sizeof(uint32_t), (void **)&idx);
     if (rc == TSDF_OK && tri_keys_out != NULL)
-        rc = fetch(v, d_tri_keys, ntris, sizeof(uint64_t), (void **)&tri_keys, "triangle blocks");
+        rc = unpack(v, k.tri_keys, ntris, sizeof(uint64_t), (void **)&tri_keys);
     if (rc == TSDF_OK && meshed_out != NULL)
-        rc = fetch(v, d_meshed, nsel, sizeof(uint64_t), (void **)&meshed, "meshed blocks");
-    if (rc == TSDF_OK)
-        rc = cuda_sync_all(v);
+        rc = unpack(v, k.meshed, nsel, sizeof(uint64_t), (void **)&meshed);
     if (rc != TSDF_OK) {
         free(pos);
         free(nrm);
@@ -584,7 +631,8 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
     if (tri_keys_out != NULL)
         *tri_keys_out = tri_keys;
     if (meshed_out != NULL) {
-        qsort(meshed, nsel, sizeof(uint64_t), cmp_u64);
+        if (nsel > 1)
+            qsort(meshed, nsel, sizeof(uint64_t), cmp_u64);
         *meshed_out = meshed;
         *n_meshed = nsel;
     }
