@@ -48,7 +48,9 @@ typedef struct tsdf_backend_ops {
     int (*raycast)(void *impl, const tsdf_raycast_params *p, tsdf_raycast_output *out);
     /* Marching cubes over the blocks of keys[0 .. n) (ascending; absent
      * ones are skipped), or over every block when keys is NULL, into *out
-     * (its old arrays freed; shared vertices). tri_keys (may be NULL)
+     * (shared vertices). *out may hold the vertex and index arrays of an
+     * earlier mesh, for the backend to reuse (realloc) or free; on
+     * failure they are valid or NULL, for the caller to free. tri_keys (may be NULL)
      * receives the key of the block that owns each triangle's cell; meshed
      * (may be NULL) the keys of the blocks meshed, ascending, and n_meshed
      * their count. */

@@ -188,9 +188,11 @@ int tsdf_volume_raycast(tsdf_volume *v, const tsdf_raycast_params *p, tsdf_rayca
  * vertex per crossed voxel edge, also across block seams, so a closed
  * surface gives a closed mesh; by_block meshes come in parts instead, and
  * incremental ones (since_version) also say which blocks went (see
- * tsdf_mesh in tsdf_types.h). On success *out (initialised by the caller;
- * its old arrays are freed) holds the mesh. TSDF_EINVAL for a box that is
- * not finite or has max < min. */
+ * tsdf_mesh in tsdf_types.h). On success *out (initialised by the caller)
+ * holds the mesh; the arrays of the mesh it held are reused or freed, so
+ * meshing again into the same struct is the cheap way (fresh memory costs a
+ * page fault every 4 KiB). On failure *out may be left empty. TSDF_EINVAL
+ * for a box that is not finite or has max < min. */
 int tsdf_volume_mesh(tsdf_volume *v, const tsdf_mesh_params *params, tsdf_mesh *out);
 
 /* Every statistic, the probe-length histogram included: walks the whole

@@ -459,16 +459,20 @@ static int host_reserve(struct cuda_volume *v, size_t bytes)
     return TSDF_OK;
 }
 
-/* A new host array of n elements of `elem` bytes (an allocation also when
- * n is 0, as the mesh's arrays always were) with the bytes at offset `off`
- * of the pinned buffer. */
-static int unpack(const struct cuda_volume *v, size_t off, size_t n, size_t elem, void **out)
+/* *arr resized (realloc: an array of an earlier mesh that the caller
+ * handed back keeps its pages, where fresh memory would take a page fault
+ * every 4 KiB, most of a large mesh's way to the host) to n elements of
+ * `elem` bytes (an allocation also when n is 0, as the mesh's arrays
+ * always were), holding the bytes at offset `off` of the pinned buffer.
+ * On failure *arr is left as it was. */
+static int unpack(const struct cuda_volume *v, size_t off, size_t n, size_t elem, void **arr)
 {
-    *out = malloc((n ? n : 1) * elem);
-    if (*out == NULL)
+    void *a = realloc(*arr, (n ? n : 1) * elem);
+    if (a == NULL)
         return TSDF_ENOMEM;
+    *arr = a;
     if (n)
-        memcpy(*out, (const uint8_t *)v->h_mesh + off, n * elem);
+        memcpy(a, (const uint8_t *)v->h_mesh + off, n * elem);
     return TSDF_OK;
 }
 
@@ -594,40 +598,34 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
         CUDA_TRY(cudaMemcpyAsync(v->h_mesh, d_out, k.total, cudaMemcpyDeviceToHost, v->stream));
     if ((rc = cuda_sync_all(v)) != TSDF_OK)
         return rc;
-    float *pos = NULL, *nrm = NULL;
-    uint8_t *col = NULL;
-    uint32_t *idx = NULL;
+    /* The arrays out already holds (handed back by the front end) are
+     * reused; the block lists are new. */
     uint64_t *tri_keys = NULL, *meshed = NULL;
-    rc = unpack(v, k.pos, nverts, 3 * sizeof(float), (void **)&pos);
+    rc = unpack(v, k.pos, nverts, 3 * sizeof(float), (void **)&out->positions);
     if (rc == TSDF_OK)
-        rc = unpack(v, k.nrm, nverts, 3 * sizeof(float), (void **)&nrm);
+        rc = unpack(v, k.nrm, nverts, 3 * sizeof(float), (void **)&out->normals);
     if (rc == TSDF_OK && a.with_color)
-        rc = unpack(v, k.col, nverts, 3, (void **)&col);
+        rc = unpack(v, k.col, nverts, 3, (void **)&out->colors);
     if (rc == TSDF_OK)
-        rc = unpack(v, k.idx, ntris, 3 * sizeof(uint32_t), (void **)&idx);
+        rc = unpack(v, k.idx, ntris, 3 * sizeof(uint32_t), (void **)&out->indices);
     if (rc == TSDF_OK && tri_keys_out != NULL)
         rc = unpack(v, k.tri_keys, ntris, sizeof(uint64_t), (void **)&tri_keys);
     if (rc == TSDF_OK && meshed_out != NULL)
         rc = unpack(v, k.meshed, nsel, sizeof(uint64_t), (void **)&meshed);
     if (rc != TSDF_OK) {
-        free(pos);
-        free(nrm);
-        free(col);
-        free(idx);
         free(tri_keys);
         free(meshed);
         return rc;
     }
+    if (!a.with_color) {
+        free(out->colors);
+        out->colors = NULL;
+    }
     float ms = 0.0f;
     if (cudaEventElapsedTime(&ms, v->q_start, v->q_end) == cudaSuccess)
         v->last_mesh_ms = ms;
-    tsdf_mesh_fini(out);
     out->vertex_count = nverts;
     out->triangle_count = ntris;
-    out->positions = pos;
-    out->normals = nrm;
-    out->colors = col;
-    out->indices = idx;
     if (tri_keys_out != NULL)
         *tri_keys_out = tri_keys;
     if (meshed_out != NULL) {
