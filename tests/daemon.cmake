@@ -85,3 +85,20 @@ if(TARGET tsdf_client)
 else()
   message(STATUS "tests/daemon.cmake: no tsdf_client yet; the end-to-end daemon test is not built")
 endif()
+
+# The daemon benchmark (bench/bench_daemon.c), briefly, as a smoke test:
+# two clients for one second on the CPU backend with small frames and
+# small raycasts, once acknowledged on ipc:// with a map each and the
+# queries, once fire-and-forget on tcp:// loopback into one map. It fails
+# (exit 1) when the daemon's counters do not reconcile with what the
+# clients sent or a query answer is wrong.
+if(TARGET bench_daemon AND TARGET tsdfd)
+  set(TSDF_BENCH_DAEMON_SMOKE --spawn $<TARGET_FILE:tsdfd> --backend cpu --clients 2 --seconds 1
+    --width 160 --height 120 --raycast-width 160 --raycast-height 120 --settle-timeout-s 120)
+  add_test(NAME bench_daemon_smoke COMMAND bench_daemon ${TSDF_BENCH_DAEMON_SMOKE}
+    --mode acked --maps own --transport ipc)
+  add_test(NAME bench_daemon_ff_smoke COMMAND bench_daemon ${TSDF_BENCH_DAEMON_SMOKE}
+    --mode ff --maps shared --transport tcp --mesh off)
+  set_tests_properties(bench_daemon_smoke bench_daemon_ff_smoke PROPERTIES TIMEOUT 300
+    LABELS "bench;daemon")
+endif()
