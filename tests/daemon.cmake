@@ -63,6 +63,10 @@ if(TARGET tsdf_client)
     # written from the document alone found the two apart.
     tsdf_add_test(NAME daemon_protocol SOURCES test_daemon_protocol.c
       LIBS tsdfd_testlib LABELS daemon TIMEOUT 300)
+    # Raycasts of the size asked for (depth alone, normals, scaled) and the
+    # order of queries and frames ("after").
+    tsdf_add_test(NAME daemon_queries SOURCES test_daemon_queries.c
+      LIBS tsdfd_testlib LABELS daemon TIMEOUT 300)
     # Eviction: a camera down a long corridor and back, spilling, dropping,
     # and making room when the map is full.
     tsdf_add_test(NAME daemon_evict SOURCES test_daemon_evict.c
