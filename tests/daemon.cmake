@@ -34,9 +34,10 @@ if(TARGET tsdf_client)
     # the frame queue and its counters (streams), the daemon's mesh and
     # raycast against the engine's (results), malformed and mutated input
     # (malformed), snapshots (persist), the connection and memory limits
-    # (limits), bounded queries and a bounded stop (bounded). Each keeps
-    # the 600 s limit of the one program they were split from.
-    set(TSDF_DAEMON_E2E_TOPICS streams results malformed persist limits bounded)
+    # (limits), bounded queries and a bounded stop (bounded), raycasts of
+    # the size asked for and the order of queries and frames (queries).
+    # Each keeps the 600 s limit of the one program they were split from.
+    set(TSDF_DAEMON_E2E_TOPICS streams results malformed persist limits bounded queries)
     foreach(topic IN LISTS TSDF_DAEMON_E2E_TOPICS)
       tsdf_add_test(NAME daemon_${topic} SOURCES test_daemon_${topic}.c
         LIBS tsdfd_testlib Threads::Threads LABELS daemon TIMEOUT 600)
@@ -62,10 +63,6 @@ if(TARGET tsdf_client)
     # The daemon against proto/PROTOCOL.md, on the points where a client
     # written from the document alone found the two apart.
     tsdf_add_test(NAME daemon_protocol SOURCES test_daemon_protocol.c
-      LIBS tsdfd_testlib LABELS daemon TIMEOUT 300)
-    # Raycasts of the size asked for (depth alone, normals, scaled) and the
-    # order of queries and frames ("after").
-    tsdf_add_test(NAME daemon_queries SOURCES test_daemon_queries.c
       LIBS tsdfd_testlib LABELS daemon TIMEOUT 300)
     # Eviction: a camera down a long corridor and back, spilling, dropping,
     # and making room when the map is full.
