@@ -225,25 +225,28 @@ static int map_request(tsdf_request *q, tsdf_msg_type type, const char *map)
     return copy_name(q->map, map, "map");
 }
 
-/* Encodes q into a fresh nng message. */
+/* Encodes q straight into the body of a fresh nng message sized by
+ * tsdf_proto_request_bound, then trims the message to what was written: a
+ * frame's depth is copied once, from the caller's image into the message
+ * that goes on the wire. */
 static int encode_msg(const tsdf_request *q, nng_msg **out)
 {
+    size_t bound = tsdf_proto_request_bound(q);
+    if (bound > TSDF_PROTO_MAX_MESSAGE_BYTES)
+        bound = TSDF_PROTO_MAX_MESSAGE_BYTES;
+    nng_msg *m;
+    int rv = nng_msg_alloc(&m, bound);
+    if (rv != 0)
+        return nng_fail(rv, "message");
     tsdf_buf b;
-    tsdf_buf_init(&b);
+    tsdf_buf_init_fixed(&b, nng_msg_body(m), bound);
     int rc = tsdf_proto_encode_request(q, &b);
     if (rc != TSDF_OK) {
-        tsdf_buf_fini(&b);
+        nng_msg_free(m);
         return client_fail(rc, "cannot encode the %s request: %s", tsdf_msg_type_name(q->type),
                            tsdf_strerror(rc));
     }
-    nng_msg *m;
-    int rv = nng_msg_alloc(&m, b.len);
-    if (rv != 0) {
-        tsdf_buf_fini(&b);
-        return nng_fail(rv, "message");
-    }
-    memcpy(nng_msg_body(m), b.data, b.len);
-    tsdf_buf_fini(&b);
+    nng_msg_chop(m, bound - b.len);
     *out = m;
     return TSDF_OK;
 }
@@ -499,8 +502,28 @@ int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, int timeou
 int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_raycast_params *p, int want_rgb,
                         tsdf_raycast_output *out, int *has_rgb, int timeout_ms)
 {
+    /* Normals are asked for only by a caller that takes them. */
+    tsdf_client_raycast_options o = {.want_normals = out != NULL && out->normals != NULL,
+                                     .want_rgb = want_rgb ? 1 : 0};
+    tsdf_client_raycast_info info;
+    int rc = tsdf_client_raycast_ex(c, map, p, &o, out, &info, timeout_ms);
+    if (rc == TSDF_OK && has_rgb != NULL)
+        *has_rgb = info.has_rgb;
+    return rc;
+}
+
+int tsdf_client_raycast_ex(tsdf_client *c, const char *map, const tsdf_raycast_params *p,
+                           const tsdf_client_raycast_options *o, tsdf_raycast_output *out,
+                           tsdf_client_raycast_info *info, int timeout_ms)
+{
+    static const tsdf_client_raycast_options depth_only = {0, 0, 1, 0};
     if (c == NULL || p == NULL || out == NULL || out->depth_m == NULL)
         return TSDF_EINVAL;
+    if (o == NULL)
+        o = &depth_only;
+    last_message[0] = '\0';
+    if (o->want_normals && out->normals == NULL)
+        return client_fail(TSDF_EINVAL, "normals asked for, but no buffer for them");
     tsdf_request q;
     int rc = map_request(&q, TSDF_MSG_RAYCAST, map);
     if (rc != TSDF_OK)
@@ -512,7 +535,17 @@ int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_raycast_para
     memcpy(r->T_world_cam, p->T_world_cam, sizeof(r->T_world_cam));
     r->min_depth_m = p->min_depth_m;
     r->max_depth_m = p->max_depth_m;
-    r->want_rgb = want_rgb ? 1 : 0;
+    r->want_rgb = o->want_rgb ? 1 : 0;
+    r->want_normals = o->want_normals ? 1 : 0;
+    r->scale = o->scale == 0 ? 1u : o->scale;
+    r->after = o->after_queued ? TSDF_AFTER_QUEUED : TSDF_AFTER_INTEGRATED;
+    if (r->scale > TSDF_CLIENT_MAX_RAYCAST_SCALE || p->width / r->scale == 0 ||
+        p->height / r->scale == 0)
+        return client_fail(TSDF_EINVAL, "scale %u: not 1..%u, or no pixel of a %ux%u image left",
+                           r->scale, TSDF_CLIENT_MAX_RAYCAST_SCALE, p->width, p->height);
+    uint32_t w, h;
+    tsdf_intrinsics K_scaled;
+    tsdf_proto_raycast_scaled(r, &w, &h, &K_scaled);
 
     tsdf_reply *rep;
     nng_msg *m;
@@ -520,13 +553,16 @@ int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_raycast_para
     if (rc != TSDF_OK)
         return rc;
     const tsdf_rep_raycast *rr = &rep->u.raycast;
-    if (rr->width != p->width || rr->height != p->height) {
+    if (rr->width != w || rr->height != h) {
+        /* A daemon from before "scale" renders the full image. */
         rc = client_fail(TSDF_EBAD_SIZE, "raycast reply is %ux%u, asked for %ux%u", rr->width,
-                         rr->height, p->width, p->height);
+                         rr->height, w, h);
+    } else if (r->want_normals && rr->normals == NULL) {
+        rc = client_fail(TSDF_EPROTO_KEY, "raycast reply without the normals asked for");
     } else {
-        size_t px = (size_t)p->width * p->height;
+        size_t px = (size_t)w * h;
         memcpy(out->depth_m, rr->depth_m, px * 4u);
-        if (out->normals != NULL)
+        if (r->want_normals)
             memcpy(out->normals, rr->normals, px * 12u);
         if (out->rgb != NULL) {
             if (rr->rgb != NULL)
@@ -534,8 +570,12 @@ int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_raycast_para
             else
                 memset(out->rgb, 0, px * 3u);
         }
-        if (has_rgb != NULL)
-            *has_rgb = rr->rgb != NULL;
+        if (info != NULL) {
+            info->width = w;
+            info->height = h;
+            info->has_rgb = rr->rgb != NULL;
+            info->version = rr->version;
+        }
     }
     call_free(rep, m);
     return rc;
@@ -562,12 +602,19 @@ static void *copy_payload(const void *p, size_t n, int *ok)
 int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *params,
                      tsdf_mesh *out, uint64_t *version, int timeout_ms)
 {
+    return tsdf_client_mesh_ex(c, map, params, 0, out, version, timeout_ms);
+}
+
+int tsdf_client_mesh_ex(tsdf_client *c, const char *map, const tsdf_mesh_params *params,
+                        int after_queued, tsdf_mesh *out, uint64_t *version, int timeout_ms)
+{
     if (c == NULL || out == NULL)
         return TSDF_EINVAL;
     tsdf_request q;
     int rc = map_request(&q, TSDF_MSG_MESH, map);
     if (rc != TSDF_OK)
         return rc;
+    q.u.mesh.after = after_queued ? TSDF_AFTER_QUEUED : TSDF_AFTER_INTEGRATED;
     if (params != NULL) {
         q.u.mesh.use_box = params->use_box ? 1 : 0;
         q.u.mesh.box = params->box;

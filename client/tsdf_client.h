@@ -164,6 +164,43 @@ TSDF_API int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_ray
                                  int want_rgb, tsdf_raycast_output *out, int *has_rgb,
                                  int timeout_ms);
 
+/* The most tsdf_client_raycast_options.scale may be. */
+#define TSDF_CLIENT_MAX_RAYCAST_SCALE 8u
+
+/* What a raycast asks for beyond its camera (PROTOCOL.md 6.2). Zeroed, it
+ * asks for depth alone at full size, run as every query runs by default. */
+typedef struct {
+    int want_normals; /* 1: also the normals (out->normals required) */
+    int want_rgb;     /* 1: also colour, which only a map with colour sends */
+    /* 0 or 1: p->width x p->height pixels. 2..TSDF_CLIENT_MAX_RAYCAST_SCALE:
+     * p->width / scale x p->height / scale pixels (rounded down) of the same
+     * view, each the centre of scale x scale of the full image's pixels;
+     * the outputs then hold that many pixels. */
+    uint32_t scale;
+    /* 1: run only after every frame queued for the map when the request
+     * reached the daemon (PROTOCOL.md 6.9, "after": "queued"); 0: ahead of
+     * them, the default. */
+    int after_queued;
+} tsdf_client_raycast_options;
+
+/* What the reply of tsdf_client_raycast_ex held. */
+typedef struct {
+    uint32_t width, height; /* the pixels written to the outputs */
+    int has_rgb;            /* 1: out->rgb holds colour; 0: it was zeroed (no colour) */
+    uint64_t version;       /* the map's version the image shows; 0 from daemons before it */
+} tsdf_client_raycast_info;
+
+/* tsdf_client_raycast with options (NULL: depth alone, full size). The
+ * outputs hold info->width x info->height pixels (see options.scale);
+ * out->normals is required with want_normals (and left alone without);
+ * out->rgb (optional) receives the colour, or zeros when the reply has
+ * none (not asked for, or a map without colour). A daemon from before these keys sends a
+ * full-size reply to a scaled request: TSDF_EBAD_SIZE, nothing written.
+ * info (optional) says what came. */
+TSDF_API int tsdf_client_raycast_ex(tsdf_client *c, const char *map, const tsdf_raycast_params *p,
+                                    const tsdf_client_raycast_options *o, tsdf_raycast_output *out,
+                                    tsdf_client_raycast_info *info, int timeout_ms);
+
 /* Extracts the mesh of map (NULL: "default"); params NULL: the whole map.
  * On success the old arrays of *out (initialised by the caller, e.g. with
  * tsdf_mesh_init or zeroed) are freed and replaced by malloc'ed arrays
@@ -180,6 +217,13 @@ TSDF_API int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_ray
  * keep a mesh current with them. */
 TSDF_API int tsdf_client_mesh(tsdf_client *c, const char *map, const tsdf_mesh_params *params,
                               tsdf_mesh *out, uint64_t *version, int timeout_ms);
+
+/* tsdf_client_mesh, run only after every frame queued for the map when the
+ * request reached the daemon when after_queued is 1 (PROTOCOL.md 6.9,
+ * "after": "queued"); 0 is tsdf_client_mesh. */
+TSDF_API int tsdf_client_mesh_ex(tsdf_client *c, const char *map, const tsdf_mesh_params *params,
+                                 int after_queued, tsdf_mesh *out, uint64_t *version,
+                                 int timeout_ms);
 
 /* Frees the arrays of a mesh filled by tsdf_client_mesh and zeroes it: the
  * same as tsdf_mesh_fini, kept so that existing callers still link. */

@@ -129,7 +129,22 @@ static const char raycast_help[] =
     "  --min-depth M --max-depth M   ray range in metres (default 0.1, 5.0)\n"
     "  --map NAME           (default \"default\")\n"
     "  --color              write the fused colour instead of shading (a map without\n"
-    "                       colour gets shading and a warning)\n";
+    "                       colour gets shading and a warning)\n"
+    "  --depth-only         ask for depth alone (no normals: a quarter of the reply) and\n"
+    "                       write it as a 16-bit PNG of millimetres, 0 where no surface\n"
+    "  --scale N            render W/N x H/N pixels of the same view (1..8, default 1)\n"
+    "  --after-queued       render only after the frames queued for the map when the\n"
+    "                       request arrives (default: ahead of them)\n";
+
+/* Depth in metres as millimetres for a 16-bit PNG: 0 where no surface,
+ * 65535 beyond 65.5 m. */
+static void depth_to_mm(const float *depth, size_t px, uint16_t *mm)
+{
+    for (size_t i = 0; i < px; i++) {
+        float d = depth[i] * 1000.0f;
+        mm[i] = !(d > 0.0f) ? 0 : d >= 65535.0f ? 65535 : (uint16_t)(d + 0.5f);
+    }
+}
 
 int ctl_raycast(const global_opts *g, int argc, char **argv)
 {
@@ -141,7 +156,8 @@ int ctl_raycast(const global_opts *g, int argc, char **argv)
     p.min_depth_m = TSDF_PROTO_DEFAULT_MIN_DEPTH_M;
     p.max_depth_m = TSDF_PROTO_DEFAULT_MAX_DEPTH_M;
     float fx = 0, fy = 0, cx = NAN, cy = NAN;
-    int color = 0;
+    int color = 0, depth_only = 0, after_queued = 0;
+    uint32_t scale = 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -165,6 +181,14 @@ int ctl_raycast(const global_opts *g, int argc, char **argv)
         } else if (strcmp(a, "--color") == 0) {
             color = 1;
             continue;
+        } else if (strcmp(a, "--depth-only") == 0) {
+            depth_only = 1;
+            continue;
+        } else if (strcmp(a, "--after-queued") == 0) {
+            after_queued = 1;
+            continue;
+        } else if (strcmp(a, "--scale") == 0) {
+            udst = &scale;
         } else if (strcmp(a, "--width") == 0) {
             udst = &p.width;
         } else if (strcmp(a, "--height") == 0) {
@@ -200,6 +224,11 @@ int ctl_raycast(const global_opts *g, int argc, char **argv)
     if (p.width == 0 || p.height == 0 || p.width > TSDF_MAX_IMAGE_DIM ||
         p.height > TSDF_MAX_IMAGE_DIM)
         return ctl_usage_error("raycast", "image size out of range%s", "");
+    if (scale < 1 || scale > TSDF_CLIENT_MAX_RAYCAST_SCALE || p.width / scale == 0 ||
+        p.height / scale == 0)
+        return ctl_usage_error("raycast", "--scale: 1..8, leaving at least one pixel%s", "");
+    if (depth_only && color)
+        return ctl_usage_error("raycast", "--depth-only and --color exclude each other%s", "");
     tsdf_intrinsics K = {525.0f * (float)p.width / 640.0f, 525.0f * (float)p.height / 480.0f,
                          0.5f * (float)(p.width - 1), 0.5f * (float)(p.height - 1)};
     int rc;
@@ -220,6 +249,7 @@ int ctl_raycast(const global_opts *g, int argc, char **argv)
     if (ctl_check_writable("raycast", out) != 0)
         return EXIT_FAILURE;
 
+    /* The outputs hold the scaled image; full size is the most. */
     size_t px = (size_t)p.width * p.height;
     float *depth = malloc(px * sizeof(float));
     float *normals = malloc(px * 3 * sizeof(float));
@@ -234,31 +264,46 @@ int ctl_raycast(const global_opts *g, int argc, char **argv)
     if (ctl_open_client(g, 0, &c) != TSDF_OK)
         goto out;
     tsdf_raycast_output ro = {depth, normals, rgb};
-    int has_rgb = 0;
-    rc = tsdf_client_raycast(c, map, &p, color, &ro, &has_rgb, TSDF_CLIENT_TIMEOUT_DEFAULT);
+    tsdf_client_raycast_options o = {!depth_only, color, scale, after_queued};
+    tsdf_client_raycast_info info;
+    rc = tsdf_client_raycast_ex(c, map, &p, &o, &ro, &info, TSDF_CLIENT_TIMEOUT_DEFAULT);
     if (rc != TSDF_OK) {
         exit_code = ctl_call_error("raycast", rc);
         goto out;
     }
+    px = (size_t)info.width * info.height;
     size_t hits = 0;
     for (size_t i = 0; i < px; i++)
         hits += isfinite(depth[i]) ? 1 : 0;
-    if (color && !has_rgb)
+    if (color && !info.has_rgb)
         fprintf(stderr,
                 "tsdfctl: raycast: warning: --color, but map '%s' has no colour (its "
                 "frames came without rgb): writing shading instead\n",
                 map ? map : TSDF_PROTO_DEFAULT_MAP);
-    if (color && has_rgb)
-        memcpy(img, rgb, px * 3);
-    else
-        tsdf_shade_surface(depth, normals, p.T_world_cam, &p.K, p.width, p.height, img);
-    rc = tsdf_png_write_rgb8(out, img, p.width, p.height);
+    if (depth_only) {
+        /* img holds 3 bytes a pixel: room for 2 of millimetres. */
+        depth_to_mm(depth, px, (uint16_t *)(void *)img);
+        rc = tsdf_png_write_gray16(out, (uint16_t *)(void *)img, info.width, info.height);
+    } else {
+        tsdf_intrinsics Ks = p.K;
+        if (scale > 1) {
+            Ks.fx /= (float)scale;
+            Ks.fy /= (float)scale;
+            Ks.cx = (Ks.cx + 0.5f) / (float)scale - 0.5f;
+            Ks.cy = (Ks.cy + 0.5f) / (float)scale - 0.5f;
+        }
+        if (color && info.has_rgb)
+            memcpy(img, rgb, px * 3);
+        else
+            tsdf_shade_surface(depth, normals, p.T_world_cam, &Ks, info.width, info.height, img);
+        rc = tsdf_png_write_rgb8(out, img, info.width, info.height);
+    }
     if (rc != TSDF_OK) {
         fprintf(stderr, "tsdfctl: raycast: cannot write %s: %s\n", out, tsdf_strerror(rc));
         goto out;
     }
-    printf("%s: %ux%u, surface in %.1f%% of the pixels\n", out, p.width, p.height,
-           100.0 * (double)hits / (double)px);
+    printf("%s: %ux%u, surface in %.1f%% of the pixels (map version %llu)\n", out, info.width,
+           info.height, 100.0 * (double)hits / (double)px, (unsigned long long)info.version);
     exit_code = EXIT_SUCCESS;
 out:
     tsdf_client_close(c);

@@ -28,14 +28,34 @@
 
 /* ---- replies ------------------------------------------------------------ */
 
-/* Encodes rep into out; when that fails (a reply beyond the size limit, no
- * memory) encodes an error reply with that code instead. */
-static void encode_reply(tsdf_reply *rep, tsdf_buf *out)
+/* rep encoded into a fresh message sized by its bound: the bytes are
+ * written once, into the body that nng sends. */
+static int encode_into_msg(const tsdf_reply *rep, nng_msg **out)
 {
-    tsdf_buf_clear(out);
-    int rc = tsdf_proto_encode_reply(rep, out);
+    size_t bound = tsdf_proto_reply_bound(rep);
+    if (bound > TSDF_PROTO_MAX_MESSAGE_BYTES)
+        bound = TSDF_PROTO_MAX_MESSAGE_BYTES;
+    nng_msg *m;
+    if (nng_msg_alloc(&m, bound) != 0)
+        return TSDF_ENOMEM;
+    tsdf_buf b;
+    tsdf_buf_init_fixed(&b, nng_msg_body(m), bound);
+    int rc = tsdf_proto_encode_reply(rep, &b);
+    if (rc != TSDF_OK) {
+        nng_msg_free(m);
+        return rc;
+    }
+    nng_msg_chop(m, bound - b.len);
+    *out = m;
+    return TSDF_OK;
+}
+
+nng_msg *handlers_reply_msg(const tsdf_reply *rep)
+{
+    nng_msg *m = NULL;
+    int rc = encode_into_msg(rep, &m);
     if (rc == TSDF_OK)
-        return;
+        return m;
     /* Fall back to an error reply of the same type, and last to one of type
      * "error" (the codec has no reply for some types, e.g. frame), so that
      * a client is always answered. */
@@ -43,21 +63,19 @@ static void encode_reply(tsdf_reply *rep, tsdf_buf *out)
     int status = rep->status != TSDF_OK ? rep->status : rc;
     for (int i = 0; i < 2; i++) {
         tsdf_reply err;
-        tsdf_buf_clear(out);
         tsdf_reply_init(&err, types[i], rep->id);
         if (rep->status != TSDF_OK)
             tsdf_reply_set_error(&err, status, "%s", rep->message);
         else
             tsdf_reply_set_error(&err, status, "the reply could not be encoded: %s",
                                  tsdf_strerror(rc));
-        if (tsdf_proto_encode_reply(&err, out) == TSDF_OK)
-            return;
+        if (encode_into_msg(&err, &m) == TSDF_OK)
+            return m;
     }
-    tsdf_buf_clear(out);
+    return NULL;
 }
 
-static void reply_error(tsdf_buf *out, tsdf_msg_type type, uint64_t id, int status,
-                        const char *message)
+static nng_msg *reply_error(tsdf_msg_type type, uint64_t id, int status, const char *message)
 {
     tsdf_reply rep;
     tsdf_reply_init(&rep, type, id);
@@ -65,7 +83,7 @@ static void reply_error(tsdf_buf *out, tsdf_msg_type type, uint64_t id, int stat
         tsdf_reply_set_error(&rep, status, "%s", message);
     else
         tsdf_reply_set_error(&rep, status, NULL);
-    encode_reply(&rep, out);
+    return handlers_reply_msg(&rep);
 }
 
 /* ---- frames ------------------------------------------------------------- */
@@ -184,7 +202,8 @@ void handle_frame(daemon_ctx *d, nng_msg *msg)
         rc = TSDF_ETOO_LARGE;
     else
         rc = tsdf_proto_decode_request(nng_msg_body(msg), len, &j->req, &perr);
-    lat_window_add(&d->stats->lat_stage[DS_STAGE_DECODE], (double)(worker_now_ns() - t0) / 1e6);
+    /* The worker records it, after the frame: no statistics before. */
+    j->decode_ms = (double)(worker_now_ns() - t0) / 1e6;
     if (rc == TSDF_OK && !is_frame_type(j->req.type)) {
         rc = TSDF_EPROTO_TYPE;
         snprintf(perr.message, sizeof perr.message,
@@ -244,7 +263,7 @@ static void set_error(tsdf_reply *rep, int rc, const char *what)
 }
 
 static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_reply *rep,
-                         tsdf_buf *out)
+                         double decode_ms)
 {
     worker_job *j = job_new(JOB_FRAME, 1);
     dmap *m;
@@ -259,6 +278,7 @@ static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_r
     }
     j->req = *req;
     j->sensor = sensor;
+    j->decode_ms = decode_ms;
     /* The payloads still point into *msg, which lives until we return. As
      * for streamed frames, a depth that does not decode creates no map. */
     tsdf_proto_error perr;
@@ -306,7 +326,6 @@ static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_r
         rep->u.integrate.version = j->version;
         rep->u.integrate.integrate_ms = j->integrate_ms;
     }
-    (void)out;
     job_free(j);
 }
 
@@ -363,10 +382,21 @@ static void query_done(daemon_ctx *d, dmap *m, job_kind kind)
 /* Queues query job j on m and waits up to timeout_ms for it. On TSDF_OK
  * the caller owns j again; otherwise rep holds the error reply and j is
  * gone (freed here, or the worker's to free after a timeout). */
+/* 1 when j asked to run after the frames queued before it ("after":
+ * "queued", PROTOCOL.md 6.9); every other query goes ahead of them. */
+static int after_queued_frames(const worker_job *j)
+{
+    if (j->kind == JOB_RAYCAST)
+        return j->req.u.raycast.after == TSDF_AFTER_QUEUED;
+    if (j->kind == JOB_MESH)
+        return j->req.u.mesh.after == TSDF_AFTER_QUEUED;
+    return 0;
+}
+
 static int run_admitted_job(daemon_ctx *d, dmap *m, worker_job *j, uint32_t timeout_ms,
                             tsdf_reply *rep)
 {
-    int rc = queue_push_query(&m->queue, j);
+    int rc = queue_push_query_after(&m->queue, j, after_queued_frames(j));
     if (rc != TSDF_OK) {
         job_free(j);
         tsdf_reply_set_error(rep, rc, "map '%s': %s", m->name, tsdf_strerror(rc));
@@ -427,7 +457,7 @@ static int find_map(daemon_ctx *d, const char *name, tsdf_reply *rep, dmap **m)
 
 /* ---- dispatch ----------------------------------------------------------- */
 
-void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out)
+void handle_request(daemon_ctx *d, nng_msg *msg, handler_result *res)
 {
     int64_t t0 = worker_now_ns();
     tsdf_request *req = malloc(sizeof *req);
@@ -435,11 +465,13 @@ void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out)
     tsdf_proto_error perr;
     worker_job *j = NULL;
     dmap *m = NULL; /* with a reference once find_map found it */
+    double decode_ms = 0;
     int rc;
 
-    tsdf_buf_clear(out);
+    memset(res, 0, sizeof *res);
+    res->t0_ns = t0;
     if (req == NULL || rep == NULL) {
-        reply_error(out, TSDF_MSG_ERROR, 0, TSDF_ENOMEM, NULL);
+        res->reply = reply_error(TSDF_MSG_ERROR, 0, TSDF_ENOMEM, NULL);
         goto done;
     }
     memset(&perr, 0, sizeof perr);
@@ -457,9 +489,7 @@ void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out)
         req->id = id;
     } else {
         rc = tsdf_proto_decode_request(data, len, req, &perr);
-        if (req->type == TSDF_MSG_INTEGRATE)
-            lat_window_add(&d->stats->lat_stage[DS_STAGE_DECODE],
-                           (double)(worker_now_ns() - t0) / 1e6);
+        decode_ms = (double)(worker_now_ns() - t0) / 1e6;
     }
     if (rc == TSDF_OK && req->type == TSDF_MSG_FRAME) {
         rc = TSDF_EPROTO_TYPE;
@@ -477,8 +507,9 @@ void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out)
                              "request of %zu bytes (%s) refused: %s (%s%s%s)", len,
                              tsdf_msg_type_name(t), tsdf_errname(rc), perr.key,
                              perr.key[0] ? ": " : "", perr.message);
-        reply_error(out, t, req->id, rc, perr.message[0] ? perr.message : NULL);
-        dstats_request(d->stats, t == TSDF_MSG_ERROR ? 0 : (int)t, 1);
+        res->reply = reply_error(t, req->id, rc, perr.message[0] ? perr.message : NULL);
+        res->type = t == TSDF_MSG_ERROR ? 0 : (int)t;
+        res->failed = 1;
         goto done;
     }
 
@@ -498,26 +529,27 @@ void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out)
         break;
     }
     case TSDF_MSG_INTEGRATE:
-        do_integrate(d, req, &msg, rep, out);
+        do_integrate(d, req, &msg, rep, decode_ms);
         break;
     case TSDF_MSG_RAYCAST: {
         const tsdf_req_raycast *rq = &req->u.raycast;
-        uint64_t bytes = (uint64_t)rq->width * rq->height * (4u + 12u + (rq->want_rgb ? 3u : 0u));
-        if (bytes + 4096 > d->max_message_bytes) {
+        uint64_t bytes = tsdf_proto_raycast_reply_bytes(rq);
+        if (bytes > d->max_message_bytes) {
             tsdf_reply_set_error(rep, TSDF_ETOO_LARGE,
                                  "a %ux%u raycast reply (%" PRIu64 " bytes) exceeds the limit",
-                                 rq->width, rq->height, bytes);
+                                 rq->width / rq->scale, rq->height / rq->scale, bytes);
             break;
         }
         if (find_map(d, req->map, rep, &m) != TSDF_OK)
             break;
         if (handlers_run_query(d, m, JOB_RAYCAST, req, rep, &j) != TSDF_OK)
             break;
-        rep->u.raycast.width = rq->width;
-        rep->u.raycast.height = rq->height;
+        rep->u.raycast.width = j->out_width;
+        rep->u.raycast.height = j->out_height;
         rep->u.raycast.depth_m = j->depth_m;
         rep->u.raycast.normals = j->normals;
         rep->u.raycast.rgb = j->rgb;
+        rep->u.raycast.version = j->version;
         break;
     }
     case TSDF_MSG_MESH:
@@ -569,19 +601,30 @@ void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out)
                              tsdf_msg_type_name(req->type));
         break;
     }
-    encode_reply(rep, out);
+    res->reply = handlers_reply_msg(rep);
     /* State-changing requests refresh the service status at once. */
     if (d->wake != NULL && (req->type == TSDF_MSG_SAVE || req->type == TSDF_MSG_LOAD ||
                             req->type == TSDF_MSG_RESET || req->type == TSDF_MSG_DELETE))
         d->wake(d->wake_arg);
     job_free(j); /* after encoding: the reply pointed into the job's outputs */
     maps_put(m); /* the map of a raycast, mesh or reset; NULL otherwise */
-    dstats_request(d->stats, (int)req->type, rep->status != TSDF_OK);
-    lat_window_add(&d->stats->lat_request[req->type], (double)(worker_now_ns() - t0) / 1e6);
+    res->type = (int)req->type;
+    res->failed = rep->status != TSDF_OK;
+    res->timed = 1;
 
 done:
     if (msg != NULL)
         nng_msg_free(msg);
     free(req);
     free(rep);
+}
+
+void handlers_request_done(daemon_ctx *d, const handler_result *res)
+{
+    if (res->type == 0 && !res->failed)
+        return; /* nothing was handled (no memory for the request) */
+    dstats_request(d->stats, res->type, res->failed);
+    if (res->timed)
+        lat_window_add(&d->stats->lat_request[res->type],
+                       (double)(worker_now_ns() - res->t0_ns) / 1e6);
 }

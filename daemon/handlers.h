@@ -50,11 +50,33 @@ typedef struct {
     void *wake_arg;
 } daemon_ctx;
 
+/* What handle_request leaves to its caller: the reply to send, and the
+ * request's statistics, which handlers_request_done records once the reply
+ * is on its way (no statistics work between a result and its reply). */
+typedef struct {
+    nng_msg *reply; /* owned by the caller now; NULL: nothing to send */
+    int type;       /* the request's type, for dstats_request; 0: unreadable */
+    int failed;     /* the reply is an error */
+    int timed;      /* 1: add the request's latency to its type's window */
+    int64_t t0_ns;  /* when handling began (worker_now_ns) */
+} handler_result;
+
 /* Handles one request message. Takes ownership of msg (frees it, or hands
- * it to a job whose payload points into it). Always leaves a reply in out
- * (cleared first), unless even an error reply cannot be encoded (then
- * out->len is 0 and the caller sends nothing). */
-void handle_request(daemon_ctx *d, nng_msg *msg, tsdf_buf *out);
+ * it to a job whose payload points into it). Always leaves a reply in
+ * res->reply, encoded straight into the message's body, unless even an
+ * error reply cannot be made (then it is NULL and the caller sends
+ * nothing). Call handlers_request_done(d, res) after sending. */
+void handle_request(daemon_ctx *d, nng_msg *msg, handler_result *res);
+
+/* Records what handle_request left for after the reply: the request's
+ * count and latency. */
+void handlers_request_done(daemon_ctx *d, const handler_result *res);
+
+/* Encodes rep into a new nng message of tsdf_proto_reply_bound bytes
+ * (trimmed to what was written); when that fails (a reply beyond the size
+ * limit, no memory), an error reply with that code instead. NULL when not
+ * even that can be made. */
+nng_msg *handlers_reply_msg(const tsdf_reply *rep);
 
 /* Handles one fire-and-forget frame message from the PULL socket. Takes
  * ownership of msg. Counts the frame received and, unless it is queued, its

@@ -495,6 +495,11 @@ static int raycast_params(live_view *v, metrics_http_req *req, dmap *m, view_wor
                   : strcmp(buf, "color") == 0 ? SHADE_COLOR
                                               : SHADE_SURFACE;
     rq->want_rgb = k->mode == SHADE_COLOR;
+    /* Depth shading reads no normals (colour falls back to surface
+     * shading on a map without colour, so it keeps them). */
+    rq->want_normals = k->mode != SHADE_DEPTH;
+    rq->scale = 1;
+    rq->after = TSDF_AFTER_INTEGRATED;
     if (query_get(q, "sensor", buf, sizeof buf)) {
         pose_track *t = malloc(sizeof *t);
         int found = t != NULL && pose_ring_find(&m->poses, buf, t) && t->count > 0;

@@ -360,7 +360,7 @@ static int push_frame(frame_queue *q, void *item, uint64_t sensor_key, size_t by
         break;
     }
     q->frames[(q->head + q->count) % q->capacity] =
-        (queue_slot){item, sensor_key, bytes, b != NULL ? b->seq++ : 0};
+        (queue_slot){item, sensor_key, bytes, b != NULL ? b->seq++ : 0, q->admitted++};
     q->count++;
     q->stats.frames_pushed++;
     if (q->count > q->stats.depth_max)
@@ -417,6 +417,11 @@ int queue_push_frame(frame_queue *q, void *item, uint64_t sensor_key, int timeou
 
 int queue_push_query(frame_queue *q, void *item)
 {
+    return queue_push_query_after(q, item, 0);
+}
+
+int queue_push_query_after(frame_queue *q, void *item, int after_frames)
+{
     pthread_mutex_lock(q->mu);
     if (q->closed) {
         pthread_mutex_unlock(q->mu);
@@ -427,12 +432,40 @@ int queue_push_query(frame_queue *q, void *item)
         pthread_mutex_unlock(q->mu);
         return TSDF_EBUSY;
     }
-    q->queries[(q->qhead + q->qcount) % q->query_capacity] = item;
+    q->queries[(q->qhead + q->qcount) % q->query_capacity] =
+        (queue_query){item, after_frames ? q->admitted : 0};
     q->qcount++;
     q->stats.queries_pushed++;
     pthread_cond_signal(&q->not_empty);
     pthread_mutex_unlock(q->mu);
     return TSDF_OK;
+}
+
+/* The ring offset of the oldest query that may run now, or qcount when
+ * every queued one waits for frames. The lane keeps admission order (an
+ * eviction removes from the middle without reordering), so its head holds
+ * the lowest lane_seq left. */
+static size_t ready_query(const frame_queue *q)
+{
+    uint64_t oldest = q->count > 0 ? q->frames[q->head].lane_seq : UINT64_MAX;
+    for (size_t i = 0; i < q->qcount; i++) {
+        if (q->queries[(q->qhead + i) % q->query_capacity].barrier <= oldest)
+            return i;
+    }
+    return q->qcount;
+}
+
+/* Removes the query at ring offset i (0 = oldest), keeping the others'
+ * order; q->mu is held. */
+static void *take_query(frame_queue *q, size_t i)
+{
+    void *item = q->queries[(q->qhead + i) % q->query_capacity].item;
+    for (size_t k = i; k > 0; k--)
+        q->queries[(q->qhead + k) % q->query_capacity] =
+            q->queries[(q->qhead + k - 1) % q->query_capacity];
+    q->qhead = (q->qhead + 1) % q->query_capacity;
+    q->qcount--;
+    return item;
 }
 
 int queue_pop(frame_queue *q, void **item, int *is_query, int timeout_ms)
@@ -465,10 +498,10 @@ int queue_pop(frame_queue *q, void **item, int *is_query, int timeout_ms)
             return closed ? TSDF_ECLOSED : TSDF_ETIMEOUT;
         }
     }
-    if (q->qcount > 0) {
-        *item = q->queries[q->qhead];
-        q->qhead = (q->qhead + 1) % q->query_capacity;
-        q->qcount--;
+    /* A query that waits for frames is never alone: its frames are there. */
+    size_t i = ready_query(q);
+    if (i < q->qcount) {
+        *item = take_query(q, i);
         *is_query = 1;
     } else {
         *item = take_head(q);

@@ -74,8 +74,17 @@ typedef struct {
     void *item;
     uint64_t sensor_key;
     size_t bytes;
-    uint64_t seq; /* admission order across the budget's queues */
+    uint64_t seq;      /* admission order across the budget's queues */
+    uint64_t lane_seq; /* admission order in this queue's lane (frame_queue.admitted) */
 } queue_slot;
+
+/* One queued query: the item and the frames it waits for. */
+typedef struct {
+    void *item;
+    /* The query is taken only once no frame of lane_seq < barrier is left
+     * in the lane (0: at once, ahead of every frame). */
+    uint64_t barrier;
+} queue_query;
 
 struct frame_queue;
 
@@ -103,7 +112,8 @@ typedef struct frame_queue {
     pthread_cond_t not_full;  /* a frame left the lane, or close */
     queue_slot *frames;       /* ring of capacity slots */
     size_t capacity, head, count;
-    void **queries; /* ring of query_capacity slots */
+    uint64_t admitted;    /* frames ever admitted to the lane (the next lane_seq) */
+    queue_query *queries; /* ring of query_capacity slots */
     size_t query_capacity, qhead, qcount;
     queue_policy policy;
     int closed;
@@ -197,13 +207,22 @@ int queue_push_frame_until(frame_queue *q, void *item, uint64_t sensor_key, size
                            queue_drop_reason *refused_why);
 
 /* Appends a query; never waits. TSDF_EBUSY when the query lane is full,
- * TSDF_ESHUTDOWN when closed. */
+ * TSDF_ESHUTDOWN when closed. The query is served ahead of every frame
+ * still queued (queue_push_query_after with after_frames 0). */
 int queue_push_query(frame_queue *q, void *item);
 
+/* queue_push_query; with after_frames 1 the query is taken only once every
+ * frame in the lane now has left it (popped, dropped or drained): frames
+ * admitted later do not hold it back, and other queries pass it while it
+ * waits. */
+int queue_push_query_after(frame_queue *q, void *item, int after_frames);
+
 /*
- * Takes the next job: any query first, else the oldest frame. *is_query says
- * which. Waits up to timeout_ms; TSDF_ETIMEOUT when nothing came.
- * After queue_close it keeps returning what is queued and then TSDF_ECLOSED.
+ * Takes the next job: the oldest query whose frames have left the lane
+ * (every query pushed without after_frames, at once), else the oldest
+ * frame. *is_query says which. Waits up to timeout_ms; TSDF_ETIMEOUT when
+ * nothing came. After queue_close it keeps returning what is queued and
+ * then TSDF_ECLOSED.
  */
 int queue_pop(frame_queue *q, void **item, int *is_query, int timeout_ms);
 

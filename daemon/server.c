@@ -96,14 +96,23 @@ static void *req_main(void *arg)
             continue;
         }
         nng_msg *msg = nng_aio_get_msg(rc->aio);
-        if (!access_refuse_request(rc->srv->access, msg, &out)) /* takes msg if refused */
-            handle_request(d, msg, &out);                       /* takes msg */
-        if (out.len == 0)
-            continue;
-        nng_msg *reply;
-        if (nng_msg_alloc(&reply, 0) != 0 || nng_msg_append(reply, out.data, out.len) != 0) {
-            TSDF_LOG_RATELIMITED(TSDF_LOG_ERROR, "reply alloc", "no memory for a %zu-byte reply",
-                                 out.len);
+        handler_result res;
+        memset(&res, 0, sizeof res);
+        if (access_refuse_request(rc->srv->access, msg, &out)) { /* takes msg if refused */
+            /* Rare and small: the refusal is copied into a message. */
+            if (out.len == 0)
+                continue;
+            if (nng_msg_alloc(&res.reply, out.len) != 0)
+                res.reply = NULL;
+            else
+                memcpy(nng_msg_body(res.reply), out.data, out.len);
+        } else {
+            handle_request(d, msg, &res); /* takes msg */
+        }
+        nng_msg *reply = res.reply;
+        if (reply == NULL) {
+            TSDF_LOG_RATELIMITED(TSDF_LOG_ERROR, "reply alloc", "no memory for a reply");
+            handlers_request_done(d, &res);
             continue;
         }
         nng_aio_set_msg(rc->aio, reply);
@@ -119,11 +128,8 @@ static void *req_main(void *arg)
             TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "reply send", "reply send failed: %s",
                                  nng_strerror(rv));
         }
-        /* Give large replies' memory back instead of keeping the peak. */
-        if (out.cap > (1u << 20)) {
-            tsdf_buf_fini(&out);
-            tsdf_buf_init(&out);
-        }
+        /* The request's statistics, now that its reply is on its way. */
+        handlers_request_done(d, &res);
     }
     tsdf_buf_fini(&out);
     return NULL;

@@ -253,15 +253,52 @@ static int integrate_frame(dmap *m, const tsdf_frame *f, int *by_budget)
     return rc;
 }
 
-static void run_frame(dmap *m, worker_job *j)
+/* What a frame's statistics need once its job is completed (and maybe
+ * freed by its waiter): copied out of the job before. */
+typedef struct {
+    tsdf_proto_sensor sensor;
+    tsdf_frame frame; /* the pose and intrinsics; its payload pointers are not read */
+    uint64_t seq, stamp_ns;
+    uint32_t sensor_index;
+    double decode_ms, queue_wait_ms;
+} frame_record;
+
+/* The bookkeeping of an integrated or refused frame, after its sender has
+ * been answered: latency windows, the dstats outcome, the camera's path
+ * and, at the metrics cadence, the full statistics (which walk the table
+ * and wait for the GPU). None of it is on the acknowledgement's path. */
+static void record_frame(dmap *m, const frame_record *r, int rc, double ms)
 {
     dstats *ds = m->reg->stats;
-    const tsdf_frame *f = &j->req.u.frame.frame;
+    lat_window_add(&ds->lat_stage[DS_STAGE_DECODE], r->decode_ms);
+    lat_window_add(&ds->lat_queue_wait, r->queue_wait_ms);
+    if (rc == TSDF_OK) {
+        char sensor[DS_SENSOR_NAME_LEN];
+        lat_window_add(&ds->lat_integrate, ms);
+        dstats_sensor_name(&r->sensor, sensor, sizeof sensor);
+        pose_ring_record(&m->poses, sensor, &r->frame, r->seq, r->stamp_ns, worker_now_ns());
+    }
+    dstats_frame_outcome(ds, r->sensor_index, dstats_outcome_for_error(rc));
+    if (worker_now_ns() - m->frame_stats_at_ns >= (int64_t)MAPS_STATS_PERIOD_MS * 1000000LL)
+        refresh_stats(m, rc == TSDF_OK, NULL);
+}
+
+static void run_frame(dmap *m, worker_job *j)
+{
+    const tsdf_req_frame *rf = &j->req.u.frame;
     int64_t t0 = worker_now_ns();
     int by_budget;
+    frame_record rec = {rf->sensor,
+                        rf->frame,
+                        rf->seq,
+                        rf->stamp_ns,
+                        j->sensor,
+                        j->decode_ms,
+                        (double)(t0 - j->t_queued_ns) / 1e6};
+    rec.frame.depth = NULL;
+    rec.frame.rgb = NULL;
 
-    lat_window_add(&ds->lat_queue_wait, (double)(t0 - j->t_queued_ns) / 1e6);
-    int rc = integrate_frame(m, f, &by_budget);
+    int rc = integrate_frame(m, &rf->frame, &by_budget);
     /* An acked frame is synced so that the ack carries the frame's real
      * status; the stream keeps the GPU fed back to back instead. */
     if (rc == TSDF_OK && j->has_waiter)
@@ -269,32 +306,23 @@ static void run_frame(dmap *m, worker_job *j)
     maps_publish_memory(m);
     double ms = (double)(worker_now_ns() - t0) / 1e6;
     if (rc == TSDF_OK) {
-        const tsdf_req_frame *rf = &j->req.u.frame;
-        char sensor[DS_SENSOR_NAME_LEN];
-        lat_window_add(&ds->lat_integrate, ms);
         atomic_fetch_add(&m->frames_done, 1);
-        dstats_sensor_name(&rf->sensor, sensor, sizeof sensor);
-        pose_ring_record(&m->poses, sensor, &rf->frame, rf->seq, rf->stamp_ns, worker_now_ns());
     } else {
         int budget = rc == TSDF_ECAPACITY && by_budget;
         if (budget)
             atomic_fetch_add(&m->reg->vbudget.refused_frames, 1);
         TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "integrate failed",
                              "map %s: frame seq %llu refused by the engine: %s%s", m->name,
-                             (unsigned long long)j->req.u.frame.seq, tsdf_strerror(rc),
+                             (unsigned long long)rf->seq, tsdf_strerror(rc),
                              budget ? " ([volume] memory_budget_mb, all maps together)" : "");
     }
-    dstats_frame_outcome(ds, j->sensor, dstats_outcome_for_error(rc));
     j->integrate_ms = ms;
-    /* The ack's version costs nothing (no wait, no kernel); the statistics
-     * with the probe histogram, which walk the whole table, are taken at
-     * the metrics cadence only. */
+    /* The ack's version costs nothing (no wait, no kernel). */
     j->version = tsdf_volume_version(m->vol);
     atomic_store(&m->version, j->version);
     m->stats_stale = 1;
-    if (worker_now_ns() - m->frame_stats_at_ns >= (int64_t)MAPS_STATS_PERIOD_MS * 1000000LL)
-        refresh_stats(m, rc == TSDF_OK, NULL);
-    job_complete(j, rc);
+    job_complete(j, rc); /* j may be gone from here on */
+    record_frame(m, &rec, rc, ms);
 }
 
 typedef struct {
@@ -315,20 +343,24 @@ static int run_raycast(dmap *m, worker_job *j)
 {
     const tsdf_req_raycast *rq = &j->req.u.raycast;
     raycast_cancel_ctx cancel = {m, j};
-    size_t px = (size_t)rq->width * rq->height;
     tsdf_raycast_params p;
     tsdf_raycast_output out;
 
+    /* The image the client asked for: its size and intrinsics divided by
+     * the scale, normals only when wanted (the engine then computes none). */
+    memset(&p, 0, sizeof p);
+    tsdf_proto_raycast_scaled(rq, &p.width, &p.height, &p.K);
+    size_t px = (size_t)p.width * p.height;
+    j->out_width = p.width;
+    j->out_height = p.height;
     j->depth_m = malloc(px * sizeof(float));
-    j->normals = malloc(px * 3 * sizeof(float));
+    if (rq->want_normals)
+        j->normals = malloc(px * 3 * sizeof(float));
     if (rq->want_rgb)
         j->rgb = malloc(px * 3);
-    if (j->depth_m == NULL || j->normals == NULL || (rq->want_rgb && j->rgb == NULL))
+    if (j->depth_m == NULL || (rq->want_normals && j->normals == NULL) ||
+        (rq->want_rgb && j->rgb == NULL))
         return TSDF_ENOMEM;
-    memset(&p, 0, sizeof p);
-    p.width = rq->width;
-    p.height = rq->height;
-    p.K = rq->K;
     memcpy(p.T_world_cam, rq->T_world_cam, sizeof p.T_world_cam);
     p.min_depth_m = rq->min_depth_m;
     p.max_depth_m = rq->max_depth_m;

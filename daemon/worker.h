@@ -79,6 +79,7 @@ typedef struct worker_job {
     void *depth_aligned; /* owned: the aligned (decoded or copied) depth, or NULL */
     uint32_t sensor;     /* dstats sensor index (frames) */
     int64_t t_queued_ns; /* CLOCK_MONOTONIC when queued */
+    double decode_ms;    /* frames: the decode's time, recorded by the worker after the frame */
 
     /* completion */
     int has_waiter;
@@ -91,10 +92,11 @@ typedef struct worker_job {
     int status;
     uint64_t version;
     double integrate_ms;
-    float *depth_m; /* raycast outputs, owned */
-    float *normals;
+    float *depth_m; /* raycast outputs, owned, at the request's scaled size */
+    float *normals; /* NULL when the request said "normals": false */
     uint8_t *rgb;
-    tsdf_mesh mesh; /* owned */
+    uint32_t out_width, out_height; /* the raycast's image (the request's size / scale) */
+    tsdf_mesh mesh;                 /* owned */
     tsdf_volume_stats vstats;
     /* JOB_STATS: the backend's last frame timelines (CUDA only; 0 else). */
     size_t timeline_count;

@@ -7,6 +7,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "proto_read.h"
@@ -304,14 +305,20 @@ static int read_raycast_rep(const proto_reader *r, tsdf_rep_raycast *q)
     size_t pixels = (size_t)q->width * q->height;
     size_t n;
     int present = 0;
+    PROTO_TRY(proto_get_uint(r, "version", UINT64_MAX, &q->version, &present));
     PROTO_TRY(proto_get_bin(r, "depth", &q->depth_m, &n, NULL));
     if (n != pixels * 4)
         return proto_fail(r->err, TSDF_EBAD_SIZE, "depth", "depth: %zu bytes, expected %zu", n,
                           pixels * 4);
-    PROTO_TRY(proto_get_bin(r, "normals", &q->normals, &n, NULL));
-    if (n != pixels * 12)
-        return proto_fail(r->err, TSDF_EBAD_SIZE, "normals", "normals: %zu bytes, expected %zu", n,
-                          pixels * 12);
+    /* Absent when the request said "normals": false. */
+    const void *normals = NULL;
+    PROTO_TRY(proto_get_bin(r, "normals", &normals, &n, &present));
+    if (present) {
+        if (n != pixels * 12)
+            return proto_fail(r->err, TSDF_EBAD_SIZE, "normals", "normals: %zu bytes, expected %zu",
+                              n, pixels * 12);
+        q->normals = normals;
+    }
     const void *rgb = NULL;
     PROTO_TRY(proto_get_bin(r, "rgb", &rgb, &n, &present));
     if (present) {
@@ -334,34 +341,73 @@ static uint32_t bin_u32(const void *p, size_t i)
 /* The starts of block_count parts in `count` items (vertices or
  * triangles): block_count + 1 uint32, from 0, never decreasing, ending at
  * count, so that the parts are consecutive and cover every item once. */
-static int check_part_starts(const proto_reader *r, const char *key, const void *p, size_t n,
+static int check_part_starts(tsdf_proto_error *err, const char *key, const void *p,
                              uint64_t block_count, uint64_t count, const char *count_key)
 {
-    if (n != (block_count + 1u) * 4u)
-        return proto_fail(r->err, TSDF_EBAD_SIZE, key,
-                          "%s: %zu bytes, expected %llu (block_count %llu + 1 uint32)", key, n,
-                          (unsigned long long)((block_count + 1u) * 4u),
-                          (unsigned long long)block_count);
     if (bin_u32(p, 0) != 0)
-        return proto_fail(r->err, TSDF_EBAD_SIZE, key, "%s: entry 0 is %u, expected 0", key,
+        return proto_fail(err, TSDF_EBAD_SIZE, key, "%s: entry 0 is %u, expected 0", key,
                           bin_u32(p, 0));
     for (uint64_t i = 1; i <= block_count; i++) {
         uint32_t prev = bin_u32(p, i - 1), cur = bin_u32(p, i);
         if (cur < prev)
-            return proto_fail(r->err, TSDF_EBAD_SIZE, key,
+            return proto_fail(err, TSDF_EBAD_SIZE, key,
                               "%s: entry %llu (%u) is below entry %llu (%u)", key,
                               (unsigned long long)i, cur, (unsigned long long)(i - 1), prev);
     }
     if (bin_u32(p, block_count) != count)
-        return proto_fail(r->err, TSDF_EBAD_SIZE, key, "%s: last entry %u, %s is %llu", key,
+        return proto_fail(err, TSDF_EBAD_SIZE, key, "%s: last entry %u, %s is %llu", key,
                           bin_u32(p, block_count), count_key, (unsigned long long)count);
     return TSDF_OK;
 }
 
-/* The parts of a by_block mesh: all three bins or none. A consumer that
+/* What a mesh's arrays must say beyond their sizes, checked by the decoder
+ * on what it read and by the encoder on what it is about to write: every
+ * index below vertex_count (a bad one would make a consumer read outside
+ * the vertex arrays), and with parts their starts consistent and every
+ * triangle's indices among its own part's vertices (a consumer that
  * replaces parts reads part i's vertices by its starts alone, so a
  * triangle that reached into another part's vertices would tie two parts
- * together that the client replaces apart. */
+ * together that the client replaces apart). The sizes are the caller's to
+ * have checked; starts NULL with no parts stand for the one entry 0. */
+static int check_mesh_content(const tsdf_rep_mesh *q, tsdf_proto_error *err)
+{
+    for (uint64_t i = 0; i < q->triangle_count * 3u; i++) {
+        uint32_t idx = bin_u32(q->indices, i);
+        if (idx >= q->vertex_count)
+            return proto_fail(err, TSDF_EBAD_SIZE, "indices",
+                              "indices: entry %llu is %u, vertex_count is %llu",
+                              (unsigned long long)i, idx, (unsigned long long)q->vertex_count);
+    }
+    if (!q->has_blocks)
+        return TSDF_OK;
+    static const uint32_t no_parts[1] = {0};
+    uint64_t blocks = q->block_count;
+    const void *vs = q->block_vertex_start, *ts = q->block_triangle_start;
+    if (blocks == 0 && vs == NULL)
+        vs = no_parts;
+    if (blocks == 0 && ts == NULL)
+        ts = no_parts;
+    PROTO_TRY(
+        check_part_starts(err, "block_vertex_start", vs, blocks, q->vertex_count, "vertex_count"));
+    PROTO_TRY(check_part_starts(err, "block_triangle_start", ts, blocks, q->triangle_count,
+                                "triangle_count"));
+    for (uint64_t b = 0; b < blocks; b++) {
+        uint32_t v0 = bin_u32(vs, b), v1 = bin_u32(vs, b + 1);
+        for (uint64_t i = 3u * (uint64_t)bin_u32(ts, b); i < 3u * (uint64_t)bin_u32(ts, b + 1);
+             i++) {
+            uint32_t idx = bin_u32(q->indices, i);
+            if (idx < v0 || idx >= v1)
+                return proto_fail(err, TSDF_EBAD_SIZE, "indices",
+                                  "indices: entry %llu is %u, outside the vertices %u..%u of its "
+                                  "block's part %llu",
+                                  (unsigned long long)i, idx, v0, v1, (unsigned long long)b);
+        }
+    }
+    return TSDF_OK;
+}
+
+/* The parts of a by_block mesh: all three bins or none, of sizes that
+ * agree (their content: check_mesh_content). */
 static int read_mesh_blocks(const proto_reader *r, tsdf_rep_mesh *q)
 {
     static const char *const keys[3] = {"block_coords", "block_vertex_start",
@@ -383,20 +429,12 @@ static int read_mesh_blocks(const proto_reader *r, tsdf_rep_mesh *q)
         return proto_fail(r->err, TSDF_EBAD_SIZE, keys[0],
                           "block_coords: %zu bytes, not a multiple of 12 (3 int32 a block)", n[0]);
     uint64_t blocks = n[0] / 12u;
-    PROTO_TRY(check_part_starts(r, keys[1], p[1], n[1], blocks, q->vertex_count, "vertex_count"));
-    PROTO_TRY(
-        check_part_starts(r, keys[2], p[2], n[2], blocks, q->triangle_count, "triangle_count"));
-    for (uint64_t b = 0; b < blocks; b++) {
-        uint32_t v0 = bin_u32(p[1], b), v1 = bin_u32(p[1], b + 1);
-        for (uint64_t i = 3u * (uint64_t)bin_u32(p[2], b); i < 3u * (uint64_t)bin_u32(p[2], b + 1);
-             i++) {
-            uint32_t idx = bin_u32(q->indices, i);
-            if (idx < v0 || idx >= v1)
-                return proto_fail(r->err, TSDF_EBAD_SIZE, "indices",
-                                  "indices: entry %llu is %u, outside the vertices %u..%u of its "
-                                  "block's part %llu",
-                                  (unsigned long long)i, idx, v0, v1, (unsigned long long)b);
-        }
+    for (int i = 1; i < 3; i++) {
+        if (n[i] != (blocks + 1u) * 4u)
+            return proto_fail(r->err, TSDF_EBAD_SIZE, keys[i],
+                              "%s: %zu bytes, expected %llu (block_count %llu + 1 uint32)", keys[i],
+                              n[i], (unsigned long long)((blocks + 1u) * 4u),
+                              (unsigned long long)blocks);
     }
     q->has_blocks = 1;
     q->block_count = blocks;
@@ -459,15 +497,8 @@ static int read_mesh_rep(const proto_reader *r, tsdf_rep_mesh *q)
     if (n != (size_t)q->triangle_count * 12u)
         return proto_fail(r->err, TSDF_EBAD_SIZE, "indices", "indices: %zu bytes, expected %zu", n,
                           (size_t)q->triangle_count * 12u);
-    /* A bad index would make a consumer read outside the vertex arrays. */
-    for (uint64_t i = 0; i < q->triangle_count * 3u; i++) {
-        uint32_t idx = bin_u32(q->indices, i);
-        if (idx >= q->vertex_count)
-            return proto_fail(r->err, TSDF_EBAD_SIZE, "indices",
-                              "indices: entry %llu is %u, vertex_count is %llu",
-                              (unsigned long long)i, idx, (unsigned long long)q->vertex_count);
-    }
     PROTO_TRY(read_mesh_blocks(r, q));
+    PROTO_TRY(check_mesh_content(q, r->err));
     return read_mesh_removed(r, q);
 }
 
@@ -634,7 +665,11 @@ static int check_mesh_rep(const tsdf_rep_mesh *q)
                      q->removed_count * 12u;
     if (q->has_blocks)
         bytes += q->block_count * 12u + (q->block_count + 1u) * 8u;
-    return bytes > limit ? TSDF_ETOO_LARGE : TSDF_OK;
+    if (bytes > limit)
+        return TSDF_ETOO_LARGE;
+    /* The engine made the parts and indices, but the reader refuses a mesh
+     * that breaks these rules whole: find it here, without decoding. */
+    return check_mesh_content(q, NULL);
 }
 
 static int encode_reply_body(proto_writer *w, const void *src)
@@ -662,9 +697,9 @@ static int encode_reply_body(proto_writer *w, const void *src)
     case TSDF_MSG_RAYCAST: {
         const tsdf_rep_raycast *q = &r->u.raycast;
         PROTO_TRY(proto_check_image(q->width, q->height));
-        if (q->depth_m == NULL || q->normals == NULL)
+        if (q->depth_m == NULL)
             return TSDF_EINVAL;
-        msgpack_pack_map(&w->pk, env + 4 + (q->rgb ? 1 : 0));
+        msgpack_pack_map(&w->pk, env + 4 + (q->normals ? 1 : 0) + (q->rgb ? 1 : 0));
         break;
     }
     case TSDF_MSG_MESH: {
@@ -716,10 +751,12 @@ static int encode_reply_body(proto_writer *w, const void *src)
     case TSDF_MSG_RAYCAST: {
         const tsdf_rep_raycast *q = &r->u.raycast;
         size_t px = (size_t)q->width * q->height;
+        proto_w_uint(w, "version", q->version);
         proto_w_uint(w, "width", q->width);
         proto_w_uint(w, "height", q->height);
         proto_w_bin(w, "depth", q->depth_m, px * 4u);
-        proto_w_bin(w, "normals", q->normals, px * 12u);
+        if (q->normals)
+            proto_w_bin(w, "normals", q->normals, px * 12u);
         if (q->rgb)
             proto_w_bin(w, "rgb", q->rgb, px * 3u);
         break;
@@ -830,12 +867,85 @@ static int encode_reply_body(proto_writer *w, const void *src)
     return TSDF_OK;
 }
 
-static int self_check(const void *data, size_t len, void *scratch)
+static int check_reply(const void *src)
 {
-    return tsdf_proto_decode_reply(data, len, scratch, NULL);
+    (void)src; /* encode_reply_body checks the struct as it goes */
+    return TSDF_OK;
+}
+
+/* The small replies of the control plane (stats, maps, ping, save, load)
+ * carry many rules (counter keys, names, strings) for a few hundred
+ * bytes: for them the encoder still decodes what it wrote. The replies of
+ * the data path (integrate, raycast, mesh, errors) are checked on the
+ * struct only, so that a raycast's or mesh's megabytes are not read back. */
+static int decoded_after_encode(const tsdf_reply *rep)
+{
+    if (rep->status != TSDF_OK)
+        return 0;
+    switch (rep->type) {
+    case TSDF_MSG_STATS:
+    case TSDF_MSG_MAPS:
+    case TSDF_MSG_PING:
+    case TSDF_MSG_SAVE:
+    case TSDF_MSG_LOAD:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 int tsdf_proto_encode_reply(const tsdf_reply *rep, tsdf_buf *out)
 {
-    return proto_encode_checked(out, rep, encode_reply_body, sizeof(tsdf_reply), self_check);
+    size_t start = out != NULL ? out->len : 0;
+    int rc = proto_encode(out, rep, check_reply, encode_reply_body);
+    if (rc != TSDF_OK || !decoded_after_encode(rep))
+        return rc;
+    tsdf_reply *scratch = malloc(sizeof(*scratch));
+    if (scratch == NULL)
+        rc = TSDF_ENOMEM;
+    else
+        rc = tsdf_proto_decode_reply(out->data + start, out->len - start, scratch, NULL);
+    free(scratch);
+    if (rc != TSDF_OK)
+        out->len = start;
+    return rc;
+}
+
+/* Everything of a reply but its bins and the tables below: the envelope,
+ * an error's message, a path, the keys. */
+#define REPLY_OVERHEAD_BYTES (4096u + TSDF_PROTO_MAX_PATH_LEN)
+
+size_t tsdf_proto_reply_bound(const tsdf_reply *rep)
+{
+    size_t n = REPLY_OVERHEAD_BYTES;
+    if (rep == NULL || rep->status != TSDF_OK)
+        return n;
+    switch (rep->type) {
+    case TSDF_MSG_RAYCAST: {
+        const tsdf_rep_raycast *q = &rep->u.raycast;
+        if (q->width > TSDF_MAX_IMAGE_DIM || q->height > TSDF_MAX_IMAGE_DIM)
+            return n;
+        size_t px = (size_t)q->width * q->height;
+        return n + px * (4u + (q->normals ? 12u : 0u) + (q->rgb ? 3u : 0u));
+    }
+    case TSDF_MSG_MESH: {
+        const tsdf_rep_mesh *q = &rep->u.mesh;
+        const uint64_t limit = TSDF_PROTO_MAX_MESSAGE_BYTES;
+        /* Counts beyond a message are refused before anything is written. */
+        if (q->vertex_count > limit || q->triangle_count > limit || q->block_count > limit ||
+            q->removed_count > limit)
+            return n;
+        return n +
+               (size_t)(q->vertex_count * (24u + (q->colors ? 3u : 0u)) + q->triangle_count * 12u +
+                        q->removed_count * 12u + (q->has_blocks ? q->block_count * 20u + 8u : 0u));
+    }
+    case TSDF_MSG_STATS:
+        /* Each daemon entry: a key of at most 48 bytes and a value of 9;
+         * each timeline entry 7 keys and doubles; the engine's 40-odd. */
+        return n + TSDF_PROTO_MAX_STATS_EXTRA * 64u + TSDF_PROTO_MAX_TIMELINE * 256u + 8192u;
+    case TSDF_MSG_MAPS:
+        return n + TSDF_PROTO_MAX_MAPS * (TSDF_PROTO_MAX_NAME_LEN + 2u);
+    default:
+        return n;
+    }
 }

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "proto_check.h"
 #include "proto_read.h"
 #include "proto_write.h"
 #include "tsdf_pose.h"
@@ -27,6 +28,8 @@ void tsdf_request_init(tsdf_request *r, tsdf_msg_type type)
         f->frame.max_depth_m = TSDF_PROTO_DEFAULT_MAX_DEPTH_M;
         tsdf_pose_identity(f->frame.T_world_cam);
     } else if (type == TSDF_MSG_RAYCAST) {
+        r->u.raycast.want_normals = 1;
+        r->u.raycast.scale = 1;
         r->u.raycast.min_depth_m = TSDF_PROTO_DEFAULT_MIN_DEPTH_M;
         r->u.raycast.max_depth_m = TSDF_PROTO_DEFAULT_MAX_DEPTH_M;
         tsdf_pose_identity(r->u.raycast.T_world_cam);
@@ -34,21 +37,6 @@ void tsdf_request_init(tsdf_request *r, tsdf_msg_type type)
 }
 
 /* ---- decoding ----------------------------------------------------------- */
-
-/* Sensor names are only labels in logs and stats: printable ASCII without
- * spaces is enough. */
-static int check_sensor_name(const char *name, size_t len)
-{
-    if (len == 0)
-        return TSDF_EINVAL;
-    if (len > TSDF_PROTO_MAX_SENSOR_NAME_LEN)
-        return TSDF_ETOO_LARGE;
-    for (size_t i = 0; i < len; i++) {
-        if (name[i] < 0x21 || name[i] > 0x7e)
-            return TSDF_EINVAL;
-    }
-    return TSDF_OK;
-}
 
 /* The intrinsics of a w x h image, checked by the engine's own test
  * (tsdf_intrinsics_check), so the codec and the engine agree on them. */
@@ -130,7 +118,7 @@ static int read_frame(const proto_reader *r, tsdf_req_frame *f)
             f->sensor.is_id = 1;
             f->sensor.id = o->via.u64;
         } else if (o->type == MSGPACK_OBJECT_STR) {
-            int rc = check_sensor_name(o->via.str.ptr, o->via.str.size);
+            int rc = proto_check_sensor_name(o->via.str.ptr, o->via.str.size);
             if (rc != TSDF_OK)
                 return proto_fail(r->err, rc, "sensor",
                                   "sensor: name must be 1..%u printable characters without spaces",
@@ -212,6 +200,22 @@ static int read_frame(const proto_reader *r, tsdf_req_frame *f)
     return TSDF_OK;
 }
 
+/* "after": absent is the default, "integrated"; "queued" is the other. */
+static int read_after(const proto_reader *r, tsdf_query_after *out)
+{
+    char v[16] = "integrated";
+    int present = 0;
+    PROTO_TRY(proto_get_str(r, "after", v, sizeof(v), 1, &present));
+    for (int a = TSDF_AFTER_INTEGRATED; a <= TSDF_AFTER_QUEUED; a++) {
+        if (strcmp(v, proto_after_name((tsdf_query_after)a)) == 0) {
+            *out = (tsdf_query_after)a;
+            return TSDF_OK;
+        }
+    }
+    return proto_fail(r->err, TSDF_EPROTO_KEY, "after",
+                      "after: \"%s\" is neither \"integrated\" nor \"queued\"", v);
+}
+
 static int read_raycast(const proto_reader *r, tsdf_req_raycast *q)
 {
     PROTO_TRY(proto_read_size(r, &q->width, &q->height));
@@ -219,13 +223,23 @@ static int read_raycast(const proto_reader *r, tsdf_req_raycast *q)
     PROTO_TRY(read_pose(r, q->T_world_cam));
     PROTO_TRY(read_depth_range(r, &q->min_depth_m, &q->max_depth_m));
     PROTO_TRY(proto_get_bool(r, "rgb", &q->want_rgb));
-    /* Refuse a raycast whose reply could not be sent: depth (4) + normals
-     * (12) [+ rgb (3)] bytes a pixel, plus room for the envelope. */
-    uint64_t bytes = (uint64_t)q->width * q->height * (16u + (q->want_rgb ? 3u : 0u)) + 4096u;
-    if (bytes > TSDF_PROTO_MAX_MESSAGE_BYTES)
-        return proto_fail(r->err, TSDF_ETOO_LARGE, "width",
-                          "a %ux%u raycast reply would exceed %u bytes", q->width, q->height,
-                          TSDF_PROTO_MAX_MESSAGE_BYTES);
+    PROTO_TRY(proto_get_bool(r, "normals", &q->want_normals));
+    uint64_t scale = 1;
+    int present = 0;
+    PROTO_TRY(proto_get_uint(r, "scale", UINT64_MAX, &scale, &present));
+    q->scale = scale <= TSDF_PROTO_MAX_RAYCAST_SCALE ? (uint32_t)scale : 0u;
+    PROTO_TRY(read_after(r, &q->after));
+    /* Refuse a raycast whose reply could not be sent (depth, normals and
+     * rgb as asked for, at the scaled size, plus room for the envelope). */
+    const char *key = NULL;
+    int rc = proto_check_raycast_shape(q, &key);
+    if (rc == TSDF_EINVAL)
+        return proto_fail(
+            r->err, rc, key, "scale: %llu is not 1..%u, or leaves no pixel of a %ux%u image",
+            (unsigned long long)scale, TSDF_PROTO_MAX_RAYCAST_SCALE, q->width, q->height);
+    if (rc != TSDF_OK)
+        return proto_fail(r->err, rc, key, "a %ux%u raycast reply would exceed %u bytes",
+                          q->width / q->scale, q->height / q->scale, TSDF_PROTO_MAX_MESSAGE_BYTES);
     return TSDF_OK;
 }
 
@@ -247,7 +261,8 @@ static int read_mesh_req(const proto_reader *r, tsdf_req_mesh *q)
         q->use_box = 1;
     }
     PROTO_TRY(proto_get_uint(r, "since_version", UINT64_MAX, &q->since_version, &present));
-    return proto_get_bool(r, "by_block", &q->by_block);
+    PROTO_TRY(proto_get_bool(r, "by_block", &q->by_block));
+    return read_after(r, &q->after);
 }
 
 static int decode_request(const proto_reader *r, tsdf_request *out)
@@ -309,14 +324,31 @@ static void w_intrinsics(proto_writer *w, const tsdf_intrinsics *K)
     proto_w_float(w, "cy", K->cy);
 }
 
+/* The msgpack header of a bin of n bytes: bin 8, 16 or 32. */
+static size_t bin_header_bytes(size_t n)
+{
+    return n <= UINT8_MAX ? 2u : n <= UINT16_MAX ? 3u : 5u;
+}
+
+/* Writes the raw depth samples so that their first byte lies at a multiple
+ * of TSDF_PROTO_PAYLOAD_ALIGN from the message's start: first a "pad" bin
+ * (key 4 bytes, bin 8 header 2, then 0..ALIGN-1 zero bytes) that every
+ * decoder ignores as an unknown key, then "depth" (key 6 bytes, its bin
+ * header, the samples). A daemon then integrates the samples in place
+ * rather than copying them to an aligned buffer first. */
+static void w_aligned_depth(proto_writer *w, const void *depth, size_t n)
+{
+    static const uint8_t zeros[TSDF_PROTO_PAYLOAD_ALIGN];
+    size_t at = proto_w_offset(w) + 4u + 2u + 6u + bin_header_bytes(n);
+    size_t pad =
+        (TSDF_PROTO_PAYLOAD_ALIGN - at % TSDF_PROTO_PAYLOAD_ALIGN) % TSDF_PROTO_PAYLOAD_ALIGN;
+    proto_w_bin(w, "pad", zeros, pad);
+    proto_w_bin(w, "depth", depth, n);
+}
+
 static int encode_request_body(proto_writer *w, const void *src)
 {
     const tsdf_request *q = src;
-    /* Strings are fixed arrays: make sure they are terminated before strlen
-     * runs over them. */
-    if (memchr(q->map, '\0', sizeof(q->map)) == NULL ||
-        memchr(q->u.path.path, '\0', sizeof(q->u.path.path)) == NULL)
-        return TSDF_EINVAL;
     int has_map = q->type != TSDF_MSG_MAPS && q->type != TSDF_MSG_PING;
     uint32_t n = 3 + (has_map ? 1 : 0);
     switch (q->type) {
@@ -325,16 +357,10 @@ static int encode_request_body(proto_writer *w, const void *src)
         const tsdf_frame *f = &q->u.frame.frame;
         tsdf_depth_encoding enc = q->u.frame.depth_encoding;
         int coded = enc != TSDF_DEPTH_ENC_RAW;
-        PROTO_TRY(proto_check_image(f->width, f->height));
-        if (f->depth_format != TSDF_DEPTH_U16 && f->depth_format != TSDF_DEPTH_F32)
-            return TSDF_EINVAL;
-        if (!tsdf_depth_encoding_allows(enc, f->depth_format))
-            return (unsigned)enc < TSDF_DEPTH_ENC_COUNT ? TSDF_EPROTO_KEY : TSDF_EINVAL;
-        if (coded ? q->u.frame.depth_coded == NULL || q->u.frame.depth_coded_bytes == 0
-                  : f->depth == NULL)
-            return TSDF_EINVAL;
         int u16 = f->depth_format == TSDF_DEPTH_U16;
-        n += 14 + (u16 ? 1 : 0) + (f->rgb ? 1 : 0) + (coded ? 1 : 0);
+        /* A coded payload is decoded into a buffer of its own anyway: only
+         * raw samples are worth aligning ("pad"). */
+        n += 14 + (u16 ? 1 : 0) + (f->rgb ? 1 : 0) + 1;
         msgpack_pack_map(&w->pk, n);
         proto_w_envelope(w, q->type, q->id);
         proto_w_str(w, "map", q->map);
@@ -349,14 +375,6 @@ static int encode_request_body(proto_writer *w, const void *src)
         proto_w_uint(w, "height", f->height);
         w_intrinsics(w, &f->K);
         proto_w_str(w, "depth_format", u16 ? "u16" : "f32");
-        /* Raw frames carry no depth_encoding key, so that daemons from
-         * before it still read them. */
-        if (coded) {
-            proto_w_str(w, "depth_encoding", tsdf_depth_encoding_name(enc));
-            proto_w_bin(w, "depth", q->u.frame.depth_coded, q->u.frame.depth_coded_bytes);
-        } else {
-            proto_w_bin(w, "depth", f->depth, (size_t)f->width * f->height * (u16 ? 2u : 4u));
-        }
         if (u16)
             proto_w_float(w, "depth_scale", f->depth_scale);
         proto_w_float(w, "min_depth", f->min_depth_m);
@@ -364,11 +382,24 @@ static int encode_request_body(proto_writer *w, const void *src)
         proto_w_floats(w, "T_world_cam", f->T_world_cam, 16);
         if (f->rgb)
             proto_w_bin(w, "rgb", f->rgb, (size_t)f->width * f->height * 3u);
+        /* Raw frames carry no depth_encoding key, so that daemons from
+         * before it still read them. */
+        if (coded) {
+            proto_w_str(w, "depth_encoding", tsdf_depth_encoding_name(enc));
+            proto_w_bin(w, "depth", q->u.frame.depth_coded, q->u.frame.depth_coded_bytes);
+        } else {
+            w_aligned_depth(w, f->depth, (size_t)f->width * f->height * (u16 ? 2u : 4u));
+        }
         return TSDF_OK;
     }
     case TSDF_MSG_RAYCAST: {
         const tsdf_req_raycast *r = &q->u.raycast;
-        msgpack_pack_map(&w->pk, n + 10);
+        /* The keys after rgb only when they ask for something else than
+         * their default: such a request is byte for byte what clients
+         * before them sent, and daemons before them read it unchanged. */
+        int no_normals = !r->want_normals, scaled = r->scale != 1;
+        int after = r->after != TSDF_AFTER_INTEGRATED;
+        msgpack_pack_map(&w->pk, n + 10 + (uint32_t)(no_normals + scaled + after));
         proto_w_envelope(w, q->type, q->id);
         proto_w_str(w, "map", q->map);
         proto_w_uint(w, "width", r->width);
@@ -378,11 +409,19 @@ static int encode_request_body(proto_writer *w, const void *src)
         proto_w_float(w, "min_depth", r->min_depth_m);
         proto_w_float(w, "max_depth", r->max_depth_m);
         proto_w_bool(w, "rgb", r->want_rgb);
+        if (no_normals)
+            proto_w_bool(w, "normals", 0);
+        if (scaled)
+            proto_w_uint(w, "scale", r->scale);
+        if (after)
+            proto_w_str(w, "after", proto_after_name(r->after));
         return TSDF_OK;
     }
     case TSDF_MSG_MESH: {
         const tsdf_req_mesh *m = &q->u.mesh;
-        msgpack_pack_map(&w->pk, n + 1 + (m->use_box ? 1 : 0) + (m->by_block ? 1 : 0));
+        int after = m->after != TSDF_AFTER_INTEGRATED;
+        msgpack_pack_map(&w->pk,
+                         n + 1 + (m->use_box ? 1 : 0) + (m->by_block ? 1 : 0) + (after ? 1 : 0));
         proto_w_envelope(w, q->type, q->id);
         proto_w_str(w, "map", q->map);
         if (m->use_box) {
@@ -395,6 +434,8 @@ static int encode_request_body(proto_writer *w, const void *src)
          * clients sent before the key existed. */
         if (m->by_block)
             proto_w_bool(w, "by_block", 1);
+        if (after)
+            proto_w_str(w, "after", proto_after_name(m->after));
         return TSDF_OK;
     }
     case TSDF_MSG_SAVE:
@@ -422,12 +463,37 @@ static int encode_request_body(proto_writer *w, const void *src)
     }
 }
 
-static int self_check(const void *data, size_t len, void *scratch)
+static int check_request(const void *src)
 {
-    return tsdf_proto_decode_request(data, len, scratch, NULL);
+    return tsdf_proto_check_request(src);
 }
 
 int tsdf_proto_encode_request(const tsdf_request *req, tsdf_buf *out)
 {
-    return proto_encode_checked(out, req, encode_request_body, sizeof(tsdf_request), self_check);
+    return proto_encode(out, req, check_request, encode_request_body);
+}
+
+/* Everything of a request but its payloads: at most 24 keys of at most 16
+ * bytes with values of at most 9 bytes, 16 floats of 5, a map name, a
+ * sensor name, a path, and the pad of the depth. Far below this. */
+#define REQUEST_OVERHEAD_BYTES (4096u + TSDF_PROTO_MAX_PATH_LEN)
+
+size_t tsdf_proto_request_bound(const tsdf_request *req)
+{
+    size_t n = REQUEST_OVERHEAD_BYTES;
+    if (req == NULL || (req->type != TSDF_MSG_FRAME && req->type != TSDF_MSG_INTEGRATE))
+        return n;
+    const tsdf_req_frame *f = &req->u.frame;
+    size_t px = (size_t)f->frame.width * f->frame.height;
+    /* Sizes beyond the image limits are refused before anything is
+     * written; keep the sum from overflowing for them all the same. */
+    if (f->frame.width > TSDF_MAX_IMAGE_DIM || f->frame.height > TSDF_MAX_IMAGE_DIM)
+        return n;
+    if (f->depth_encoding != TSDF_DEPTH_ENC_RAW)
+        n += f->depth_coded_bytes;
+    else
+        n += px * (f->frame.depth_format == TSDF_DEPTH_U16 ? 2u : 4u);
+    if (f->frame.rgb != NULL)
+        n += px * 3u;
+    return n;
 }

@@ -1,13 +1,13 @@
 /*
  * proto_write.c - the encoding half of the wire codec (see proto_write.h).
  *
- * Encoding writes through msgpack_packer into a tsdf_buf and then decodes
- * its own output, so the encoder enforces exactly the decoder's rules
- * without a second copy of them.
+ * Encoding checks the struct with the decoder's rules (proto_check.c for
+ * requests, proto_reply.c for replies) and writes through msgpack_packer
+ * into a tsdf_buf. It used to decode its own output instead: that read
+ * every message twice on the sending side, a mesh's indices included.
  */
 #include "proto_write.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "proto_utf8.h"
@@ -109,30 +109,28 @@ int proto_check_image(uint32_t w, uint32_t h)
     return TSDF_OK;
 }
 
-int proto_encode_checked(tsdf_buf *out, const void *src,
-                         int (*body)(proto_writer *w, const void *src), size_t scratch_size,
-                         int (*check)(const void *data, size_t len, void *scratch))
+size_t proto_w_offset(const proto_writer *w)
+{
+    return w->b->len - w->start;
+}
+
+int proto_encode(tsdf_buf *out, const void *src, int (*check)(const void *src),
+                 int (*body)(proto_writer *w, const void *src))
 {
     if (out == NULL || src == NULL)
         return TSDF_EINVAL;
-    size_t start = out->len;
+    int rc = check(src);
+    if (rc != TSDF_OK)
+        return rc;
     proto_writer w;
     w.b = out;
+    w.start = out->len;
     w.err = TSDF_OK;
     msgpack_packer_init(&w.pk, &w, write_cb);
-    int rc = body(&w, src);
+    rc = body(&w, src);
     if (rc == TSDF_OK)
         rc = w.err;
-    if (rc == TSDF_OK) {
-        void *tmp = malloc(scratch_size);
-        if (tmp == NULL) {
-            rc = TSDF_ENOMEM;
-        } else {
-            rc = check(out->data + start, out->len - start, tmp);
-            free(tmp);
-        }
-    }
     if (rc != TSDF_OK)
-        out->len = start;
+        out->len = w.start;
     return rc;
 }

@@ -1,8 +1,9 @@
 /*
  * proto_write.h - the encoding half of the wire codec, internal to proto/:
  * a msgpack writer into a tsdf_buf, its key/value helpers, and the
- * encode-then-decode path that every public encoder goes through. Not
- * installed; nothing outside proto/ includes it.
+ * encode frame that every public encoder goes through (check the struct,
+ * write, roll back on failure). Not installed; nothing outside proto/
+ * includes it.
  *
  * The helpers do not return codes: the first failure (the buffer's
  * max_len, out of memory, a string that is not valid UTF-8) is kept in
@@ -28,8 +29,12 @@
 typedef struct {
     msgpack_packer pk; /* for containers and values the helpers lack */
     tsdf_buf *b;       /* the caller's buffer, appended to */
+    size_t start;      /* b->len when this message began */
     int err;           /* TSDF_OK, or the first failure */
 } proto_writer;
+
+/* Bytes of this message written so far (its offset of the next byte). */
+size_t proto_w_offset(const proto_writer *w);
 
 /* A str value alone (an array element); TSDF_EINVAL in err when s is not
  * valid UTF-8, which holds for every string below too. */
@@ -52,14 +57,13 @@ void proto_w_envelope(proto_writer *w, tsdf_msg_type type, uint64_t id);
  * samples from the caller's pointers: TSDF_EEMPTY_IMAGE, TSDF_ETOO_LARGE. */
 int proto_check_image(uint32_t w, uint32_t h);
 
-/* Appends one message to out: body(w, src) writes it, then check(bytes, len,
- * scratch) decodes the result into a scratch struct of scratch_size bytes,
- * so that nothing leaves this side that the other side would refuse. On any
- * error out->len is rolled back to what it was. TSDF_EINVAL for a NULL out
- * or src, TSDF_ENOMEM when the scratch cannot be allocated. */
-int proto_encode_checked(tsdf_buf *out, const void *src,
-                         int (*body)(proto_writer *w, const void *src), size_t scratch_size,
-                         int (*check)(const void *data, size_t len, void *scratch));
+/* Appends one message to out: check(src) first, with the decoder's rules
+ * applied to the struct (so that nothing leaves this side that the other
+ * side would refuse, without decoding what was written), then body(w, src)
+ * writes it. On any error out->len is rolled back to what it was.
+ * TSDF_EINVAL for a NULL out or src. */
+int proto_encode(tsdf_buf *out, const void *src, int (*check)(const void *src),
+                 int (*body)(proto_writer *w, const void *src));
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

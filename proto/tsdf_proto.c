@@ -4,7 +4,8 @@
  *
  * The codec is split by idea, one file each:
  *   proto_read.c    bounded scan and unpack, typed getters, the envelope
- *   proto_write.c   the msgpack writer and the encode-then-decode check
+ *   proto_write.c   the msgpack writer and the encode frame
+ *   proto_check.c   the checks of a request struct, the decoder's rules
  *   proto_request.c requests: defaults, decoder, encoder
  *   proto_reply.c   replies: constructors, decoder, encoder, stats tables
  */
@@ -81,11 +82,22 @@ void tsdf_buf_init(tsdf_buf *b)
     b->len = 0;
     b->cap = 0;
     b->max_len = TSDF_PROTO_MAX_MESSAGE_BYTES;
+    b->fixed = 0;
+}
+
+void tsdf_buf_init_fixed(tsdf_buf *b, void *mem, size_t cap)
+{
+    b->data = mem;
+    b->len = 0;
+    b->cap = cap;
+    b->max_len = cap;
+    b->fixed = 1;
 }
 
 void tsdf_buf_fini(tsdf_buf *b)
 {
-    free(b->data);
+    if (!b->fixed)
+        free(b->data);
     tsdf_buf_init(b);
 }
 
@@ -99,6 +111,9 @@ int tsdf_buf_reserve(tsdf_buf *b, size_t n)
     if (n > b->max_len || b->len > b->max_len - n)
         return TSDF_ETOO_LARGE;
     if (b->len + n > b->cap) {
+        /* The caller's memory cannot grow: it was sized for the message. */
+        if (b->fixed)
+            return TSDF_ETOO_LARGE;
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n)
             cap = cap > SIZE_MAX / 2 ? b->len + n : cap * 2;

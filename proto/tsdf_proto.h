@@ -82,14 +82,21 @@ int tsdf_msg_type_parse(const char *name, size_t len, tsdf_msg_type *out);
 /* ---- growable output buffer -------------------------------------------- */
 
 typedef struct {
-    uint8_t *data;  /* malloc'ed; owned by the buffer */
+    uint8_t *data;  /* malloc'ed and owned by the buffer, or the caller's (fixed) */
     size_t len;     /* bytes in use */
     size_t cap;     /* bytes allocated */
     size_t max_len; /* growth limit; TSDF_PROTO_MAX_MESSAGE_BYTES after init */
+    int fixed;      /* 1: data is the caller's memory of cap bytes, never grown or freed */
 } tsdf_buf;
 
 /* Caller-owned struct: init before use, fini to free. */
 void tsdf_buf_init(tsdf_buf *b);
+/* A buffer over the caller's cap bytes at mem (e.g. the body of an nng
+ * message of a size from tsdf_proto_request_bound): encoders write there
+ * directly, and one that needs more than cap bytes fails with
+ * TSDF_ETOO_LARGE. fini forgets mem without freeing it; mem must outlive
+ * the buffer. */
+void tsdf_buf_init_fixed(tsdf_buf *b, void *mem, size_t cap);
 void tsdf_buf_fini(tsdf_buf *b);
 /* Drops the content, keeps the allocation. */
 void tsdf_buf_clear(tsdf_buf *b);
@@ -151,14 +158,49 @@ typedef struct {
     size_t depth_coded_bytes;
 } tsdf_req_frame;
 
+/* The most a raycast may shrink its image ("scale", PROTOCOL.md 6.2). */
+#define TSDF_PROTO_MAX_RAYCAST_SCALE 8u
+
+/* When a query runs relative to the frames queued for its map ("after",
+ * PROTOCOL.md 6.9). */
+typedef enum {
+    TSDF_AFTER_INTEGRATED = 0, /* default: ahead of the frames still queued */
+    TSDF_AFTER_QUEUED = 1,     /* after every frame queued before it arrived */
+} tsdf_query_after;
+
 typedef struct {
-    uint32_t width, height;
+    uint32_t width, height; /* the camera's image; the reply's is width/scale x height/scale */
     tsdf_intrinsics K;
     float T_world_cam[16]; /* row-major camera-to-world */
     float min_depth_m;     /* default TSDF_PROTO_DEFAULT_MIN_DEPTH_M */
     float max_depth_m;     /* default TSDF_PROTO_DEFAULT_MAX_DEPTH_M */
     int want_rgb;          /* "rgb": true asks for colour; default 0 */
+    /* "normals": 0 asks for depth alone; default 1. The encoder writes the
+     * key only when it is 0, so a request for normals is what clients
+     * before the key sent. */
+    int want_normals;
+    /* "scale": 1..TSDF_PROTO_MAX_RAYCAST_SCALE; the daemon renders
+     * width/scale x height/scale pixels (rounded down, at least 1) with the
+     * intrinsics scaled to match (tsdf_proto_raycast_scaled). Default 1,
+     * written only when it is not. */
+    uint32_t scale;
+    tsdf_query_after after; /* "after"; written only when not the default */
 } tsdf_req_raycast;
+
+/* The image a raycast request asks the engine for: its size divided by
+ * q->scale (rounded down) and the intrinsics of that coarser grid (focal
+ * lengths divided by scale; principal point (c + 0.5) / scale - 0.5, so
+ * that each coarse pixel centre is the centre of the scale x scale fine
+ * pixels it stands for). */
+void tsdf_proto_raycast_scaled(const tsdf_req_raycast *q, uint32_t *width, uint32_t *height,
+                               tsdf_intrinsics *K);
+
+/* The bytes of the reply to raycast request q (status 0): its payloads at
+ * the scaled size, depth (4 bytes a pixel), normals (12) if asked for, rgb
+ * (3) if asked for, plus a bound on the envelope and keys. The decoder
+ * refuses a request whose reply would exceed TSDF_PROTO_MAX_MESSAGE_BYTES;
+ * a daemon with a lower limit compares with its own. */
+uint64_t tsdf_proto_raycast_reply_bytes(const tsdf_req_raycast *q);
 
 typedef struct {
     int use_box; /* 1 when "box" was given */
@@ -168,6 +210,7 @@ typedef struct {
      * tsdf_rep_mesh); default 0. The encoder writes the key only when it is
      * 1, so a request without it is what clients before it sent. */
     int by_block;
+    tsdf_query_after after; /* "after"; written only when not the default */
 } tsdf_req_mesh;
 
 /* save and load: an optional path (empty: the daemon's snapshot file for the map). */
@@ -195,10 +238,13 @@ void tsdf_request_init(tsdf_request *r, tsdf_msg_type type);
 /* ---- replies ------------------------------------------------------------ */
 
 typedef struct {
-    uint32_t width, height;
-    const void *depth_m; /* width*height float32 LE; NaN = no surface */
-    const void *normals; /* width*height*3 float32 LE, world frame; NaN = no surface */
-    const uint8_t *rgb;  /* optional width*height*3, or NULL */
+    uint32_t width, height; /* the rendered image (the request's size divided by its scale) */
+    const void *depth_m;    /* width*height float32 LE; NaN = no surface */
+    /* width*height*3 float32 LE, world frame; NaN = no surface. NULL when
+     * the reply has none (the request said "normals": false). */
+    const void *normals;
+    const uint8_t *rgb; /* optional width*height*3, or NULL */
+    uint64_t version;   /* "version": the map's version the image shows; 0: not sent */
 } tsdf_rep_raycast;
 
 typedef struct {
@@ -265,18 +311,37 @@ void tsdf_reply_set_error(tsdf_reply *r, int status, const char *fmt, ...)
 
 /* ---- encoding ----------------------------------------------------------- */
 
-/* Appends req as one msgpack message to out. Checks the struct first with
- * the same rules the decoder applies (so a client cannot send what the daemon
- * would refuse): the codes are those of tsdf_proto_decode_request. Payload
- * pointers are read, not kept. On error out->len is unchanged. */
+/* Checks req with the rules the decoder applies to its bytes, on the
+ * struct itself (nothing is encoded or decoded): the codes are those of
+ * tsdf_proto_decode_request, plus TSDF_EINVAL for what no decoded request
+ * can hold (a NULL payload, a string without its NUL, an unknown enum). */
+int tsdf_proto_check_request(const tsdf_request *req);
+
+/* Appends req as one msgpack message to out, after tsdf_proto_check_request
+ * (so a client cannot send what the daemon would refuse). Payload pointers
+ * are read, not kept. A raw depth payload is placed so that its first byte
+ * lies at a multiple of TSDF_PROTO_PAYLOAD_ALIGN from the message's start
+ * (an ignored "pad" key takes up the difference), so that a receiver whose
+ * message starts aligned reads the samples in place. On error out->len is
+ * unchanged. */
 int tsdf_proto_encode_request(const tsdf_request *req, tsdf_buf *out);
+#define TSDF_PROTO_PAYLOAD_ALIGN 16u
+
+/* The most bytes tsdf_proto_encode_request can append for req (its
+ * payloads plus a bound on everything else): size a fixed buffer with it. */
+size_t tsdf_proto_request_bound(const tsdf_request *req);
 
 /* Appends rep to out. An error reply (status != 0) carries only v, type, id,
- * status, error and message. Returns TSDF_EINVAL for inconsistent payloads
- * (NULL pointer with non-zero counts) or a string that is not valid UTF-8
- * (no encoder ever writes one; tsdf_reply_set_error repairs messages),
- * TSDF_ETOO_LARGE, TSDF_ENOMEM. */
+ * status, error and message. The struct is checked, not the bytes decoded
+ * again: TSDF_EINVAL for inconsistent payloads (NULL pointer with non-zero
+ * counts) or a string that is not valid UTF-8 (no encoder ever writes one;
+ * tsdf_reply_set_error repairs messages); for a mesh, TSDF_EBAD_SIZE for an
+ * index or part that its decoder would refuse; TSDF_ETOO_LARGE,
+ * TSDF_ENOMEM. */
 int tsdf_proto_encode_reply(const tsdf_reply *rep, tsdf_buf *out);
+
+/* The most bytes tsdf_proto_encode_reply can append for rep. */
+size_t tsdf_proto_reply_bound(const tsdf_reply *rep);
 
 /* ---- decoding ----------------------------------------------------------- */
 

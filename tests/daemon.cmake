@@ -34,9 +34,10 @@ if(TARGET tsdf_client)
     # the frame queue and its counters (streams), the daemon's mesh and
     # raycast against the engine's (results), malformed and mutated input
     # (malformed), snapshots (persist), the connection and memory limits
-    # (limits), bounded queries and a bounded stop (bounded). Each keeps
-    # the 600 s limit of the one program they were split from.
-    set(TSDF_DAEMON_E2E_TOPICS streams results malformed persist limits bounded)
+    # (limits), bounded queries and a bounded stop (bounded), raycasts of
+    # the size asked for and the order of queries and frames (queries).
+    # Each keeps the 600 s limit of the one program they were split from.
+    set(TSDF_DAEMON_E2E_TOPICS streams results malformed persist limits bounded queries)
     foreach(topic IN LISTS TSDF_DAEMON_E2E_TOPICS)
       tsdf_add_test(NAME daemon_${topic} SOURCES test_daemon_${topic}.c
         LIBS tsdfd_testlib Threads::Threads LABELS daemon TIMEOUT 600)

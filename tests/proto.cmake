@@ -2,12 +2,12 @@
 # against a running tsdfd live with the daemon's tests.
 # The codec's tests, one program a topic (test_proto_<topic>.c): round
 # trips, request validation, what the encoders and the reply decoder refuse
-# (consistency), truncated, mutated and random bytes (robustness), and
-# UTF-8. What they share is proto_testlib.h.
+# (consistency), truncated, mutated and random bytes (robustness), UTF-8,
+# and the frame path's aligned payloads and raycast options (framepath). What they share is proto_testlib.h.
 add_library(tsdf_proto_testlib STATIC proto_testlib.c)
 target_link_libraries(tsdf_proto_testlib PUBLIC tsdf_proto tsdf_testutil PkgConfig::MSGPACK
   PRIVATE tsdf_warnings m)
-foreach(topic IN ITEMS roundtrip validation consistency robustness utf8)
+foreach(topic IN ITEMS roundtrip validation consistency robustness utf8 framepath)
   tsdf_add_test(NAME proto_${topic} SOURCES test_proto_${topic}.c LIBS tsdf_proto_testlib
     TIMEOUT 120)
 endforeach()

@@ -289,7 +289,7 @@ void v_bin_empty(msgpack_packer *pk)
 /* The last rebuild as a buffer of its own (to change a second key). */
 tsdf_buf take_rebuilt(void)
 {
-    tsdf_buf b = {g_out, g_out_len, g_out_len, g_out_len};
+    tsdf_buf b = {g_out, g_out_len, g_out_len, g_out_len, 0};
     g_out = NULL;
     return b;
 }

@@ -355,6 +355,29 @@ static void test_raycast(void **state)
     assert_int_equal(rgb[4], 0);
     assert_string_equal(g_fd.last.map, "default");
 
+    /* Normals are asked for only by a caller that takes them; the keys
+     * for depth alone and a scale reach the daemon as set. */
+    assert_int_equal(g_fd.last.u.raycast.want_normals, 1);
+    tsdf_raycast_output no_normals = {depth, NULL, NULL};
+    assert_int_equal(tsdf_client_raycast(c, NULL, &p, 0, &no_normals, NULL, 1000), TSDF_OK);
+    assert_int_equal(g_fd.last.u.raycast.want_normals, 0);
+    assert_int_equal(g_fd.last.u.raycast.scale, 1);
+    /* This fake answers as a daemon from before "scale": a full-size
+     * reply to a scaled request is refused, nothing written. */
+    tsdf_client_raycast_options o = {.want_normals = 1, .scale = 2, .after_queued = 1};
+    tsdf_client_raycast_info info;
+    depth[1] = -7.0f;
+    assert_int_equal(tsdf_client_raycast_ex(c, NULL, &p, &o, &out, &info, 1000), TSDF_EBAD_SIZE);
+    assert_true(depth[1] == -7.0f);
+    assert_int_equal(g_fd.last.u.raycast.scale, 2);
+    assert_int_equal(g_fd.last.u.raycast.after, TSDF_AFTER_QUEUED);
+    o.scale = TSDF_CLIENT_MAX_RAYCAST_SCALE + 1;
+    assert_int_equal(tsdf_client_raycast_ex(c, NULL, &p, &o, &out, &info, 1000), TSDF_EINVAL);
+    o.scale = 1;
+    out.normals = NULL;
+    assert_int_equal(tsdf_client_raycast_ex(c, NULL, &p, &o, &out, &info, 1000), TSDF_EINVAL);
+    out.normals = normals;
+
     p.T_world_cam[15] = 2.0f;
     assert_int_equal(tsdf_client_raycast(c, NULL, &p, 0, &out, NULL, 1000), TSDF_EBAD_POSE);
 }

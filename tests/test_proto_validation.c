@@ -138,7 +138,7 @@ static void test_validation_frame(void **state)
     assert_int_equal(req_with(&b, "height", v_u0, &err), TSDF_EEMPTY_IMAGE);
     assert_int_equal(req_with(&b, "width", v_u9000, &err), TSDF_ETOO_LARGE);
     rebuild(&b, "width", "width", v_u5000);
-    tsdf_buf b2 = {g_out, g_out_len, g_out_len, g_out_len};
+    tsdf_buf b2 = {g_out, g_out_len, g_out_len, g_out_len, 0};
     g_out = NULL;
     assert_int_equal(req_with(&b2, "height", v_u5000, &err), TSDF_ETOO_LARGE); /* 25 Mpx */
     free(b2.data);

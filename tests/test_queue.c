@@ -258,6 +258,54 @@ static void test_queries_first_and_bounded(void **state)
     queue_fini(&q);
 }
 
+/* Pops the next job of q, which must be item want, a query or a frame. */
+static void expect_pop(frame_queue *q, int want, int is_query)
+{
+    void *item;
+    int got_query;
+    assert_int_equal(queue_pop(q, &item, &got_query, 0), TSDF_OK);
+    assert_int_equal(got_query, is_query);
+    assert_int_equal(VAL(item), want);
+}
+
+/* A query pushed after_frames waits for exactly the frames queued before
+ * it: later frames do not hold it back, an eviction counts as leaving, and
+ * other queries pass it while it waits. */
+static void test_query_after_frames(void **state)
+{
+    frame_queue q;
+    void *dropped;
+    (void)state;
+
+    assert_int_equal(queue_init(&q, 4, 4, QUEUE_DROP_OLDEST), TSDF_OK);
+    assert_int_equal(queue_push_frame(&q, ITEM(1), 7, 0, &dropped), TSDF_OK);
+    assert_int_equal(queue_push_frame(&q, ITEM(2), 8, 0, &dropped), TSDF_OK);
+    assert_int_equal(queue_push_query_after(&q, ITEM(50), 1), TSDF_OK);
+    assert_int_equal(queue_push_frame(&q, ITEM(3), 9, 0, &dropped), TSDF_OK);
+    assert_int_equal(queue_push_query_after(&q, ITEM(51), 0), TSDF_OK);
+    /* The plain query goes first, ahead of every frame and of 50. */
+    expect_pop(&q, 51, 1);
+    /* 50 waits for frames 1 and 2, not for 3. */
+    expect_pop(&q, 1, 0);
+    expect_pop(&q, 2, 0);
+    expect_pop(&q, 50, 1);
+    expect_pop(&q, 3, 0);
+
+    /* With no frame queued it runs at once; a frame it waited for that is
+     * dropped (drop_oldest, a full lane) releases it as a popped one does. */
+    assert_int_equal(queue_push_query_after(&q, ITEM(52), 1), TSDF_OK);
+    expect_pop(&q, 52, 1);
+    assert_int_equal(queue_push_frame(&q, ITEM(10), 1, 0, &dropped), TSDF_OK);
+    assert_int_equal(queue_push_query_after(&q, ITEM(53), 1), TSDF_OK);
+    for (int i = 11; i <= 14; i++)
+        assert_int_equal(queue_push_frame(&q, ITEM(i), 1, 0, &dropped), TSDF_OK);
+    assert_int_equal(VAL(dropped), 10);
+    expect_pop(&q, 53, 1);
+    for (int i = 11; i <= 14; i++)
+        expect_pop(&q, i, 0);
+    queue_fini(&q);
+}
+
 static void count_item(void *item, void *arg)
 {
     int *sum = arg;
@@ -902,6 +950,7 @@ int main(void)
         cmocka_unit_test(test_block_until_counts_no_timeouts),
         cmocka_unit_test(test_drop_oldest_same_sensor),
         cmocka_unit_test(test_queries_first_and_bounded),
+        cmocka_unit_test(test_query_after_frames),
         cmocka_unit_test(test_close_and_drain),
         cmocka_unit_test(test_close_wakes_blocked_pusher),
         cmocka_unit_test(test_concurrent_block),

@@ -106,6 +106,14 @@ $C raycast --pose "$WORK/pose.txt" --map s --width 160 --height 120 "$WORK/r.png
     >"$WORK/out" || fail "raycast: $(cat "$WORK/out")"
 head -c 4 "$WORK/r.png" | grep -q PNG || fail "raycast wrote no PNG"
 grep -q "surface in" "$WORK/out" || fail "raycast output"
+# Half the size as depth alone: a 16-bit PNG of 80 x 60 millimetres, the
+# surface 1 m minus the sphere's radius away; after the queued frames.
+$C raycast --pose "$WORK/pose.txt" --map s --width 160 --height 120 --scale 2 --depth-only \
+    --after-queued "$WORK/rd.png" >"$WORK/out" || fail "raycast --depth-only: $(cat "$WORK/out")"
+grep -q "rd.png: 80x60, surface in" "$WORK/out" || fail "raycast --scale 2: $(cat "$WORK/out")"
+head -c 4 "$WORK/rd.png" | grep -q PNG || fail "raycast --depth-only wrote no PNG"
+$C raycast --pose "$WORK/pose.txt" --map s --scale 9 "$WORK/x.png" >"$WORK/out" 2>&1
+[ $? -eq 2 ] && grep -q "scale" "$WORK/out" || fail "--scale 9: $(cat "$WORK/out")"
 printf '2 0 0 0\n0 2 0 0\n0 0 2 0\n0 0 0 1\n' >"$WORK/bad.txt"
 $C raycast --pose "$WORK/bad.txt" "$WORK/x.png" >/dev/null 2>&1
 [ $? -eq 1 ] || fail "a non-rigid pose file should fail"

@@ -131,6 +131,33 @@ def test_raycast_of_a_plane(client):
     r.depth[0, 0] = 0.0
 
 
+def test_raycast_sizes(client):
+    """Depth alone, a fraction of the size, and the version the image
+    shows (PROTOCOL.md 6.2); bad values refused before sending."""
+    name = "plane-sizes"
+    for seq in range(3):
+        done = client.integrate(name, plane_depth(1.0), PLANE_K, IDENTITY, seq=seq)
+    full = client.raycast(name, 64, 48, PLANE_K, IDENTITY)
+    assert full.version == done.version
+    d = client.raycast(name, 64, 48, PLANE_K, IDENTITY, normals=False)
+    assert d.normals is None and d.version == done.version
+    np.testing.assert_array_equal(d.depth, full.depth)
+    half = client.raycast(name, 64, 48, PLANE_K, IDENTITY, scale=2)
+    assert half.depth.shape == (24, 32) and half.normals.shape == (24, 32, 3)
+    inner = (slice(4, -4), slice(4, -4))
+    assert np.abs(half.depth[inner] - 1.0).max() < 0.01
+    q = client.raycast(name, 65, 49, PLANE_K, IDENTITY, normals=False, scale=3, after="queued")
+    assert q.depth.shape == (16, 21) and q.normals is None
+    for bad in (dict(scale=0), dict(scale=9), dict(scale=65), dict(normals=1),
+                dict(after="soon")):
+        with pytest.raises(ArgumentError) as e:
+            client.raycast(name, 64, 48, PLANE_K, IDENTITY, **bad)
+        assert e.value.code == ErrorCode.INVAL
+    with pytest.raises(ArgumentError):
+        client.mesh(name, after="later")
+    assert client.mesh(name, after="queued").version == done.version
+
+
 def test_raycast_of_the_sphere(client, sphere):
     T = look_at((0.0, -1.0, 0.3), (0.0, 0.0, 0.0))
     expected = render_sphere(T)

@@ -171,7 +171,21 @@ def _count(reply, key):
     return value
 
 
-def raycast_result(reply, width, height):
+def after(value):
+    """The "after" key of a query: None for the default ("integrated",
+    left off the wire as libtsdf leaves it), "queued" as is."""
+    if value == "integrated":
+        return None
+    if value == "queued":
+        return value
+    raise ArgumentError(ErrorCode.INVAL,
+                        f"after must be \"integrated\" or \"queued\", not {value!r}")
+
+
+def raycast_result(reply, width, height, normals=True):
+    """width x height: the size rendered (the request's divided by its
+    scale); normals: whether they were asked for (a daemon from before
+    "normals" sends them anyway, and they are kept)."""
     if reply.get("width") != width or reply.get("height") != height:
         raise TsdfError(ErrorCode.FORMAT,
                         f"raycast reply is {reply.get('width')}x{reply.get('height')}, "
@@ -179,8 +193,14 @@ def raycast_result(reply, width, height):
     rgb = None
     if reply.get("rgb") is not None:
         rgb = _array(reply, "rgb", np.uint8, (height, width, 3))
-    return Raycast(depth=_array(reply, "depth", "<f4", (height, width)),
-                   normals=_array(reply, "normals", "<f4", (height, width, 3)), rgb=rgb)
+    nrm = None
+    if normals or reply.get("normals") is not None:
+        nrm = _array(reply, "normals", "<f4", (height, width, 3))
+    version = reply.get("version", 0)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise TsdfError(ErrorCode.FORMAT, "the reply's 'version' is not a uint")
+    return Raycast(depth=_array(reply, "depth", "<f4", (height, width)), normals=nrm, rgb=rgb,
+                   version=version)
 
 
 def _coords(reply, key):

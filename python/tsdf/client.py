@@ -22,6 +22,8 @@ DEFAULT_REQ_URL = "ipc:///run/tsdfd/tsdfd.sock"
 DEFAULT_PUSH_URL = "ipc:///run/tsdfd/frames.sock"
 # Neither side sends or accepts a larger message (TSDF_PROTO_MAX_MESSAGE_BYTES).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# The most a raycast may shrink its image ("scale", PROTOCOL.md 6.2).
+MAX_RAYCAST_SCALE = 8
 
 # nng's failures as tsdf codes, as libtsdf maps them (tsdf_client_nng_error).
 _NNG_CODES = (
@@ -268,19 +270,38 @@ class Client:
             raise _nng_error(e, "send_frame") from e
 
     def raycast(self, map, width, height, K, T_world_cam, min_depth=0.1, max_depth=5.0,
-                rgb=False):
+                rgb=False, normals=True, scale=1, after="integrated"):
         """Renders the map's surface from a virtual camera (K and
         T_world_cam as for integrate). Returns Raycast: depth (H, W) float32
         metres and normals (H, W, 3) float32 world-frame, NaN where no
-        surface; rgb (H, W, 3) uint8 when asked for and the map has colour."""
+        surface; rgb (H, W, 3) uint8 when asked for and the map has colour;
+        version, the map version the image shows (0 from older daemons).
+
+        normals=False: depth alone (Raycast.normals is None), a quarter of
+        the bytes. scale=2..8: the same view in width // scale x height //
+        scale pixels, each the centre of scale x scale full-size pixels.
+        after="queued": rendered only after every frame queued for the map
+        when the request arrived; the default, "integrated", renders ahead
+        of them (PROTOCOL.md 6.9)."""
         width, height = m.uint(width, "width"), m.uint(height, "height")
+        if not isinstance(normals, bool):
+            raise ArgumentError(ErrorCode.INVAL,
+                                f"normals must be a bool, not {type(normals).__name__}")
+        scale = m.uint(scale, "scale")
+        if not 1 <= scale <= MAX_RAYCAST_SCALE or width // scale == 0 or height // scale == 0:
+            raise ArgumentError(ErrorCode.INVAL,
+                                f"scale {scale}: not 1..{MAX_RAYCAST_SCALE}, or no pixel of a "
+                                f"{width}x{height} image left")
         r = self.request("raycast", map=m.check_map(map), width=width, height=height,
                          **m.intrinsics(K), T_world_cam=m.pose(T_world_cam),
                          min_depth=m.num(min_depth, "min_depth"),
-                         max_depth=m.num(max_depth, "max_depth"), rgb=bool(rgb))
-        return m.raycast_result(r, width, height)
+                         max_depth=m.num(max_depth, "max_depth"), rgb=bool(rgb),
+                         # Each only when not the default, as libtsdf sends them.
+                         normals=None if normals else False,
+                         scale=scale if scale != 1 else None, after=m.after(after))
+        return m.raycast_result(r, width // scale, height // scale, normals)
 
-    def mesh(self, map, box=None, since=None, by_block=False):
+    def mesh(self, map, box=None, since=None, by_block=False, after="integrated"):
         """The map's triangle mesh. box: (minx, miny, minz, maxx, maxy, maxz)
         metres, only blocks that intersect it; since: a Mesh.version, only
         blocks changed after it. Returns Mesh (vertices (N, 3) float32,
@@ -292,7 +313,7 @@ class Client:
         so that a mesh kept by block can be updated part by part. With
         since: removed (R, 3) int32, the blocks gone since that version,
         and full, True when the mesh replaces everything instead
-        (PROTOCOL.md 6.3 says how to apply them)."""
+        (PROTOCOL.md 6.3 says how to apply them). after: as for raycast."""
         if box is not None:
             box = [m.num(x, "box") for x in box]
             if len(box) != 6:
@@ -304,7 +325,7 @@ class Client:
                                 f"by_block must be a bool, not {type(by_block).__name__}")
         # Sent only when asked for, as libtsdf sends it.
         r = self.request("mesh", map=m.check_map(map), box=box, since_version=since,
-                         by_block=True if by_block else None)
+                         by_block=True if by_block else None, after=m.after(after))
         return m.mesh_result(r, by_block)
 
     def save(self, map, path=None):

@@ -22,8 +22,11 @@ class Integrated:
 @dataclass(frozen=True)
 class Raycast:
     depth: np.ndarray  # (H, W) float32 z-depth in metres, NaN where no surface
-    normals: np.ndarray  # (H, W, 3) float32 unit normals, world frame, NaN where no surface
+    # (H, W, 3) float32 unit normals, world frame, NaN where no surface; None
+    # when asked for depth alone (normals=False)
+    normals: Optional[np.ndarray]
     rgb: Optional[np.ndarray]  # (H, W, 3) uint8, only when asked for and the map has colour
+    version: int = 0  # the map version the image shows; 0 from daemons before it
 
     @property
     def has_rgb(self) -> bool:
