@@ -39,10 +39,15 @@
  *    frame. Its parts must be the whole by-block mesh's parts of the same
  *    blocks (triangle and vertex counts, vertex positions) and cover every
  *    changed block; the run must end equal to the synced one.
+ *  - bytes moved per stage and GB/s (bench_engine_report.c), beside the
+ *    copy bandwidth the device achieves in the same run (bench_copy.cu:
+ *    device to device, pinned host to device and back, each checked; with
+ *    the CUDA backend only).
  *
  * This is a program, not a test: it exits 0 on success, 1 when a check
  * fails (the GPU against the CPU, back to back against synced, an
- * incremental mesh against the whole one), 2 on a usage or setup error.
+ * incremental mesh against the whole one, a copy), 2 on a usage or setup
+ * error.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -55,6 +60,7 @@
 #include <time.h>
 
 #include "bench_engine_check.h"
+#include "bench_engine_report.h"
 #include "tsdf_dataset.h"
 #include "tsdf_volume.h"
 
@@ -404,7 +410,7 @@ typedef struct {
     uint64_t *changed; /* n: blocks frame i changed (their version moved) */
     uint32_t count;    /* incremental meshes timed */
     uint32_t *frame;   /* count: the frame after which each was made */
-    double *engine_ms, *wall_ms;
+    double *engine_ms, *wall_ms, *bytes;
     size_t *parts, *triangles;
 } bench_incremental;
 
@@ -414,6 +420,7 @@ static void incremental_fini(bench_incremental *r)
     free(r->frame);
     free(r->engine_ms);
     free(r->wall_ms);
+    free(r->bytes);
     free(r->parts);
     free(r->triangles);
     memset(r, 0, sizeof *r);
@@ -463,6 +470,7 @@ static int incremental_sample(tsdf_volume *v, uint64_t before, uint32_t k, const
     r->frame[i] = k;
     r->engine_ms[i] = st.last_mesh_ms;
     r->wall_ms[i] = wall;
+    r->bytes[i] = bench_mesh_bytes(&inc);
     r->parts[i] = diff.parts;
     r->triangles[i] = diff.triangles;
     result = 0;
@@ -476,7 +484,7 @@ out:
 }
 
 /* Integrates all n frames (synced) on a fresh volume, counting the blocks
- * each frame changes, and after every step-th
+ * each frame changes (for the update's bytes), and after every step-th
  * frame of the second half (step 0: none) times the incremental by-block
  * mesh of what that frame changed (incremental_sample). The volume must
  * end equal to the synced run's (*ref), so that the counts are those of the
@@ -493,9 +501,11 @@ static int run_incremental(const bench_opts *o, const bench_frame *frames, uint3
     r->frame = calloc(most + 1, sizeof *r->frame);
     r->engine_ms = calloc(most + 1, sizeof *r->engine_ms);
     r->wall_ms = calloc(most + 1, sizeof *r->wall_ms);
+    r->bytes = calloc(most + 1, sizeof *r->bytes);
     r->parts = calloc(most + 1, sizeof *r->parts);
     r->triangles = calloc(most + 1, sizeof *r->triangles);
-    if (!r->changed || !r->frame || !r->engine_ms || !r->wall_ms || !r->parts || !r->triangles) {
+    if (!r->changed || !r->frame || !r->engine_ms || !r->wall_ms || !r->bytes || !r->parts ||
+        !r->triangles) {
         fprintf(stderr, "bench_engine: no memory for the incremental mesh series\n");
         return 2;
     }
@@ -548,9 +558,10 @@ out:
 }
 
 /* Everything measured after the series above (their format stays as it
- * was: others parse it), against the synced run's volume v. */
+ * was: others parse it), against the synced run's volume v; *b holds that
+ * run's series, for the bytes per stage. */
 static int run_after_series(const bench_opts *o, const bench_frame *frames, uint32_t n,
-                            tsdf_volume *v)
+                            tsdf_volume *v, bench_stage_bytes *b)
 {
     bench_digest ref;
     bench_incremental inc;
@@ -561,9 +572,17 @@ static int run_after_series(const bench_opts *o, const bench_frame *frames, uint
     }
     if ((rc = run_back_to_back(o, frames, n, &ref)) != 0)
         return rc;
-    rc = run_incremental(o, frames, n, o->inc_mesh_step, &ref, &inc);
+    if ((rc = run_incremental(o, frames, n, o->inc_mesh_step, &ref, &inc)) == 0) {
+        b->block_bytes = ref.block_bytes;
+        b->changed = inc.changed;
+        b->inc_bytes = inc.bytes;
+        b->inc_ms = inc.engine_ms;
+        b->inc_wall_ms = inc.wall_ms;
+        b->inc_count = inc.count;
+        rc = bench_print_bytes_per_stage(b);
+    }
     incremental_fini(&inc);
-    return rc;
+    return rc != 0 ? rc : bench_print_copy_bandwidth(o->backend);
 }
 
 int main(int argc, char **argv)
@@ -756,7 +775,19 @@ int main(int argc, char **argv)
     print_series("mesh (engine)", mesh_dev, o.mesh_reps);
     print_series("mesh (wall)", mesh_wall, o.mesh_reps);
 
-    int after = run_after_series(&o, frames, n, v);
+    bench_stage_bytes sb = {.frames = n,
+                            .npix = npix,
+                            .color = o.color,
+                            .upload_ms = upload,
+                            .update_ms = update,
+                            .raycast_ms = ray_dev,
+                            .raycast_wall_ms = ray_wall,
+                            .raycast_reps = o.raycast_reps,
+                            .mesh_ms = mesh_dev,
+                            .mesh_wall_ms = mesh_wall,
+                            .mesh_reps = o.mesh_reps,
+                            .mesh = &mesh};
+    int after = run_after_series(&o, frames, n, v, &sb);
     if (after != 0)
         return after;
 
