@@ -413,6 +413,9 @@ typedef struct {
     uint32_t *frame;   /* count: the frame after which each was made */
     double *engine_ms, *wall_ms, *bytes;
     size_t *parts, *triangles;
+    /* Meshed into again after every sample, as a client keeping its mesh
+     * current would: the engine may reuse their arrays. */
+    tsdf_mesh whole, inc;
 } bench_incremental;
 
 static void incremental_fini(bench_incremental *r)
@@ -424,6 +427,8 @@ static void incremental_fini(bench_incremental *r)
     free(r->bytes);
     free(r->parts);
     free(r->triangles);
+    tsdf_mesh_fini(&r->whole);
+    tsdf_mesh_fini(&r->inc);
     memset(r, 0, sizeof *r);
 }
 
@@ -436,52 +441,45 @@ static void incremental_fini(bench_incremental *r)
 static int incremental_sample(tsdf_volume *v, uint64_t before, uint32_t k, const int32_t *changed,
                               size_t nchanged, bench_incremental *r)
 {
-    tsdf_mesh whole, inc;
+    tsdf_mesh *whole = &r->whole, *inc = &r->inc;
     tsdf_mesh_params mp;
     tsdf_volume_stats st;
     bench_parts_diff diff;
-    int rc, result = 2;
-    tsdf_mesh_init(&whole);
-    tsdf_mesh_init(&inc);
+    int rc;
     memset(&mp, 0, sizeof mp);
     mp.by_block = 1;
-    if ((rc = tsdf_volume_mesh(v, &mp, &whole)) != TSDF_OK)
+    if ((rc = tsdf_volume_mesh(v, &mp, whole)) != TSDF_OK)
         goto fail;
     mp.since_version = before;
     double w0 = now_ms();
-    if ((rc = tsdf_volume_mesh(v, &mp, &inc)) != TSDF_OK)
+    if ((rc = tsdf_volume_mesh(v, &mp, inc)) != TSDF_OK)
         goto fail;
     double wall = now_ms() - w0;
     if ((rc = tsdf_volume_get_counters(v, &st)) != TSDF_OK)
         goto fail;
-    result = 1;
-    if (inc.full) {
+    if (inc->full) {
         printf("check: incremental mesh after frame %u came back whole (full = 1) -> FAIL\n", k);
-        goto out;
+        return 1;
     }
-    if (bench_compare_parts(&inc, &whole, changed, nchanged, &diff) != 0) {
+    if (bench_compare_parts(inc, whole, changed, nchanged, &diff) != 0) {
         printf("check: incremental mesh after frame %u: %zu parts, %zu without a part in the "
                "whole mesh, %zu differing from it, %zu of %zu changed blocks not covered, max "
                "|position sum diff| %.3g m -> FAIL\n",
                k, diff.parts, diff.missing, diff.differ, diff.uncovered, nchanged,
                diff.max_pos_diff);
-        goto out;
+        return 1;
     }
     uint32_t i = r->count++;
     r->frame[i] = k;
     r->engine_ms[i] = st.last_mesh_ms;
     r->wall_ms[i] = wall;
-    r->bytes[i] = bench_mesh_bytes(&inc);
+    r->bytes[i] = bench_mesh_bytes(inc);
     r->parts[i] = diff.parts;
     r->triangles[i] = diff.triangles;
-    result = 0;
-    goto out;
+    return 0;
 fail:
     fprintf(stderr, "bench_engine: incremental mesh after frame %u: %s\n", k, tsdf_strerror(rc));
-out:
-    tsdf_mesh_fini(&whole);
-    tsdf_mesh_fini(&inc);
-    return result;
+    return 2;
 }
 
 /* Integrates all n frames (synced) on a fresh volume, counting the blocks
@@ -498,6 +496,8 @@ static int run_incremental(const bench_opts *o, const bench_frame *frames, uint3
     int rc, result = 2;
     uint32_t first = n / 2, most = step ? (n - first + step - 1) / step : 0;
     memset(r, 0, sizeof *r);
+    tsdf_mesh_init(&r->whole);
+    tsdf_mesh_init(&r->inc);
     r->changed = calloc(n, sizeof *r->changed);
     r->frame = calloc(most + 1, sizeof *r->frame);
     r->engine_ms = calloc(most + 1, sizeof *r->engine_ms);
