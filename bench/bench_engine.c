@@ -5,6 +5,7 @@
  *                [--voxel M] [--trunc-vox V] [--max-depth M]
  *                [--layout s16|f32] [--color on|off]
  *                [--check-frames K] [--raycast-reps R] [--mesh-reps R]
+ *                [--inc-mesh-step S]
  *
  * --layout picks how the volume stores a voxel (default s16, the engine's
  * default). --color on gives every frame an RGB image so that the volume
@@ -26,8 +27,28 @@
  * at the camera's resolution from the middle frame's pose and a full mesh
  * are repeated. Each series is printed as mean / median / p99 / max.
  *
- * This is a program, not a test: it exits 0 on success, 1 when the GPU
- * check fails, 2 on a usage or setup error.
+ * After those series (whose lines stay as they were: RESULTS.md's raw
+ * outputs are parsed), each checked before its time is printed:
+ *  - back to back: all frames on a fresh volume with no sync between them
+ *    and one at the end, as the daemon feeds a map; ms a frame is the total
+ *    wall over the frames. Its volume must equal the synced run's (the same
+ *    blocks, the same checksum of their voxels).
+ *  - incremental mesh: a third run, synced, counts the blocks each frame
+ *    changes, and after every S-th frame of the second half (--inc-mesh-step,
+ *    0 skips it) times the by-block mesh since the version before that
+ *    frame. Its parts must be the whole by-block mesh's parts of the same
+ *    blocks (triangle and vertex counts, vertex positions) and cover every
+ *    changed block; the run must end equal to the synced one.
+ *  - bytes moved per stage and GB/s (bench_engine_report.c), beside the
+ *    copy bandwidth the device achieves in the same run (bench_copy.cu:
+ *    device to device, pinned host to device and back, each checked; with
+ *    the CUDA backend only).
+ *
+ * This is a program, not a test: it exits 0 on success, 1 when a check
+ * fails (the GPU against the CPU, back to back against synced, an
+ * incremental mesh against the whole one, a copy), 2 on a usage or setup
+ * error, 77 when the data or the GPU asked for is not there (the smoke
+ * tests in tests/bench.cmake skip then).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -39,6 +60,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "bench_engine_check.h"
+#include "bench_engine_report.h"
 #include "tsdf_dataset.h"
 #include "tsdf_volume.h"
 
@@ -58,6 +81,7 @@ typedef struct {
     uint32_t check_frames;
     uint32_t raycast_reps;
     uint32_t mesh_reps;
+    uint32_t inc_mesh_step; /* an incremental mesh after every this many frames; 0: none */
     tsdf_layout layout;
     int color;
     const uint8_t *rgb; /* with color: one width*height*3 image for every frame */
@@ -119,11 +143,13 @@ static void usage(FILE *to)
         "                    [--voxel M] [--trunc-vox V] [--max-depth M]\n"
         "                    [--layout s16|f32] [--color on|off]\n"
         "                    [--check-frames K] [--raycast-reps R] [--mesh-reps R]\n"
+        "                    [--inc-mesh-step S]\n"
         "defaults: --backend auto, --data $TSDF_DATA_DIR or ../shared/data/7scenes-redkitchen,\n"
         "          all frames, --voxel 0.01, --trunc-vox 4, --max-depth 4,\n"
         "          --layout s16, --color off,\n"
         "          --check-frames 10 (CUDA only; 0 skips the check), --raycast-reps 20,\n"
-        "          --mesh-reps 3\n");
+        "          --mesh-reps 3, --inc-mesh-step 10 (an incremental mesh after every S-th\n"
+        "          frame of the second half; 0 skips it)\n");
 }
 
 static int parse_u32(const char *s, uint32_t *out)
@@ -180,6 +206,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->check_frames = 10;
     o->raycast_reps = 20;
     o->mesh_reps = 3;
+    o->inc_mesh_step = 10;
     o->layout = TSDF_LAYOUT_S16;
     const char *data = NULL;
     for (int i = 1; i < argc; i++) {
@@ -211,6 +238,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             bad = parse_u32(val, &o->raycast_reps);
         else if (strcmp(a, "--mesh-reps") == 0)
             bad = parse_u32(val, &o->mesh_reps);
+        else if (strcmp(a, "--inc-mesh-step") == 0)
+            bad = parse_u32(val, &o->inc_mesh_step);
         else if (strcmp(a, "--layout") == 0)
             bad = tsdf_layout_parse(val, &o->layout) != TSDF_OK;
         else if (strcmp(a, "--color") == 0) {
@@ -245,14 +274,26 @@ static int make_volume(const bench_opts *o, tsdf_backend backend, tsdf_volume **
     return rc;
 }
 
-static int integrate_frame(tsdf_volume *v, const bench_opts *o, const bench_frame *f)
+/* Queues frame f on v without waiting for it (the CUDA backend may still be
+ * working on it when this returns). */
+static int submit_frame(tsdf_volume *v, const bench_opts *o, const bench_frame *f)
 {
     tsdf_frame fr;
     tsdf_dataset_frame_to_tsdf(&f->meta, f->depth, o->min_depth_m, o->max_depth_m, &fr);
     fr.rgb = o->rgb;
     int rc = tsdf_volume_integrate(v, &fr);
-    if (rc == TSDF_OK)
-        rc = tsdf_volume_sync(v);
+    if (rc != TSDF_OK)
+        fprintf(stderr, "bench_engine: integrating frame %u: %s\n", f->meta.index,
+                tsdf_strerror(rc));
+    return rc;
+}
+
+static int integrate_frame(tsdf_volume *v, const bench_opts *o, const bench_frame *f)
+{
+    int rc = submit_frame(v, o, f);
+    if (rc != TSDF_OK)
+        return rc;
+    rc = tsdf_volume_sync(v);
     if (rc != TSDF_OK)
         fprintf(stderr, "bench_engine: integrating frame %u: %s\n", f->meta.index,
                 tsdf_strerror(rc));
@@ -329,6 +370,222 @@ out:
     return result;
 }
 
+/* ---- back to back ---------------------------------------------------------
+ * Integrates all n frames on a fresh volume with no sync between them (one
+ * tsdf_volume_sync at the end), as the daemon feeds a map, and prints the
+ * host wall time a frame -- only once the volume it made equals the synced
+ * run's (*ref: the same blocks, the same voxels). 0, 1 on a mismatch, 2 on
+ * an error. */
+static int run_back_to_back(const bench_opts *o, const bench_frame *frames, uint32_t n,
+                            const bench_digest *ref)
+{
+    tsdf_volume *v = NULL;
+    int rc, result = 2;
+    if (make_volume(o, o->backend, &v) != TSDF_OK)
+        return 2;
+    double t0 = now_ms();
+    for (uint32_t i = 0; i < n; i++)
+        if (submit_frame(v, o, &frames[i]) != TSDF_OK)
+            goto out;
+    if ((rc = tsdf_volume_sync(v)) != TSDF_OK) {
+        fprintf(stderr, "bench_engine: back to back: sync: %s\n", tsdf_strerror(rc));
+        goto out;
+    }
+    double total_ms = now_ms() - t0;
+    if ((result = bench_check_digest(v, ref, "back-to-back", n)) != 0)
+        goto out;
+    printf(" -> PASS\n");
+    printf("back-to-back integration (no sync between frames, one at the end): %u frames in %.1f "
+           "ms = %.3f ms a frame = %.1f frames/s\n",
+           n, total_ms, total_ms / (double)n, 1e3 * (double)n / total_ms);
+    result = 0;
+out:
+    tsdf_volume_destroy(v);
+    return result;
+}
+
+/* ---- incremental mesh -----------------------------------------------------
+ * What run_incremental measured: the blocks each frame changed, and one
+ * sample per incremental mesh it timed. */
+typedef struct {
+    uint64_t *changed; /* n: blocks frame i changed (their version moved) */
+    uint32_t count;    /* incremental meshes timed */
+    uint32_t *frame;   /* count: the frame after which each was made */
+    double *engine_ms, *wall_ms, *bytes;
+    size_t *parts, *triangles;
+    /* Meshed into again after every sample, as a client keeping its mesh
+     * current would: the engine may reuse their arrays. */
+    tsdf_mesh whole, inc;
+} bench_incremental;
+
+static void incremental_fini(bench_incremental *r)
+{
+    free(r->changed);
+    free(r->frame);
+    free(r->engine_ms);
+    free(r->wall_ms);
+    free(r->bytes);
+    free(r->parts);
+    free(r->triangles);
+    tsdf_mesh_fini(&r->whole);
+    tsdf_mesh_fini(&r->inc);
+    memset(r, 0, sizeof *r);
+}
+
+/* After frame k, which changed the nchanged blocks of `changed` (select
+ * since `before`): the whole volume meshed by block (untimed: the
+ * reference, and it sizes the engine's buffers so that the timed mesh pays
+ * no first-use cost), then the timed incremental mesh since `before`, which
+ * must cover every changed block with the same parts as the whole mesh. 0,
+ * 1 on a mismatch, 2 on an error. */
+static int incremental_sample(tsdf_volume *v, uint64_t before, uint32_t k, const int32_t *changed,
+                              size_t nchanged, bench_incremental *r)
+{
+    tsdf_mesh *whole = &r->whole, *inc = &r->inc;
+    tsdf_mesh_params mp;
+    tsdf_volume_stats st;
+    bench_parts_diff diff;
+    int rc;
+    memset(&mp, 0, sizeof mp);
+    mp.by_block = 1;
+    if ((rc = tsdf_volume_mesh(v, &mp, whole)) != TSDF_OK)
+        goto fail;
+    mp.since_version = before;
+    double w0 = now_ms();
+    if ((rc = tsdf_volume_mesh(v, &mp, inc)) != TSDF_OK)
+        goto fail;
+    double wall = now_ms() - w0;
+    if ((rc = tsdf_volume_get_counters(v, &st)) != TSDF_OK)
+        goto fail;
+    if (inc->full) {
+        printf("check: incremental mesh after frame %u came back whole (full = 1) -> FAIL\n", k);
+        return 1;
+    }
+    if (bench_compare_parts(inc, whole, changed, nchanged, &diff) != 0) {
+        printf("check: incremental mesh after frame %u: %zu parts, %zu without a part in the "
+               "whole mesh, %zu differing from it, %zu of %zu changed blocks not covered, max "
+               "|position sum diff| %.3g m -> FAIL\n",
+               k, diff.parts, diff.missing, diff.differ, diff.uncovered, nchanged,
+               diff.max_pos_diff);
+        return 1;
+    }
+    uint32_t i = r->count++;
+    r->frame[i] = k;
+    r->engine_ms[i] = st.last_mesh_ms;
+    r->wall_ms[i] = wall;
+    r->bytes[i] = bench_mesh_bytes(inc);
+    r->parts[i] = diff.parts;
+    r->triangles[i] = diff.triangles;
+    return 0;
+fail:
+    fprintf(stderr, "bench_engine: incremental mesh after frame %u: %s\n", k, tsdf_strerror(rc));
+    return 2;
+}
+
+/* Integrates all n frames (synced) on a fresh volume, counting the blocks
+ * each frame changes (for the update's bytes), and after every step-th
+ * frame of the second half (step 0: none) times the incremental by-block
+ * mesh of what that frame changed (incremental_sample). The volume must
+ * end equal to the synced run's (*ref), so that the counts are those of the
+ * timed run. Prints the series once everything is checked. 0, 1 on a
+ * mismatch, 2 on an error. */
+static int run_incremental(const bench_opts *o, const bench_frame *frames, uint32_t n,
+                           uint32_t step, const bench_digest *ref, bench_incremental *r)
+{
+    tsdf_volume *v = NULL;
+    int rc, result = 2;
+    uint32_t first = n / 2, most = step ? (n - first + step - 1) / step : 0;
+    memset(r, 0, sizeof *r);
+    tsdf_mesh_init(&r->whole);
+    tsdf_mesh_init(&r->inc);
+    r->changed = calloc(n, sizeof *r->changed);
+    r->frame = calloc(most + 1, sizeof *r->frame);
+    r->engine_ms = calloc(most + 1, sizeof *r->engine_ms);
+    r->wall_ms = calloc(most + 1, sizeof *r->wall_ms);
+    r->bytes = calloc(most + 1, sizeof *r->bytes);
+    r->parts = calloc(most + 1, sizeof *r->parts);
+    r->triangles = calloc(most + 1, sizeof *r->triangles);
+    if (!r->changed || !r->frame || !r->engine_ms || !r->wall_ms || !r->bytes || !r->parts ||
+        !r->triangles) {
+        fprintf(stderr, "bench_engine: no memory for the incremental mesh series\n");
+        return 2;
+    }
+    if (make_volume(o, o->backend, &v) != TSDF_OK)
+        return 2;
+    for (uint32_t i = 0; i < n; i++) {
+        tsdf_block_select q;
+        memset(&q, 0, sizeof q);
+        q.rules = TSDF_SELECT_SINCE;
+        q.version = tsdf_volume_version(v);
+        int32_t *coords = NULL;
+        size_t nchanged = 0;
+        if (integrate_frame(v, o, &frames[i]) != TSDF_OK)
+            goto out;
+        if ((rc = tsdf_volume_select(v, &q, &coords, &nchanged)) != TSDF_OK) {
+            fprintf(stderr, "bench_engine: selecting frame %u's blocks: %s\n", i,
+                    tsdf_strerror(rc));
+            goto out;
+        }
+        r->changed[i] = nchanged;
+        int c = 0;
+        if (step && i >= first && (i - first) % step == 0)
+            c = incremental_sample(v, q.version, i, coords, nchanged, r);
+        free(coords);
+        if (c != 0) {
+            result = c;
+            goto out;
+        }
+    }
+    if ((result = bench_check_digest(v, ref, "incremental-mesh run", n)) != 0)
+        goto out;
+    printf("; %u incremental meshes with the same parts as the whole mesh -> PASS\n", r->count);
+    result = 0;
+    if (r->count == 0)
+        goto out;
+    printf("incremental mesh (by block, of what one frame changed) after frames %u, %u, ... "
+           "(every %u):\n",
+           first, first + step, step);
+    for (uint32_t i = 0; i < r->count; i++)
+        printf("  frame %4u: %6llu blocks changed, %6zu parts meshed, %7zu triangles, engine "
+               "%8.3f ms, wall %8.3f ms\n",
+               r->frame[i], (unsigned long long)r->changed[r->frame[i]], r->parts[i],
+               r->triangles[i], r->engine_ms[i], r->wall_ms[i]);
+    print_series_header();
+    print_series("inc. mesh (engine)", r->engine_ms, r->count);
+    print_series("inc. mesh (wall)", r->wall_ms, r->count);
+out:
+    tsdf_volume_destroy(v);
+    return result;
+}
+
+/* Everything measured after the series above (their format stays as it
+ * was: others parse it), against the synced run's volume v; *b holds that
+ * run's series, for the bytes per stage. */
+static int run_after_series(const bench_opts *o, const bench_frame *frames, uint32_t n,
+                            tsdf_volume *v, bench_stage_bytes *b)
+{
+    bench_digest ref;
+    bench_incremental inc;
+    int rc = bench_digest_volume(v, &ref);
+    if (rc != TSDF_OK) {
+        fprintf(stderr, "bench_engine: exporting blocks: %s\n", tsdf_strerror(rc));
+        return 2;
+    }
+    if ((rc = run_back_to_back(o, frames, n, &ref)) != 0)
+        return rc;
+    if ((rc = run_incremental(o, frames, n, o->inc_mesh_step, &ref, &inc)) == 0) {
+        b->block_bytes = ref.block_bytes;
+        b->changed = inc.changed;
+        b->inc_bytes = inc.bytes;
+        b->inc_ms = inc.engine_ms;
+        b->inc_wall_ms = inc.wall_ms;
+        b->inc_count = inc.count;
+        rc = bench_print_bytes_per_stage(b);
+    }
+    incremental_fini(&inc);
+    return rc != 0 ? rc : bench_print_copy_bandwidth(o->backend);
+}
+
 int main(int argc, char **argv)
 {
     bench_opts o;
@@ -339,16 +596,17 @@ int main(int argc, char **argv)
     if (o.backend == TSDF_BACKEND_AUTO)
         o.backend = tsdf_cuda_available() ? TSDF_BACKEND_CUDA : TSDF_BACKEND_CPU;
     if (o.backend == TSDF_BACKEND_CUDA && !tsdf_cuda_available()) {
-        fprintf(stderr, "bench_engine: --backend cuda, but no usable CUDA device (or this "
-                        "binary has no CUDA backend)\n");
-        return 2;
+        printf("SKIPPED: --backend cuda, but no usable GPU (or this binary has no CUDA "
+               "backend)\n");
+        return 77;
     }
 
     tsdf_dataset *ds = NULL;
     int rc = tsdf_dataset_open(o.data_dir, &ds);
     if (rc != TSDF_OK) {
-        fprintf(stderr, "bench_engine: opening %s: %s\n", o.data_dir, tsdf_strerror(rc));
-        return 2;
+        printf("SKIPPED: no 7-Scenes data at %s (%s); set --data or TSDF_DATA_DIR\n", o.data_dir,
+               tsdf_strerror(rc));
+        return 77;
     }
     tsdf_dataset_info info;
     tsdf_dataset_get_info(ds, &info);
@@ -518,6 +776,22 @@ int main(int argc, char **argv)
     print_series_header();
     print_series("mesh (engine)", mesh_dev, o.mesh_reps);
     print_series("mesh (wall)", mesh_wall, o.mesh_reps);
+
+    bench_stage_bytes sb = {.frames = n,
+                            .npix = npix,
+                            .color = o.color,
+                            .upload_ms = upload,
+                            .update_ms = update,
+                            .raycast_ms = ray_dev,
+                            .raycast_wall_ms = ray_wall,
+                            .raycast_reps = o.raycast_reps,
+                            .mesh_ms = mesh_dev,
+                            .mesh_wall_ms = mesh_wall,
+                            .mesh_reps = o.mesh_reps,
+                            .mesh = &mesh};
+    int after = run_after_series(&o, frames, n, v, &sb);
+    if (after != 0)
+        return after;
 
     tsdf_mesh_fini(&mesh);
     tsdf_volume_destroy(v);
