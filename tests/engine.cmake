@@ -1,6 +1,7 @@
 # Tests of the volume engine's CPU reference backend (gpu/cpu/*.c,
 # gpu/volume.c) and of the PLY writer (scenes/tsdf_ply.c). They need no GPU.
 tsdf_add_test(NAME hash SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hash.c LIBS tsdf_engine_internals TIMEOUT 120)
+tsdf_add_test(NAME pool SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pool.c LIBS tsdf_engine_internals TIMEOUT 120)
 # The volume API, by topic; volume_testlib.c holds what they share.
 add_library(tsdf_volume_testlib STATIC ${CMAKE_CURRENT_LIST_DIR}/volume_testlib.c)
 target_include_directories(tsdf_volume_testlib PUBLIC ${CMAKE_CURRENT_LIST_DIR})
