@@ -5,7 +5,11 @@
  *                [--voxel M] [--trunc-vox V] [--max-depth M]
  *                [--layout s16|f32] [--color on|off]
  *                [--check-frames K] [--raycast-reps R] [--mesh-reps R]
+ *                [--threads N]
  *
+ * --threads sets the CPU backend's thread count (tsdf_volume_params
+ * cpu_threads; default 0, every online core); the header line prints the
+ * count in use.
  * --layout picks how the volume stores a voxel (default s16, the engine's
  * default). --color on gives every frame an RGB image so that the volume
  * keeps a colour channel: the 7-Scenes copy here has depth only, so the
@@ -38,6 +42,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tsdf_dataset.h"
 #include "tsdf_volume.h"
@@ -59,6 +64,7 @@ typedef struct {
     uint32_t raycast_reps;
     uint32_t mesh_reps;
     tsdf_layout layout;
+    uint32_t threads;
     int color;
     const uint8_t *rgb; /* with color: one width*height*3 image for every frame */
 } bench_opts;
@@ -119,11 +125,12 @@ static void usage(FILE *to)
         "                    [--voxel M] [--trunc-vox V] [--max-depth M]\n"
         "                    [--layout s16|f32] [--color on|off]\n"
         "                    [--check-frames K] [--raycast-reps R] [--mesh-reps R]\n"
+        "                    [--threads N]\n"
         "defaults: --backend auto, --data $TSDF_DATA_DIR or ../shared/data/7scenes-redkitchen,\n"
         "          all frames, --voxel 0.01, --trunc-vox 4, --max-depth 4,\n"
         "          --layout s16, --color off,\n"
         "          --check-frames 10 (CUDA only; 0 skips the check), --raycast-reps 20,\n"
-        "          --mesh-reps 3\n");
+        "          --mesh-reps 3, --threads 0 (CPU backend: every online core)\n");
 }
 
 static int parse_u32(const char *s, uint32_t *out)
@@ -211,6 +218,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             bad = parse_u32(val, &o->raycast_reps);
         else if (strcmp(a, "--mesh-reps") == 0)
             bad = parse_u32(val, &o->mesh_reps);
+        else if (strcmp(a, "--threads") == 0)
+            bad = parse_u32(val, &o->threads) || o->threads > TSDF_MAX_CPU_THREADS;
         else if (strcmp(a, "--layout") == 0)
             bad = tsdf_layout_parse(val, &o->layout) != TSDF_OK;
         else if (strcmp(a, "--color") == 0) {
@@ -238,6 +247,7 @@ static int make_volume(const bench_opts *o, tsdf_backend backend, tsdf_volume **
     p.trunc_vox = o->trunc_vox;
     p.backend = backend;
     p.layout = o->layout;
+    p.cpu_threads = o->threads;
     int rc = tsdf_volume_create(&p, out);
     if (rc != TSDF_OK)
         fprintf(stderr, "bench_engine: creating a %s volume: %s\n", tsdf_backend_name(backend),
@@ -387,9 +397,13 @@ int main(int argc, char **argv)
             }
         o.rgb = rgb;
     }
-    printf("bench_engine: backend %s, data %s, layout %s, colour %s\n",
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t threads = o.threads != 0 ? o.threads : (uint32_t)(cores > 0 ? cores : 1);
+    printf("bench_engine: backend %s, data %s, layout %s, colour %s, threads %u%s\n",
            tsdf_backend_name(o.backend), o.data_dir, tsdf_layout_name(o.layout),
-           o.color ? "on (synthetic)" : "off");
+           o.color ? "on (synthetic)" : "off", threads,
+           o.backend == TSDF_BACKEND_CPU ? (o.threads == 0 ? " (all online cores)" : "")
+                                         : " (CPU reference only)");
     printf("  %u frames %ux%u loaded in %.0f ms (%.0f MiB); voxel %.3f m, truncation %.1f "
            "voxels (%.3f m), depth %.2f..%.2f m\n",
            n, info.width, info.height, now_ms() - t0, (double)n * npix * sizeof *pool / 1048576.0,

@@ -10,6 +10,9 @@ foreach(topic volume volume_raycast volume_limits volume_blocks)
   tsdf_add_test(NAME ${topic} SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_${topic}.c
                 LIBS tsdf_volume_testlib tsdf_engine tsdf_scenes TIMEOUT 120)
 endforeach()
+# 1 against 2, 3 and 7 threads of the CPU backend: the same bits.
+tsdf_add_test(NAME threads SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_threads.c
+              LIBS tsdf_volume_testlib tsdf_engine tsdf_scenes TIMEOUT 300)
 tsdf_add_test(NAME raycast_march SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_raycast_march.c
               LIBS tsdf_engine TIMEOUT 60)
 tsdf_add_test(NAME mesh SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_mesh.c
