@@ -191,24 +191,17 @@ static void test_synth_f32(void **state)
  * holes and edges. */
 static void test_kitchen(void **state)
 {
-    const char *dir = tsdf_test_data_dir();
-    tsdf_dataset *ds = NULL;
-    tsdf_dataset_info info;
+    uint32_t width, height, frame_count;
     tsdf_volume *vols[N_COUNTS];
     (void)state;
-    if (dir == NULL) {
-        print_message("7-Scenes data not found (set TSDF_DATA_DIR): kitchen case skipped\n");
-        skip();
-    }
-    assert_int_equal(tsdf_dataset_open(dir, &ds), TSDF_OK);
-    assert_int_equal(tsdf_dataset_get_info(ds, &info), TSDF_OK);
-    size_t n = (size_t)info.width * info.height;
+    tsdf_dataset *ds = open_kitchen_or_skip(&width, &height, &frame_count);
+    size_t n = (size_t)width * height;
     uint16_t *depth = malloc(n * sizeof(uint16_t));
     assert_non_null(depth);
     for (size_t t = 0; t < N_COUNTS; t++)
         vols[t] = volume_with(thread_counts[t], TSDF_LAYOUT_S16);
     tsdf_dataset_frame meta;
-    for (uint32_t i = 0; i < 40 && i < info.frame_count; i += 2) {
+    for (uint32_t i = 0; i < 40 && i < frame_count; i += 2) {
         tsdf_frame f;
         assert_int_equal(tsdf_dataset_load(ds, i, depth, n, &meta), TSDF_OK);
         tsdf_dataset_frame_to_tsdf(&meta, depth, 0.1f, 4.0f, &f);
@@ -216,7 +209,7 @@ static void test_kitchen(void **state)
             assert_int_equal(tsdf_volume_integrate(vols[t], &f), TSDF_OK);
     }
     tsdf_raycast_params rp;
-    ray_params(&rp, info.width, info.height, &meta.K, 0.1f, 4.0f);
+    ray_params(&rp, width, height, &meta.K, 0.1f, 4.0f);
     memcpy(rp.T_world_cam, meta.T_world_cam, sizeof rp.T_world_cam);
     for (size_t t = 1; t < N_COUNTS; t++)
         assert_volumes_equal(vols[0], vols[t], &rp, 0);

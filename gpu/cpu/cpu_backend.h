@@ -76,7 +76,11 @@ int32_t cpu_volume_block(const cpu_volume *v, int32_t bx, int32_t by, int32_t bz
 double cpu_now_ms(void);
 
 int cpu_integrate(void *impl, const tsdf_frame *f);
+/* The raycast: the reference march's answer, bit for bit, marching only
+ * where the volume's blocks can be (cpu_raycast.c). */
 int cpu_raycast(void *impl, const tsdf_raycast_params *p, tsdf_raycast_output *out);
+/* The reference march over every whole ray, for the tests of cpu_raycast. */
+int cpu_raycast_reference(void *impl, const tsdf_raycast_params *p, tsdf_raycast_output *out);
 int cpu_mesh(void *impl, const uint64_t *keys, size_t n, tsdf_mesh *out, uint64_t **tri_keys,
              uint64_t **meshed, size_t *n_meshed);
 

@@ -96,6 +96,18 @@ TSDF_LOOKUP_FN int32_t tsdf_ray_block(const tsdf_ray_volume *vol, tsdf_ray_cache
     return c->blk;
 }
 
+/* Corner k of a cell is channel index i: 1 with its sdf when known. */
+TSDF_LOOKUP_INLINE int tsdf_ray_corner(const tsdf_ray_volume *vol, size_t i, int k, float c8[8],
+                                       size_t idx8[8])
+{
+    tsdf_vox vx = tsdf_vox_load(vol->layout, vol->geom, i, vol->quant);
+    if (!tsdf_vox_known(vx))
+        return 0;
+    idx8[k] = i;
+    c8[k] = vx.sdf_m;
+    return 1;
+}
+
 /* The 8 voxels around world point p (the cell whose corners are the voxel
  * centres around it). Returns 1 with the sdf values in c8, the corner
  * voxels' channel indices in idx8 and the position inside the cell in frac
@@ -113,6 +125,24 @@ TSDF_LOOKUP_FN int tsdf_ray_gather_cell(const tsdf_ray_volume *vol, tsdf_ray_cac
         base[i] = (int32_t)fl;
         frac[i] = f - fl;
     }
+    /* A cell whose corners are all in one block (343 of a block's 512):
+     * one lookup for the eight; the same voxels, so the same result. */
+    if ((base[0] & 7) != 7 && (base[1] & 7) != 7 && (base[2] & 7) != 7) {
+        int32_t b = tsdf_ray_block(vol, c, tsdf_floor_div8(base[0]), tsdf_floor_div8(base[1]),
+                                   tsdf_floor_div8(base[2]));
+        if (b < 0)
+            return 0;
+        const size_t i0 = (size_t)b * TSDF_BLOCK_VOXELS +
+                          (size_t)tsdf_voxel_index(base[0] & 7, base[1] & 7, base[2] & 7);
+        TSDF_UNROLL
+        for (int k = 0; k < 8; k++) {
+            size_t i = i0 + (size_t)((k & 1) + TSDF_BLOCK_DIM * ((k >> 1) & 1) +
+                                     TSDF_BLOCK_DIM * TSDF_BLOCK_DIM * ((k >> 2) & 1));
+            if (!tsdf_ray_corner(vol, i, k, c8, idx8))
+                return 0;
+        }
+        return 1;
+    }
     TSDF_UNROLL
     for (int k = 0; k < 8; k++) {
         int32_t x = base[0] + (k & 1), y = base[1] + ((k >> 1) & 1), z = base[2] + ((k >> 2) & 1);
@@ -121,11 +151,8 @@ TSDF_LOOKUP_FN int tsdf_ray_gather_cell(const tsdf_ray_volume *vol, tsdf_ray_cac
         if (b < 0)
             return 0;
         size_t i = (size_t)b * TSDF_BLOCK_VOXELS + (size_t)tsdf_voxel_index(x & 7, y & 7, z & 7);
-        tsdf_vox vx = tsdf_vox_load(vol->layout, vol->geom, i, vol->quant);
-        if (!tsdf_vox_known(vx))
+        if (!tsdf_ray_corner(vol, i, k, c8, idx8))
             return 0;
-        idx8[k] = i;
-        c8[k] = vx.sdf_m;
     }
     return 1;
 }
@@ -246,12 +273,18 @@ TSDF_LOOKUP_INLINE uint32_t tsdf_ray_max_iterations(float z_min, float z_end, fl
     return n > 0.0f ? (n < 4.0e9f ? (uint32_t)n : 4000000000u) : 0u;
 }
 
-/* One ray from o along d (d scaled so that z is the camera depth). Returns
- * 1 and the crossing's camera depth, 0 when there is no surface between
- * z_min and the ray's end (z_max, or sooner: tsdf_ray_end_z). At most
- * tsdf_ray_max_iterations steps. */
-TSDF_LOOKUP_FN int tsdf_ray_march(const tsdf_ray_volume *vol, tsdf_ray_cache *c, const float o[3],
-                                  const float d[3], float z_min, float z_max, float *z_hit)
+/* tsdf_ray_march resumed at camera depth z_from, in empty space (no
+ * sample before it counts), and given up past z_stop. A caller that knows
+ * two things about the ray may skip what the full march would do there
+ * and get the same answer: that the full march from z_min passes through
+ * z_from with no sample taken yet (it is one of its empty-block skips,
+ * see cpu_raycast.c), and that past z_stop the ray meets no allocated
+ * block (where the full march would only skip on to its end and return
+ * 0). The step sizes and the iteration bound are those of the full march
+ * from z_min. tsdf_ray_march is the span (z_min, INFINITY). */
+TSDF_LOOKUP_FN int tsdf_ray_march_span(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                       const float o[3], const float d[3], float z_min, float z_max,
+                                       float z_from, float z_stop, float *z_hit)
 {
     const float s = vol->voxel_size_m;
     const float block_m = (float)TSDF_BLOCK_DIM * s;
@@ -262,12 +295,14 @@ TSDF_LOOKUP_FN int tsdf_ray_march(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
     const float z_end = tsdf_ray_end_z(z_max, dir_len, s);
     /* An integer counter: it costs fewer GPU registers than a double. */
     const uint32_t max_it = tsdf_ray_max_iterations(z_min, z_end, dir_len, s);
-    float z = z_min, prev_z = 0.0f, prev_s = 0.0f;
+    float z = z_from, prev_z = 0.0f, prev_s = 0.0f;
     int prev_known = 0;
 
     for (uint32_t it = 0; z <= z_end && it < max_it; it++) {
         float p[3], sdf;
         int32_t b[3];
+        if (z > z_stop)
+            return 0;
         tsdf_ray_point(o, d, z, p);
         if (!tsdf_world_to_block(p, vol->inv_block_size, b))
             return 0;
@@ -317,20 +352,33 @@ TSDF_LOOKUP_FN int tsdf_ray_march(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
     return 0;
 }
 
+/* One ray from o along d (d scaled so that z is the camera depth). Returns
+ * 1 and the crossing's camera depth, 0 when there is no surface between
+ * z_min and the ray's end (z_max, or sooner: tsdf_ray_end_z). At most
+ * tsdf_ray_max_iterations steps. */
+TSDF_LOOKUP_INLINE int tsdf_ray_march(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                      const float o[3], const float d[3], float z_min, float z_max,
+                                      float *z_hit)
+{
+    return tsdf_ray_march_span(vol, c, o, d, z_min, z_max, z_min, INFINITY, z_hit);
+}
+
 /* The whole of one pixel (px, py): its ray, the march, and entry i of the
  * outputs. depth[i] gets the hit's camera depth or NaN; normals[3i..3i+2]
  * (normals may be NULL) the unit normal or NaNs; rgb[3i..3i+2] (may be NULL)
  * the colour or black. Inlined, so that a constant NULL drops the work it
  * would feed; the outputs are indexed here, late, because addresses formed
- * by the caller would stay live in GPU registers through the march. */
-TSDF_LOOKUP_INLINE void tsdf_ray_pixel(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                       const float *T_world_cam, const tsdf_intrinsics *K,
-                                       uint32_t px, uint32_t py, float z_min, float z_max, size_t i,
-                                       float *depth, float *normals, uint8_t *rgb)
+ * by the caller would stay live in GPU registers through the march. The
+ * march is tsdf_ray_march_span from z_from to z_stop (see there). */
+TSDF_LOOKUP_INLINE void tsdf_ray_pixel_span(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                            const float *T_world_cam, const tsdf_intrinsics *K,
+                                            uint32_t px, uint32_t py, float z_min, float z_max,
+                                            float z_from, float z_stop, size_t i, float *depth,
+                                            float *normals, uint8_t *rgb)
 {
     float o[3], d[3], z;
     tsdf_pixel_ray_world(T_world_cam, K, (float)px, (float)py, o, d);
-    if (tsdf_ray_march(vol, c, o, d, z_min, z_max, &z)) {
+    if (tsdf_ray_march_span(vol, c, o, d, z_min, z_max, z_from, z_stop, &z)) {
         float hit[3];
         tsdf_ray_point(o, d, z, hit);
         depth[i] = z;
@@ -351,6 +399,16 @@ TSDF_LOOKUP_INLINE void tsdf_ray_pixel(const tsdf_ray_volume *vol, tsdf_ray_cach
         if (rgb != NULL)
             rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = 0;
     }
+}
+
+/* tsdf_ray_pixel_span over the whole ray: the reference march. */
+TSDF_LOOKUP_INLINE void tsdf_ray_pixel(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                       const float *T_world_cam, const tsdf_intrinsics *K,
+                                       uint32_t px, uint32_t py, float z_min, float z_max, size_t i,
+                                       float *depth, float *normals, uint8_t *rgb)
+{
+    tsdf_ray_pixel_span(vol, c, T_world_cam, K, px, py, z_min, z_max, z_min, INFINITY, i, depth,
+                        normals, rgb);
 }
 
 #endif /* TSDF_RAYCAST_MARCH_H */
