@@ -330,13 +330,23 @@ static inline int update_block(const frame_job *j, const int32_t b[3], uint32_t 
 
     tsdf_block_cam_init(&bc, b, v->params.voxel_size_m, j->T_cam_world);
     for (int z = 0; z < TSDF_BLOCK_DIM; z++) {
+        /* A slice's camera points and pixel coordinates first, in a loop
+         * without branches that the compiler turns into vector code; then
+         * the checks and the updates, voxel by voxel. */
+        float pz[TSDF_BLOCK_DIM * TSDF_BLOCK_DIM], uf[TSDF_BLOCK_DIM * TSDF_BLOCK_DIM],
+            vf[TSDF_BLOCK_DIM * TSDF_BLOCK_DIM];
         for (int xy = 0; xy < TSDF_BLOCK_DIM * TSDF_BLOCK_DIM; xy++) {
-            float pc[3], sdf;
-            uint32_t pixel;
+            float pc[3];
             for (int r = 0; r < 3; r++)
                 pc[r] = (bc.xy[r][xy] + bc.z[r][z]) + bc.t[r];
-            if (!tsdf_voxel_sample_cam(pc, &f->K, f->width, f->height, usable, v->trunc_m, &sdf,
-                                       &pixel))
+            tsdf_project_uv(&f->K, pc, &uf[xy], &vf[xy]);
+            pz[xy] = pc[2];
+        }
+        for (int xy = 0; xy < TSDF_BLOCK_DIM * TSDF_BLOCK_DIM; xy++) {
+            float sdf;
+            uint32_t pixel;
+            if (!tsdf_voxel_sample_uv(pz[xy], uf[xy], vf[xy], f->width, f->height, usable,
+                                      v->trunc_m, &sdf, &pixel))
                 continue;
             tsdf_integrate_sample(layout, geom, rgb, (size_t)(xy + 64 * z), sdf, pixel, f,
                                   v->params.max_weight, st->quant);

@@ -303,17 +303,22 @@ TSDF_HD void tsdf_pixel_ray_world(const float *T_world_cam, const tsdf_intrinsic
     origin[2] = T_world_cam[11];
 }
 
-/* Projects camera point p_cam to its nearest pixel (see conventions above).
- * Returns 1 and (*u, *v) when z > 0 and the pixel lies in the w x h image,
- * else 0. */
-TSDF_HD int tsdf_project_nearest(const tsdf_intrinsics *K, uint32_t w, uint32_t h,
-                                 const float p_cam[3], uint32_t *u, uint32_t *v)
+/* The two halves of tsdf_project_nearest, so that a CPU loop can do the
+ * first for a row of voxels at once (it has no branches): the continuous
+ * pixel coordinates (+ 0.5, so that their floor is the nearest pixel) of
+ * camera point p_cam, and then the checks and the floors. */
+TSDF_HD void tsdf_project_uv(const tsdf_intrinsics *K, const float p_cam[3], float *uf, float *vf)
 {
-    if (!(p_cam[2] > 0.0f))
-        return 0;
     float inv_z = 1.0f / p_cam[2];
-    float uf = K->fx * p_cam[0] * inv_z + K->cx + 0.5f;
-    float vf = K->fy * p_cam[1] * inv_z + K->cy + 0.5f;
+    *uf = K->fx * p_cam[0] * inv_z + K->cx + 0.5f;
+    *vf = K->fy * p_cam[1] * inv_z + K->cy + 0.5f;
+}
+
+TSDF_HD int tsdf_project_check(uint32_t w, uint32_t h, float z, float uf, float vf, uint32_t *u,
+                               uint32_t *v)
+{
+    if (!(z > 0.0f))
+        return 0;
     if (!(uf >= 0.0f && uf < (float)w && vf >= 0.0f && vf < (float)h))
         return 0;
     uint32_t ui = (uint32_t)floorf(uf);
@@ -324,6 +329,19 @@ TSDF_HD int tsdf_project_nearest(const tsdf_intrinsics *K, uint32_t w, uint32_t 
     *u = ui;
     *v = vi;
     return 1;
+}
+
+/* Projects camera point p_cam to its nearest pixel (see conventions above).
+ * Returns 1 and (*u, *v) when z > 0 and the pixel lies in the w x h image,
+ * else 0. */
+TSDF_HD int tsdf_project_nearest(const tsdf_intrinsics *K, uint32_t w, uint32_t h,
+                                 const float p_cam[3], uint32_t *u, uint32_t *v)
+{
+    float uf, vf;
+    if (!(p_cam[2] > 0.0f))
+        return 0;
+    tsdf_project_uv(K, p_cam, &uf, &vf);
+    return tsdf_project_check(w, h, p_cam[2], uf, vf, u, v);
 }
 
 /* ---- block allocation along a ray ----------------------------------------
@@ -594,7 +612,21 @@ TSDF_HD void tsdf_block_cam_init(tsdf_block_cam *bc, const int32_t b[3], float v
 
 /* tsdf_voxel_sample of the voxel whose camera point is pc, reading the
  * frame's usable depth (w x h of them, tsdf_depth_usable_m) instead of its
- * samples. */
+ * samples. tsdf_voxel_sample_uv is the same from pc[2] and
+ * tsdf_project_uv's uf, vf. */
+TSDF_HD int tsdf_voxel_sample_uv(float z, float uf, float vf, uint32_t w, uint32_t h,
+                                 const float *usable_m, float trunc_m, float *sdf, uint32_t *pixel)
+{
+    uint32_t u, v;
+    if (!tsdf_project_check(w, h, z, uf, vf, &u, &v))
+        return 0;
+    uint32_t idx = v * w + u;
+    if (!tsdf_projective_sdf(usable_m[idx], z, trunc_m, sdf))
+        return 0;
+    *pixel = idx;
+    return 1;
+}
+
 TSDF_HD int tsdf_voxel_sample_cam(const float pc[3], const tsdf_intrinsics *K, uint32_t w,
                                   uint32_t h, const float *usable_m, float trunc_m, float *sdf,
                                   uint32_t *pixel)
