@@ -348,9 +348,17 @@ static void test_factored_sample_is_the_sample(void **state)
         f.T_world_cam[15] = 1.0f;
         float T_cw[16];
         tsdf_rigid_inverse(f.T_world_cam, T_cw);
-        for (uint32_t v = 0; v < FH; v++)
-            for (uint32_t u = 0; u < FW; u++)
+        float sampled_m[FW * FH];
+        for (uint32_t i = 0; i < FW * FH; i++)
+            sampled_m[i] = tsdf_depth_sample_m(f.depth_format, f.depth, i, f.depth_scale,
+                                               f.min_depth_m, f.max_depth_m);
+        for (uint32_t v = 0; v < FH; v++) {
+            for (uint32_t u = 0; u < FW; u++) {
                 usable[v * FW + u] = tsdf_depth_usable_m(&f, u, v, TRUNC_M);
+                float from = tsdf_depth_usable_from_m(sampled_m, FW, FH, u, v, TRUNC_M);
+                assert_memory_equal(&from, &usable[v * FW + u], sizeof from);
+            }
+        }
         /* Blocks around points the camera sees. */
         for (int k = 0; k < 8; k++) {
             float pcam[3] = {uniform(&seed, -0.8f, 0.8f), uniform(&seed, -0.6f, 0.6f),

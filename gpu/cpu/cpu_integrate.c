@@ -7,8 +7,8 @@
  *
  * Work is spread over the volume's pool in three jobs, none of which
  * changes a result with the number of threads:
- *   1. per row: each pixel's usable depth (tsdf_depth_usable_m) and its
- *      allocation depth, once per frame instead of once per voxel;
+ *   1. per row: each pixel's sample in metres, then its usable depth
+ *      (tsdf_depth_usable_from_m), once per frame instead of once per voxel;
  *   2. per band of rows: the band's blocks, deduplicated within the band
  *      in first-seen order; the bands are then merged in row order, so
  *      frame_keys comes out in the first-seen order of one thread walking
@@ -128,22 +128,30 @@ typedef struct {
     float T_cam_world[16];
 } frame_job;
 
-/* Job 1: the depths of rows [b, e). */
-static int prepare_rows(void *arg, size_t b, size_t e, unsigned worker)
+/* Job 1a: the samples of rows [b, e) in metres. */
+static int sample_rows(void *arg, size_t b, size_t e, unsigned worker)
 {
     const frame_job *j = arg;
     const tsdf_frame *f = j->f;
     cpu_frame_scratch *s = &j->v->scratch;
     (void)worker;
-    for (uint32_t py = (uint32_t)b; py < (uint32_t)e; py++) {
-        for (uint32_t px = 0; px < f->width; px++) {
-            size_t i = (size_t)py * f->width + px;
-            s->alloc_depth_m[i] =
-                tsdf_depth_sample_m(f->depth_format, f->depth, (uint32_t)i, f->depth_scale,
-                                    f->min_depth_m, f->max_depth_m);
-            s->usable_m[i] = tsdf_depth_usable_m(f, px, py, j->v->trunc_m);
-        }
-    }
+    for (size_t i = b * f->width; i < e * f->width; i++)
+        s->alloc_depth_m[i] = tsdf_depth_sample_m(f->depth_format, f->depth, (uint32_t)i,
+                                                  f->depth_scale, f->min_depth_m, f->max_depth_m);
+    return TSDF_OK;
+}
+
+/* Job 1b: the usable depths of rows [b, e), from every row's samples. */
+static int usable_rows(void *arg, size_t b, size_t e, unsigned worker)
+{
+    const frame_job *j = arg;
+    const tsdf_frame *f = j->f;
+    cpu_frame_scratch *s = &j->v->scratch;
+    (void)worker;
+    for (uint32_t py = (uint32_t)b; py < (uint32_t)e; py++)
+        for (uint32_t px = 0; px < f->width; px++)
+            s->usable_m[(size_t)py * f->width + px] = tsdf_depth_usable_from_m(
+                s->alloc_depth_m, f->width, f->height, px, py, j->v->trunc_m);
     return TSDF_OK;
 }
 
@@ -241,7 +249,8 @@ static int collect_frame_blocks(cpu_volume *v, frame_job *j)
         for (int r = 0; r < 3; r++)
             s->ray_cols[3 * px + r] = f->T_world_cam[4 * r] * rx;
     }
-    if ((rc = cpu_pool_run(v->pool, f->height, PREPARE_ROWS, prepare_rows, j)) != TSDF_OK ||
+    if ((rc = cpu_pool_run(v->pool, f->height, PREPARE_ROWS, sample_rows, j)) != TSDF_OK ||
+        (rc = cpu_pool_run(v->pool, f->height, PREPARE_ROWS, usable_rows, j)) != TSDF_OK ||
         (rc = cpu_pool_run(v->pool, f->height, COLLECT_ROWS, collect_band, j)) != TSDF_OK)
         return rc;
 

@@ -69,6 +69,10 @@ typedef struct {
     cpu_hash edge_blocks;
     uint32_t *edge_ids;
     size_t edge_blocks_cap;
+    /* The last block looked up there: a block's edges mostly follow one
+     * another. */
+    uint64_t last_key;
+    uint32_t last_idx;
     mesh_edge *vertex_edges; /* per vertex, the edge it lies on */
 
     /* the mesh being built */
@@ -222,21 +226,26 @@ static int edge_slot(mesher *m, const mesh_edge *me, uint32_t **slot)
     const int32_t *g = me->g;
     uint64_t key =
         tsdf_block_key(tsdf_floor_div8(g[0]), tsdf_floor_div8(g[1]), tsdf_floor_div8(g[2]));
-    uint32_t n = (uint32_t)m->edge_blocks.count, idx;
-    int inserted, rc;
-    rc = cpu_hash_insert(&m->edge_blocks, key, n, &idx, &inserted);
-    if (rc != TSDF_OK)
-        return rc;
-    if (inserted) {
-        size_t cap = m->edge_blocks_cap;
-        rc = grow((void **)&m->edge_ids, &cap, (size_t)(n + 1) * EDGE_SLOTS, sizeof(uint32_t),
-                  64 * EDGE_SLOTS);
+    if (key != m->last_key) {
+        uint32_t n = (uint32_t)m->edge_blocks.count, idx;
+        int inserted, rc;
+        rc = cpu_hash_insert(&m->edge_blocks, key, n, &idx, &inserted);
         if (rc != TSDF_OK)
             return rc;
-        m->edge_blocks_cap = cap;
-        memset(m->edge_ids + (size_t)n * EDGE_SLOTS, 0xff, EDGE_SLOTS * sizeof(uint32_t));
+        if (inserted) {
+            size_t cap = m->edge_blocks_cap;
+            rc = grow((void **)&m->edge_ids, &cap, (size_t)(n + 1) * EDGE_SLOTS, sizeof(uint32_t),
+                      64 * EDGE_SLOTS);
+            if (rc != TSDF_OK)
+                return rc;
+            m->edge_blocks_cap = cap;
+            memset(m->edge_ids + (size_t)n * EDGE_SLOTS, 0xff, EDGE_SLOTS * sizeof(uint32_t));
+            idx = n;
+        }
+        m->last_key = key;
+        m->last_idx = idx;
     }
-    *slot = m->edge_ids + (size_t)idx * EDGE_SLOTS + (size_t)me->axis * TSDF_BLOCK_VOXELS +
+    *slot = m->edge_ids + (size_t)m->last_idx * EDGE_SLOTS + (size_t)me->axis * TSDF_BLOCK_VOXELS +
             tsdf_voxel_index(g[0] & 7, g[1] & 7, g[2] & 7);
     return TSDF_OK;
 }
@@ -364,6 +373,7 @@ int cpu_mesh(void *impl, const uint64_t *keys, size_t n, tsdf_mesh *out, uint64_
 
     memset(&m, 0, sizeof(m));
     m.v = v;
+    m.last_key = TSDF_KEY_EMPTY;
     if ((rc = cpu_hash_init(&m.edge_blocks, 1024, 0.5f)) != TSDF_OK)
         return rc;
     if (keys == NULL) {

@@ -581,6 +581,27 @@ TSDF_HD float tsdf_depth_usable_m(const tsdf_frame *f, uint32_t u, uint32_t v, f
     return d;
 }
 
+/* tsdf_depth_usable_m from the frame's samples already converted
+ * (depth_m[i] = tsdf_depth_sample_m of sample i, w x h of them): the same
+ * comparisons on the same values as tsdf_depth_edge makes. */
+TSDF_HD float tsdf_depth_usable_from_m(const float *depth_m, uint32_t w, uint32_t h, uint32_t u,
+                                       uint32_t v, float trunc_m)
+{
+    const float d = depth_m[(size_t)v * w + u];
+    if (!(d > 0.0f))
+        return d;
+    if ((u > 0 && depth_m[(size_t)v * w + u - 1] > 0.0f &&
+         fabsf(depth_m[(size_t)v * w + u - 1] - d) > trunc_m) ||
+        (u + 1 < w && depth_m[(size_t)v * w + u + 1] > 0.0f &&
+         fabsf(depth_m[(size_t)v * w + u + 1] - d) > trunc_m) ||
+        (v > 0 && depth_m[(size_t)(v - 1) * w + u] > 0.0f &&
+         fabsf(depth_m[(size_t)(v - 1) * w + u] - d) > trunc_m) ||
+        (v + 1 < h && depth_m[(size_t)(v + 1) * w + u] > 0.0f &&
+         fabsf(depth_m[(size_t)(v + 1) * w + u] - d) > trunc_m))
+        return 0.0f;
+    return d;
+}
+
 /* The camera-frame voxel centres of one block, factored (see above):
  * voxel (x, y, z) is at (xy[r][x + 8 y] + z[r][z]) + t[r] per row r. */
 typedef struct {
