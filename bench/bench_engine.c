@@ -6,7 +6,14 @@
  *                [--layout s16|f32] [--color on|off]
  *                [--check-frames K] [--raycast-reps R] [--mesh-reps R]
  *                [--inc-mesh-step S]
+ *                [--threads N] [--raycast-out FILE]
  *
+ * --raycast-out writes the raycast's depth image (width x height float32
+ * metres, NaN where no surface, host byte order) to FILE, for a comparison
+ * with another engine (bench/open3d_compare.py).
+ * --threads sets the CPU backend's thread count (tsdf_volume_params
+ * cpu_threads; default 0, every online core); the header line prints the
+ * count in use.
  * --layout picks how the volume stores a voxel (default s16, the engine's
  * default). --color on gives every frame an RGB image so that the volume
  * keeps a colour channel: the 7-Scenes copy here has depth only, so the
@@ -59,10 +66,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench_engine_check.h"
 #include "bench_engine_report.h"
 #include "tsdf_dataset.h"
+#include "tsdf_voxel_layout.h"
 #include "tsdf_volume.h"
 
 #ifndef TSDF_SOURCE_DIR
@@ -83,6 +92,8 @@ typedef struct {
     uint32_t mesh_reps;
     uint32_t inc_mesh_step; /* an incremental mesh after every this many frames; 0: none */
     tsdf_layout layout;
+    uint32_t threads;
+    const char *raycast_out;
     int color;
     const uint8_t *rgb; /* with color: one width*height*3 image for every frame */
 } bench_opts;
@@ -130,6 +141,33 @@ static void print_series(const char *name, const double *v, size_t n)
     free(s);
 }
 
+/* FNV-1a over n bytes, continuing from h: the checksums printed let runs
+ * with other thread counts, builds or backends be compared bit for bit. */
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+#define FNV_SEED 0xcbf29ce484222325ull
+
+/* A checksum of the volume's blocks (coordinates, geometry), ascending
+ * keys; 0 when they cannot be read. */
+static uint64_t volume_checksum(tsdf_volume *v)
+{
+    tsdf_block_set set;
+    uint64_t h = 0;
+    tsdf_block_set_init(&set);
+    if (tsdf_volume_export_blocks(v, &set) == TSDF_OK) {
+        h = fnv1a(FNV_SEED, set.coords, 3 * set.count * sizeof(int32_t));
+        h = fnv1a(h, set.geom, set.count * tsdf_layout_block_bytes(set.layout));
+    }
+    tsdf_block_set_fini(&set);
+    return h;
+}
+
 static void print_series_header(void)
 {
     printf("  %-22s %9s %9s %9s %9s %7s\n", "(ms)", "mean", "median", "p99", "max", "n");
@@ -144,12 +182,14 @@ static void usage(FILE *to)
         "                    [--layout s16|f32] [--color on|off]\n"
         "                    [--check-frames K] [--raycast-reps R] [--mesh-reps R]\n"
         "                    [--inc-mesh-step S]\n"
+        "                    [--threads N] [--raycast-out FILE]\n"
         "defaults: --backend auto, --data $TSDF_DATA_DIR or ../shared/data/7scenes-redkitchen,\n"
         "          all frames, --voxel 0.01, --trunc-vox 4, --max-depth 4,\n"
         "          --layout s16, --color off,\n"
         "          --check-frames 10 (CUDA only; 0 skips the check), --raycast-reps 20,\n"
         "          --mesh-reps 3, --inc-mesh-step 10 (an incremental mesh after every S-th\n"
-        "          frame of the second half; 0 skips it)\n");
+        "          frame of the second half; 0 skips it), --threads 0 (CPU backend: every\n"
+        "          online core)\n");
 }
 
 static int parse_u32(const char *s, uint32_t *out)
@@ -240,6 +280,10 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             bad = parse_u32(val, &o->mesh_reps);
         else if (strcmp(a, "--inc-mesh-step") == 0)
             bad = parse_u32(val, &o->inc_mesh_step);
+        else if (strcmp(a, "--threads") == 0)
+            bad = parse_u32(val, &o->threads) || o->threads > TSDF_MAX_CPU_THREADS;
+        else if (strcmp(a, "--raycast-out") == 0)
+            o->raycast_out = val;
         else if (strcmp(a, "--layout") == 0)
             bad = tsdf_layout_parse(val, &o->layout) != TSDF_OK;
         else if (strcmp(a, "--color") == 0) {
@@ -267,6 +311,7 @@ static int make_volume(const bench_opts *o, tsdf_backend backend, tsdf_volume **
     p.trunc_vox = o->trunc_vox;
     p.backend = backend;
     p.layout = o->layout;
+    p.cpu_threads = o->threads;
     int rc = tsdf_volume_create(&p, out);
     if (rc != TSDF_OK)
         fprintf(stderr, "bench_engine: creating a %s volume: %s\n", tsdf_backend_name(backend),
@@ -645,9 +690,13 @@ int main(int argc, char **argv)
             }
         o.rgb = rgb;
     }
-    printf("bench_engine: backend %s, data %s, layout %s, colour %s\n",
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t threads = o.threads != 0 ? o.threads : (uint32_t)(cores > 0 ? cores : 1);
+    printf("bench_engine: backend %s, data %s, layout %s, colour %s, threads %u%s\n",
            tsdf_backend_name(o.backend), o.data_dir, tsdf_layout_name(o.layout),
-           o.color ? "on (synthetic)" : "off");
+           o.color ? "on (synthetic)" : "off", threads,
+           o.backend == TSDF_BACKEND_CPU ? (o.threads == 0 ? " (all online cores)" : "")
+                                         : " (CPU reference only)");
     printf("  %u frames %ux%u loaded in %.0f ms (%.0f MiB); voxel %.3f m, truncation %.1f "
            "voxels (%.3f m), depth %.2f..%.2f m\n",
            n, info.width, info.height, now_ms() - t0, (double)n * npix * sizeof *pool / 1048576.0,
@@ -707,6 +756,7 @@ int main(int argc, char **argv)
            (unsigned long long)st.blocks_allocated, (unsigned long long)st.capacity_slots,
            st.load_factor, (unsigned long long)st.growth_events,
            (double)st.memory_bytes / 1048576.0, st.max_probe);
+    printf("checksum: volume %016llx\n", (unsigned long long)volume_checksum(v));
     printf("memory: %llu bytes for %llu blocks = %.2f KiB a block (pool of %llu blocks, layout "
            "%s, colour %s)\n",
            (unsigned long long)st.memory_bytes, (unsigned long long)st.blocks_allocated,
@@ -747,8 +797,17 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < npix; i++)
         hits += isfinite(depth[i]);
-    printf("raycast %ux%u with normals from frame %u's pose: %zu hit pixels\n", rp.width, rp.height,
-           mid, hits);
+    if (o.raycast_out != NULL && o.raycast_reps > 0) {
+        FILE *fp = fopen(o.raycast_out, "wb");
+        if (fp == NULL || fwrite(depth, sizeof(float), npix, fp) != npix || fclose(fp) != 0) {
+            fprintf(stderr, "bench_engine: writing %s: %s\n", o.raycast_out, strerror(errno));
+            return 2;
+        }
+    }
+    printf("raycast %ux%u with normals from frame %u's pose: %zu hit pixels, checksum %016llx\n",
+           rp.width, rp.height, mid, hits,
+           (unsigned long long)fnv1a(fnv1a(FNV_SEED, depth, npix * sizeof(float)), normals,
+                                     3 * npix * sizeof(float)));
     print_series_header();
     print_series("raycast (engine)", ray_dev, o.raycast_reps);
     print_series("raycast (wall)", ray_wall, o.raycast_reps);
@@ -771,8 +830,11 @@ int main(int argc, char **argv)
         tsdf_volume_get_stats(v, &st);
         mesh_dev[r] = st.last_mesh_ms;
     }
-    printf("mesh (all blocks): %zu vertices, %zu triangles\n", mesh.vertex_count,
-           mesh.triangle_count);
+    uint64_t mesh_sum = fnv1a(FNV_SEED, mesh.positions, 3 * mesh.vertex_count * sizeof(float));
+    mesh_sum = fnv1a(mesh_sum, mesh.normals, 3 * mesh.vertex_count * sizeof(float));
+    mesh_sum = fnv1a(mesh_sum, mesh.indices, 3 * mesh.triangle_count * sizeof(uint32_t));
+    printf("mesh (all blocks): %zu vertices, %zu triangles, checksum %016llx\n", mesh.vertex_count,
+           mesh.triangle_count, (unsigned long long)mesh_sum);
     print_series_header();
     print_series("mesh (engine)", mesh_dev, o.mesh_reps);
     print_series("mesh (wall)", mesh_wall, o.mesh_reps);

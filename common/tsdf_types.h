@@ -129,9 +129,11 @@ typedef struct {
     float min_depth_m;     /* rays start here (along z), > 0 */
     float max_depth_m;     /* and stop here (see TSDF_MAX_RAY_M above), <= TSDF_MAX_RAY_M */
     /* Optional cancellation: the CPU backend calls cancel(cancel_arg) on
-     * the calling thread every TSDF_RAYCAST_CANCEL_PIXELS pixels, and when
-     * it returns non-zero stops and returns TSDF_ETIMEOUT (the outputs are
-     * then partly written). The caller is the daemon, whose client gave up
+     * the calling thread every TSDF_RAYCAST_CANCEL_PIXELS pixels of the
+     * rows that thread marches (its other threads march the rest), and
+     * when it returns non-zero stops, the other threads at their next
+     * row, and returns TSDF_ETIMEOUT (the outputs are then partly
+     * written). The caller is the daemon, whose client gave up
      * on the result. NULL: never cancelled. The CUDA backend does not call
      * it: one kernel launch cannot be stopped half-way, and its work is
      * bounded by the ray bounds above. */

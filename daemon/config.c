@@ -100,6 +100,8 @@ static const key_def cfg_keys[] = {
     {"volume", "auto_create_maps", KEY_BOOL, OFF(auto_create_maps), 0, 0, 0, 0},
     {"volume", "maps", KEY_MAPS, OFF(maps), 0, 0, 0, 0},
     {"volume", "layout", KEY_LAYOUT, OFF(volume.layout), 0, 0, 0, 0},
+    /* 0 = every online core; the bound is the engine's (TSDF_MAX_CPU_THREADS). */
+    {"volume", "cpu_threads", KEY_U32, OFF(volume.cpu_threads), 0, TSDF_MAX_CPU_THREADS, 0, 0},
 
     {"eviction", "mode", KEY_EVICT, OFF(evict_mode), 0, 0, 0, 0},
     {"eviction", "radius_m", KEY_FLOAT, OFF(evict_radius_m), 0, 1e5, 1, 0},

@@ -39,6 +39,9 @@ static int map_create_locked(map_registry *r, const char *name, const tsdf_volum
     p.backend = r->backend;
     p.cuda_device = cfg->volume.cuda_device;
     p.layout = maps_layout_for(cfg, &p);
+    /* A machine's cores, not a map's content: from the configuration, also
+     * for a map restored from a snapshot. */
+    p.cpu_threads = cfg->volume.cpu_threads;
     /* The configured cap, also for a map loaded from a snapshot that was
      * saved under another one, so that a lowered memory_cap_mb holds from
      * the next start on; the volume starts under what the budget leaves. */

@@ -73,14 +73,21 @@ typedef struct {
     tsdf_backend backend;      /* default TSDF_BACKEND_AUTO */
     int cuda_device;           /* CUDA device ordinal; default 0 */
     tsdf_layout layout;        /* how voxels are stored; default TSDF_LAYOUT_S16 */
+    /* Threads the CPU backend works with (the calling thread included):
+     * 0 = every online core (the default), at most TSDF_MAX_CPU_THREADS.
+     * Results do not depend on it. The CUDA backend ignores it. */
+    uint32_t cpu_threads;
 } tsdf_volume_params;
+
+/* The most threads a CPU volume takes (tsdf_volume_params.cpu_threads). */
+#define TSDF_MAX_CPU_THREADS 256u
 
 /* Fills *p with the defaults listed above. */
 void tsdf_volume_params_default(tsdf_volume_params *p);
 /* TSDF_OK if *p is usable, else TSDF_EBAD_PARAMS (non-positive or non-finite
  * sizes, max_load_factor outside [TSDF_MIN_LOAD_FACTOR, 0.95], zero capacity,
- * an unknown layout, or the s16 layout with a max_weight that is not an
- * integer in [1, 65535]: its weights are stored as integers). */
+ * an unknown layout, cpu_threads above TSDF_MAX_CPU_THREADS, or the s16 layout with a max_weight
+ * that is not an integer in [1, 65535]: its weights are stored as integers). */
 int tsdf_volume_params_check(const tsdf_volume_params *p);
 
 /* One voxel's value, whatever its layout: sdf clamped to [-trunc, +trunc]

@@ -71,6 +71,7 @@ void tsdf_volume_params_default(tsdf_volume_params *p)
     p->backend = TSDF_BACKEND_AUTO;
     p->cuda_device = 0;
     p->layout = TSDF_LAYOUT_S16;
+    p->cpu_threads = 0;
 }
 
 static int finite_positive(float x)
@@ -106,6 +107,8 @@ int tsdf_volume_params_check(const tsdf_volume_params *p)
     if (p->cuda_device < 0)
         return TSDF_EBAD_PARAMS;
     if (p->layout != TSDF_LAYOUT_F32 && p->layout != TSDF_LAYOUT_S16)
+        return TSDF_EBAD_PARAMS;
+    if (p->cpu_threads > TSDF_MAX_CPU_THREADS)
         return TSDF_EBAD_PARAMS;
     /* s16 stores weights as integers: a fractional clamp could not be
      * reached, and 16 bits hold 65535 frames. */

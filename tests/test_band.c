@@ -102,6 +102,7 @@ static void test_band_along_the_ray(void **state)
         /* It is centred on the measured point and spans trunc each way
          * along the ray (within float rounding of the end points). */
         tsdf_block_dda s;
+        memset(&s, 0, sizeof s);
         assert_true(tsdf_band_dda_init(&s, origin, graze, 0.5f, TRUNC_M, 1.0f / BLOCK_M));
         float x_mid = origin[0] + 0.5f * graze[0];
         float half_x = TRUNC_M * graze[0] / sqrtf(graze[0] * graze[0] + 1.0f);
@@ -254,10 +255,154 @@ static void test_wide_camera_bounded(void **state)
     tsdf_volume_destroy(v);
 }
 
+/* A deterministic uniform float in [lo, hi). */
+static float uniform(uint64_t *seed, float lo, float hi)
+{
+    *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (hi - lo) * (float)((double)(*seed >> 11) / 9007199254740992.0);
+}
+
+/* tsdf_block_dda_straight, where it applies, walks exactly the blocks of
+ * tsdf_block_dda_init / _next, in the same order. */
+static void test_straight_walk_is_the_dda(void **state)
+{
+    uint64_t seed = 7;
+    int straight = 0;
+    (void)state;
+    for (int trial = 0; trial < 200000; trial++) {
+        float a[3], b[3];
+        int32_t cur[3], end[3], blk[3], want[3];
+        int axis;
+        tsdf_block_dda s;
+        memset(&s, 0, sizeof s);
+        for (int i = 0; i < 3; i++) {
+            a[i] = uniform(&seed, -3.0f, 3.0f);
+            /* Mostly band-like segments, a few long ones. */
+            b[i] = a[i] + uniform(&seed, -1.0f, 1.0f) * (trial % 10 == 0 ? 1.0f : 0.1f);
+        }
+        /* Segments along an axis, or nearly, are the common case in a
+         * frame; make a share of them. */
+        if (trial % 3 == 0)
+            b[trial % 2] = a[trial % 2];
+        if (!tsdf_block_dda_straight(a, b, 1.0f / BLOCK_M, cur, end, &axis))
+            continue;
+        straight++;
+        assert_true(tsdf_block_dda_init(&s, a, b, 1.0f / BLOCK_M));
+        for (;;) {
+            int more = tsdf_block_dda_next(&s, want);
+            assert_true(more);
+            memcpy(blk, cur, sizeof blk);
+            assert_memory_equal(blk, want, sizeof blk);
+            if (cur[axis] == end[axis])
+                break;
+            cur[axis] += cur[axis] < end[axis] ? 1 : -1;
+        }
+        assert_false(tsdf_block_dda_next(&s, want));
+    }
+    assert_true(straight > 50000);
+}
+
+/* The factored per-voxel step (tsdf_depth_usable_m, tsdf_block_cam_*,
+ * tsdf_voxel_sample_cam) is tsdf_voxel_sample, bit for bit, on random
+ * poses, blocks and depth images with holes and edges. */
+static void test_factored_sample_is_the_sample(void **state)
+{
+    enum { FW = 64, FH = 48 };
+    float depth[FW * FH], usable[FW * FH];
+    uint64_t seed = 11;
+    size_t sampled = 0;
+    (void)state;
+    for (int trial = 0; trial < 200; trial++) {
+        tsdf_frame f;
+        memset(&f, 0, sizeof f);
+        f.width = FW;
+        f.height = FH;
+        f.K.fx = uniform(&seed, 30.0f, 90.0f);
+        f.K.fy = f.K.fx;
+        f.K.cx = 31.5f;
+        f.K.cy = 23.5f;
+        f.depth_format = TSDF_DEPTH_F32;
+        f.depth = depth;
+        f.depth_scale = 1.0f;
+        f.min_depth_m = 0.1f;
+        f.max_depth_m = 5.0f;
+        /* Patches of depth with steps between them, and holes. */
+        for (uint32_t i = 0; i < FW * FH; i++) {
+            uint32_t u = i % FW, v = i / FW;
+            float base = 1.0f + 0.5f * (float)(((u / 9) + (v / 7)) % 3);
+            depth[i] = (i * 2654435761u >> 28) == 0 ? 0.0f : base + 0.001f * (float)(u % 5);
+        }
+        /* A random rotation (axis-angle) and a camera near the origin. */
+        float ax[3] = {uniform(&seed, -1, 1), uniform(&seed, -1, 1), uniform(&seed, -1, 1)};
+        float n = sqrtf(ax[0] * ax[0] + ax[1] * ax[1] + ax[2] * ax[2]) + 1e-6f;
+        float ang = uniform(&seed, 0.0f, 3.1f), c = cosf(ang), sn = sinf(ang), C = 1.0f - c;
+        float x = ax[0] / n, y = ax[1] / n, z = ax[2] / n;
+        float R[9] = {c + x * x * C,      x * y * C - z * sn, x * z * C + y * sn,
+                      y * x * C + z * sn, c + y * y * C,      y * z * C - x * sn,
+                      z * x * C - y * sn, z * y * C + x * sn, c + z * z * C};
+        for (int r = 0; r < 3; r++) {
+            for (int k = 0; k < 3; k++)
+                f.T_world_cam[4 * r + k] = R[3 * r + k];
+            f.T_world_cam[4 * r + 3] = uniform(&seed, -0.5f, 0.5f);
+        }
+        f.T_world_cam[15] = 1.0f;
+        float T_cw[16];
+        tsdf_rigid_inverse(f.T_world_cam, T_cw);
+        float sampled_m[FW * FH];
+        for (uint32_t i = 0; i < FW * FH; i++)
+            sampled_m[i] = tsdf_depth_sample_m(f.depth_format, f.depth, i, f.depth_scale,
+                                               f.min_depth_m, f.max_depth_m);
+        for (uint32_t v = 0; v < FH; v++) {
+            for (uint32_t u = 0; u < FW; u++) {
+                usable[v * FW + u] = tsdf_depth_usable_m(&f, u, v, TRUNC_M);
+                float from = tsdf_depth_usable_from_m(sampled_m, FW, FH, u, v, TRUNC_M);
+                assert_memory_equal(&from, &usable[v * FW + u], sizeof from);
+            }
+        }
+        /* Blocks around points the camera sees. */
+        for (int k = 0; k < 8; k++) {
+            float pcam[3] = {uniform(&seed, -0.8f, 0.8f), uniform(&seed, -0.6f, 0.6f),
+                             uniform(&seed, 0.8f, 2.2f)},
+                  pw[3];
+            int32_t b[3] = {0, 0, 0};
+            tsdf_transform_point(f.T_world_cam, pcam, pw);
+            assert_true(tsdf_world_to_block(pw, 1.0f / BLOCK_M, b));
+            tsdf_block_cam bc;
+            tsdf_block_cam_init(&bc, b, VOXEL_M, T_cw);
+            for (int vz = 0; vz < TSDF_BLOCK_DIM; vz++) {
+                for (int vy = 0; vy < TSDF_BLOCK_DIM; vy++) {
+                    for (int vx = 0; vx < TSDF_BLOCK_DIM; vx++) {
+                        float p[3], pc_ref[3], pc[3], sdf_ref = -7.0f, sdf = -7.0f;
+                        uint32_t px_ref = 0, px = 0;
+                        tsdf_block_voxel_center(b, vx, vy, vz, VOXEL_M, p);
+                        tsdf_transform_point(T_cw, p, pc_ref);
+                        for (int r = 0; r < 3; r++)
+                            pc[r] = (bc.xy[r][vx + 8 * vy] + bc.z[r][vz]) + bc.t[r];
+                        assert_memory_equal(pc, pc_ref, sizeof pc);
+                        int ok_ref = tsdf_voxel_sample(p, T_cw, &f, TRUNC_M, &sdf_ref, &px_ref);
+                        int ok =
+                            tsdf_voxel_sample_cam(pc, &f.K, FW, FH, usable, TRUNC_M, &sdf, &px);
+                        assert_int_equal(ok, ok_ref);
+                        if (ok) {
+                            sampled++;
+                            assert_memory_equal(&sdf, &sdf_ref, sizeof sdf);
+                            assert_int_equal(px, px_ref);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    /* The trials must have exercised the sampling, not only refusals. */
+    assert_true(sampled > 10000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_band_along_the_ray),
+        cmocka_unit_test(test_straight_walk_is_the_dda),
+        cmocka_unit_test(test_factored_sample_is_the_sample),
         cmocka_unit_test(test_intrinsics_check),
         cmocka_unit_test(test_tiny_focal_frame_refused),
         cmocka_unit_test(test_wide_camera_bounded),

@@ -67,6 +67,8 @@ static void test_defaults(void **state)
     assert_string_equal(c.maps[0], "default");
     /* The compact layout; nothing evicted until the operator says so. */
     assert_int_equal(c.volume.layout, TSDF_LAYOUT_S16);
+    /* Every core for the cpu backend unless the operator says otherwise. */
+    assert_int_equal(c.volume.cpu_threads, 0);
     assert_int_equal(c.evict_mode, CFG_EVICT_OFF);
     assert_false(c.evict_on_full);
     assert_true(fabsf(c.evict_radius_m - 10.0f) < 1e-9f);
@@ -134,6 +136,7 @@ static void test_shipped_file_is_the_defaults(void **state)
         "memory_cap_mb",
         "memory_budget_mb",
         "cuda_device",
+        "cpu_threads",
         "max_maps",
         "auto_create_maps",
         "maps",
@@ -200,6 +203,7 @@ static void test_every_key_parsed(void **state)
                                "auto_create_maps = no\n"
                                "maps = siteA, siteB\n"
                                "layout = f32\n"
+                               "cpu_threads = 3\n"
                                "[eviction]\n"
                                "mode = spill\n"
                                "radius_m = 7.5\n"
@@ -256,6 +260,7 @@ static void test_every_key_parsed(void **state)
     assert_string_equal(c.maps[0], "siteA");
     assert_string_equal(c.maps[1], "siteB");
     assert_int_equal(c.volume.layout, TSDF_LAYOUT_F32);
+    assert_int_equal(c.volume.cpu_threads, 3);
     assert_int_equal(c.evict_mode, CFG_EVICT_SPILL);
     assert_true(fabsf(c.evict_radius_m - 7.5f) < 1e-7f);
     assert_int_equal(c.evict_check_frames, 12);
@@ -327,6 +332,9 @@ static void test_bad_values_name_the_key(void **state)
         {"volume", "maps", "bad name"},
         {"volume", "maps", ".hidden"},
         {"volume", "layout", "f16"},
+        {"volume", "cpu_threads", "257"},
+        {"volume", "cpu_threads", "-1"},
+        {"volume", "cpu_threads", "all"},
         {"eviction", "mode", "evict"},
         {"eviction", "radius_m", "0"},
         {"eviction", "radius_m", "-3"},

@@ -27,6 +27,9 @@ static double mono_s(void)
 /* A short request timeout, so that a pathological query times out fast,
  * and room for the replies of the 1024 x 1024 raycasts below (16 MiB with
  * normals, above the default 8 MiB message limit). */
+/* One thread for a CPU map: the slow raycasts below must stay slower than
+ * the request timeout on a machine of many cores. */
+#define ONE_THREAD_INI "[volume]\ncpu_threads = 1\n"
 #define SHORT_TIMEOUT_INI "[server]\nrequest_timeout_ms = 200\nmax_message_mb = 32\n"
 
 /* Raycast buffers for up to 1024 x 1024 pixels. */
@@ -98,7 +101,9 @@ static void test_pathological_raycasts_leave_the_map_responsive(void **state)
      * cancelled raycast must get through even where a loaded CI machine
      * takes the worker a while to see the cancellation. */
     assert_int_equal(
-        start_daemon(&h, "[server]\nrequest_timeout_ms = 1000\nmax_message_mb = 32\n", NULL), 0);
+        start_daemon(
+            &h, "[server]\nrequest_timeout_ms = 1000\nmax_message_mb = 32\n" ONE_THREAD_INI, NULL),
+        0);
     tsdf_client *c = open_client(&h, 0);
     /* Walls to march through: rays that meet no block cost nothing since
      * the raycast marches only over the depth range of the blocks in its
@@ -169,7 +174,7 @@ static void test_sigterm_after_a_timed_out_query_is_bounded(void **state)
     frames_make(&fs, "room", 160, 120, 4);
     cast_buffers_init(&b);
     assert_int_equal(start_daemon(&h,
-                                  SHORT_TIMEOUT_INI "stop_timeout_ms = 1000\n"
+                                  SHORT_TIMEOUT_INI "stop_timeout_ms = 1000\n" ONE_THREAD_INI
                                                     "[queue]\ndrain_timeout_ms = 1000\n"
                                                     "[snapshot]\nsave_on_stop = true\n",
                                   NULL),

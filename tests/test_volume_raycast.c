@@ -34,16 +34,28 @@ static void origin_raycast(tsdf_raycast_params *rp)
 }
 
 /* A volume with a fused wall 1 m in front of the origin. */
-static tsdf_volume *wall_volume(void)
+/* A wall fused into a CPU volume of `threads` threads (0: every core). */
+static tsdf_volume *wall_volume_threads(uint32_t threads)
 {
     float *depth = malloc(W * H * sizeof(float));
-    tsdf_volume *v = make_volume(0.01f, 64.0f, 0, 1024);
+    tsdf_volume_params p;
+    tsdf_volume *v = NULL;
     tsdf_frame f;
+    tsdf_volume_params_default(&p);
+    p.backend = TSDF_BACKEND_CPU;
+    p.initial_capacity_blocks = 1024;
+    p.cpu_threads = threads;
+    assert_int_equal(tsdf_volume_create(&p, &v), TSDF_OK);
     assert_non_null(depth);
     plane_frame(&f, depth, 1.0f, 0.0f, 0.0f, 0.0f);
     assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
     free(depth);
     return v;
+}
+
+static tsdf_volume *wall_volume(void)
+{
+    return wall_volume_threads(0);
 }
 
 /* Issue 8: a raycast of 16x16 pixels with fx = fy = 0.01 marched every ray
@@ -107,24 +119,29 @@ static int probe_cancel(void *arg)
     return c->cancel_at != 0 && c->calls >= c->cancel_at;
 }
 
-/* The CPU raycast polls params.cancel every TSDF_RAYCAST_CANCEL_PIXELS
- * pixels and stops with TSDF_ETIMEOUT once it says so. */
-static void test_raycast_cancel(void **state)
+/* The CPU raycast polls params.cancel on the calling thread every
+ * TSDF_RAYCAST_CANCEL_PIXELS pixels of the rows that thread marches, and
+ * stops with TSDF_ETIMEOUT once it says so. On one thread that is every
+ * row; with more, the calling thread's share of them, and the other
+ * threads stop at their next row. */
+static void raycast_cancel(uint32_t threads)
 {
     float *cast = malloc(W * H * sizeof(float));
-    tsdf_volume *v = wall_volume();
+    tsdf_volume *v = wall_volume_threads(threads);
     tsdf_raycast_params rp;
     tsdf_raycast_output ro = {cast, NULL, NULL};
     cancel_probe probe = {0, 0};
     const int per_row = (W + TSDF_RAYCAST_CANCEL_PIXELS - 1) / TSDF_RAYCAST_CANCEL_PIXELS;
-    (void)state;
 
     assert_non_null(cast);
     origin_raycast(&rp);
     rp.cancel = probe_cancel;
     rp.cancel_arg = &probe;
     assert_int_equal(tsdf_volume_raycast(v, &rp, &ro), TSDF_OK);
-    assert_int_equal(probe.calls, per_row * H);
+    if (threads == 1)
+        assert_int_equal(probe.calls, per_row * H);
+    else
+        assert_true(probe.calls >= 1 && probe.calls <= per_row * H && probe.calls % per_row == 0);
     assert_true(fabsf(cast[(H / 2) * W + W / 2] - 1.0f) <= 0.01f);
 
     probe.calls = 0;
@@ -133,6 +150,13 @@ static void test_raycast_cancel(void **state)
     assert_int_equal(probe.calls, 3);
     tsdf_volume_destroy(v);
     free(cast);
+}
+
+static void test_raycast_cancel(void **state)
+{
+    (void)state;
+    raycast_cancel(1);
+    raycast_cancel(3);
 }
 
 /* A raycast of a fused fronto-parallel wall from a fused pose gives the

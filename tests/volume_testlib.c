@@ -6,6 +6,7 @@
 
 #include "testutil.h"
 
+#include "tsdf_dataset.h"
 #include "tsdf_voxel_layout.h"
 #include "volume_testlib.h"
 
@@ -86,4 +87,21 @@ tsdf_vox vox_at(const tsdf_block_set *s, size_t i)
 void vox_put(tsdf_block_set *s, size_t i, tsdf_vox x)
 {
     tsdf_block_set_put(s, i / TSDF_BLOCK_VOXELS, (unsigned)(i % TSDF_BLOCK_VOXELS), x);
+}
+
+struct tsdf_dataset *open_kitchen_or_skip(uint32_t *width, uint32_t *height, uint32_t *frames)
+{
+    const char *dir = tsdf_test_data_dir();
+    tsdf_dataset *ds = NULL;
+    tsdf_dataset_info info;
+    if (dir == NULL) {
+        print_message("7-Scenes data not found (set TSDF_DATA_DIR): kitchen case skipped\n");
+        skip();
+    }
+    assert_int_equal(tsdf_dataset_open(dir, &ds), TSDF_OK);
+    assert_int_equal(tsdf_dataset_get_info(ds, &info), TSDF_OK);
+    *width = info.width;
+    *height = info.height;
+    *frames = info.frame_count;
+    return ds;
 }

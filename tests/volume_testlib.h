@@ -40,4 +40,9 @@ void assert_sets_equal(const tsdf_block_set *a, const tsdf_block_set *b);
 tsdf_vox vox_at(const tsdf_block_set *s, size_t i);
 void vox_put(tsdf_block_set *s, size_t i, tsdf_vox x);
 
+/* The 7-Scenes kitchen of tsdf_test_data_dir(), opened with its info, or
+ * the running test skipped (saying why) when the data is not there. */
+struct tsdf_dataset;
+struct tsdf_dataset *open_kitchen_or_skip(uint32_t *width, uint32_t *height, uint32_t *frames);
+
 #endif /* TSDF_TESTS_VOLUME_TESTLIB_H */

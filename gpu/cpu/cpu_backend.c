@@ -13,6 +13,9 @@
 #include "cpu_backend.h"
 #include "tsdf_math.h"
 
+_Static_assert(TSDF_MAX_CPU_THREADS == CPU_POOL_MAX_THREADS,
+               "a volume's cpu_threads must fit its pool");
+
 double cpu_now_ms(void)
 {
     struct timespec ts;
@@ -20,11 +23,12 @@ double cpu_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-int32_t cpu_volume_block(cpu_volume *v, int32_t bx, int32_t by, int32_t bz)
+int32_t cpu_volume_block(const cpu_volume *v, int32_t bx, int32_t by, int32_t bz)
 {
+    uint32_t idx;
     if (!tsdf_block_coord_valid(bx, by, bz))
         return -1;
-    return cpu_store_find(&v->store, tsdf_block_key(bx, by, bz));
+    return cpu_hash_lookup(&v->store.table, tsdf_block_key(bx, by, bz), &idx) ? (int32_t)idx : -1;
 }
 
 /* ---- life cycle ------------------------------------------------------------ */
@@ -34,10 +38,12 @@ static void cpu_destroy(void *impl)
     cpu_volume *v = impl;
     if (v == NULL)
         return;
+    cpu_pool_destroy(v->pool);
     cpu_store_fini(&v->store);
     cpu_hash_fini(&v->frame_set);
     free(v->frame_keys);
     free(v->frame_blocks);
+    cpu_frame_scratch_fini(&v->scratch);
     free(v);
 }
 
@@ -64,9 +70,13 @@ static int cpu_create(const tsdf_volume_params *p, void **impl)
         goto fail_store;
     if ((rc = cpu_hash_init(&v->frame_set, 4096, 0.5f)) != TSDF_OK)
         goto fail_frame_set;
+    if ((rc = cpu_pool_create(p->cpu_threads, &v->pool)) != TSDF_OK)
+        goto fail_pool;
     *impl = v;
     return TSDF_OK;
 
+fail_pool:
+    cpu_hash_fini(&v->frame_set);
 fail_frame_set:
     cpu_store_fini(&v->store);
 fail_store:

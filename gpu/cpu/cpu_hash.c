@@ -101,6 +101,15 @@ int cpu_hash_find(cpu_hash *h, uint64_t key, uint32_t *value)
     return 1;
 }
 
+int cpu_hash_lookup(const cpu_hash *h, uint64_t key, uint32_t *value)
+{
+    int64_t slot = probe(h, key);
+    if (slot < 0 || h->keys[slot] != key)
+        return 0;
+    *value = h->values[slot];
+    return 1;
+}
+
 static int rehash(cpu_hash *h, uint64_t new_capacity)
 {
     uint64_t *keys;

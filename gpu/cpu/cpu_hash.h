@@ -14,7 +14,8 @@
  * never been inserted.
  *
  * Ownership: caller-owned struct, cpu_hash_init / cpu_hash_fini.
- * Threads: not thread-safe; one thread at a time.
+ * Threads: not thread-safe; one thread at a time, but for concurrent
+ * cpu_hash_lookup calls on a table that nothing changes meanwhile.
  */
 #ifndef TSDF_CPU_HASH_H
 #define TSDF_CPU_HASH_H
@@ -55,6 +56,12 @@ void cpu_hash_clear(cpu_hash *h);
 /* 1 and *value when key is present, 0 when absent, TSDF_EINTERNAL when the
  * probe wrapped around a full table (counted). */
 int cpu_hash_find(cpu_hash *h, uint64_t key, uint32_t *value);
+
+/* cpu_hash_find without its failure count: a pure read, which any number
+ * of threads may do at once while no thread changes the table. 1 and
+ * *value when key is present, else 0 (also for a probe that wrapped
+ * around a full table, which the table's growth rule rules out). */
+int cpu_hash_lookup(const cpu_hash *h, uint64_t key, uint32_t *value);
 
 /* Grows (rehashes) now so that `count` keys fit under max_load; TSDF_ENOMEM
  * leaves the table as it was. */

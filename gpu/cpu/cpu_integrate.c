@@ -4,6 +4,18 @@
  * (checking the memory cap before anything changes), then update every
  * voxel of those blocks. All per-voxel maths comes from tsdf_math.h, shared
  * with the CUDA kernels, so this is the oracle the GPU is checked against.
+ *
+ * Work is spread over the volume's pool in three jobs, none of which
+ * changes a result with the number of threads:
+ *   1. per row: each pixel's sample in metres, then its usable depth
+ *      (tsdf_depth_usable_from_m), once per frame instead of once per voxel;
+ *   2. per band of rows: the band's blocks, deduplicated within the band
+ *      in first-seen order; the bands are then merged in row order, so
+ *      frame_keys comes out in the first-seen order of one thread walking
+ *      the image, which is what decides the pool slots of new blocks;
+ *   3. per block: the voxel update, each block its own voxels and version.
+ * The allocation itself (the cap check and the new slots) stays on the
+ * calling thread: it changes the table.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -11,62 +23,266 @@
 #include "cpu_backend.h"
 #include "tsdf_math.h"
 
-static int frame_keys_push(cpu_volume *v, uint64_t key)
+/* Rows per band of job 2: large enough that a band's own dedupe table
+ * absorbs the overlap of neighbouring rays, small enough to balance. */
+#define COLLECT_ROWS 16
+/* Blocks per chunk of job 3. */
+#define UPDATE_BLOCKS 8
+/* Rows per chunk of job 1. */
+#define PREPARE_ROWS 16
+
+static int grow_keys(uint64_t **keys, size_t *cap, size_t need)
 {
-    if (v->frame_count == v->frame_cap) {
-        size_t cap = v->frame_cap != 0 ? 2 * v->frame_cap : 4096;
-        uint64_t *keys = realloc(v->frame_keys, cap * sizeof(*keys));
-        if (keys == NULL)
-            return TSDF_ENOMEM;
-        v->frame_keys = keys;
-        int64_t *blocks = realloc(v->frame_blocks, cap * sizeof(*blocks));
-        if (blocks == NULL)
-            return TSDF_ENOMEM;
-        v->frame_blocks = blocks;
-        v->frame_cap = cap;
-    }
-    v->frame_keys[v->frame_count++] = key;
+    if (need <= *cap)
+        return TSDF_OK;
+    size_t c = *cap != 0 ? *cap : 1024;
+    while (c < need)
+        c *= 2;
+    uint64_t *n = realloc(*keys, c * sizeof(*n));
+    if (n == NULL)
+        return TSDF_ENOMEM;
+    *keys = n;
+    *cap = c;
     return TSDF_OK;
 }
 
-/* Pass 1a: the set of blocks this frame needs, deduplicated, in first-seen
- * order, into frame_keys[0 .. frame_count). */
-static int collect_frame_blocks(cpu_volume *v, const tsdf_frame *f)
+static int frame_blocks_reserve(cpu_volume *v, size_t need)
 {
+    if (need <= v->frame_cap)
+        return TSDF_OK;
+    size_t cap = v->frame_cap;
+    int rc = grow_keys(&v->frame_keys, &cap, need);
+    if (rc != TSDF_OK)
+        return rc;
+    int64_t *blocks = realloc(v->frame_blocks, cap * sizeof(*blocks));
+    if (blocks == NULL)
+        return TSDF_ENOMEM;
+    v->frame_blocks = blocks;
+    v->frame_cap = cap;
+    return TSDF_OK;
+}
+
+/* Sizes the per-frame scratch for a w x h frame and the pool's threads. */
+static int scratch_reserve(cpu_volume *v, uint32_t w, uint32_t h)
+{
+    cpu_frame_scratch *s = &v->scratch;
+    size_t npix = (size_t)w * h, nbands = (h + COLLECT_ROWS - 1) / COLLECT_ROWS;
+    unsigned threads = cpu_pool_threads(v->pool);
+
+    if (npix > s->pix_cap) {
+        float *a = realloc(s->alloc_depth_m, npix * sizeof(*a));
+        if (a == NULL)
+            return TSDF_ENOMEM;
+        s->alloc_depth_m = a;
+        float *u = realloc(s->usable_m, npix * sizeof(*u));
+        if (u == NULL)
+            return TSDF_ENOMEM;
+        s->usable_m = u;
+        s->pix_cap = npix;
+    }
+    if (w > s->cols_cap) {
+        float *c = realloc(s->ray_cols, 3 * (size_t)w * sizeof(*c));
+        if (c == NULL)
+            return TSDF_ENOMEM;
+        s->ray_cols = c;
+        s->cols_cap = w;
+    }
+    if (nbands > s->bands_cap) {
+        cpu_key_list *b = realloc(s->bands, nbands * sizeof(*b));
+        if (b == NULL)
+            return TSDF_ENOMEM;
+        memset(b + s->bands_cap, 0, (nbands - s->bands_cap) * sizeof(*b));
+        s->bands = b;
+        s->bands_cap = nbands;
+    }
+    if (s->sets == NULL) {
+        if ((s->sets = calloc(threads, sizeof(*s->sets))) == NULL)
+            return TSDF_ENOMEM;
+        for (unsigned i = 0; i < threads; i++) {
+            int rc = cpu_hash_init(&s->sets[i], 4096, 0.5f);
+            if (rc != TSDF_OK)
+                return rc;
+        }
+        s->nsets = threads;
+    }
+    return TSDF_OK;
+}
+
+void cpu_frame_scratch_fini(cpu_frame_scratch *s)
+{
+    free(s->alloc_depth_m);
+    free(s->usable_m);
+    free(s->ray_cols);
+    for (size_t i = 0; i < s->bands_cap; i++)
+        free(s->bands[i].keys);
+    free(s->bands);
+    for (unsigned i = 0; s->sets != NULL && i < s->nsets; i++)
+        cpu_hash_fini(&s->sets[i]);
+    free(s->sets);
+    memset(s, 0, sizeof(*s));
+}
+
+typedef struct {
+    cpu_volume *v;
+    const tsdf_frame *f;
+    float T_cam_world[16];
+} frame_job;
+
+/* Job 1a: the samples of rows [b, e) in metres. */
+static int sample_rows(void *arg, size_t b, size_t e, unsigned worker)
+{
+    const frame_job *j = arg;
+    const tsdf_frame *f = j->f;
+    cpu_frame_scratch *s = &j->v->scratch;
+    (void)worker;
+    for (size_t i = b * f->width; i < e * f->width; i++)
+        s->alloc_depth_m[i] = tsdf_depth_sample_m(f->depth_format, f->depth, (uint32_t)i,
+                                                  f->depth_scale, f->min_depth_m, f->max_depth_m);
+    return TSDF_OK;
+}
+
+/* Job 1b: the usable depths of rows [b, e), from every row's samples. */
+static int usable_rows(void *arg, size_t b, size_t e, unsigned worker)
+{
+    const frame_job *j = arg;
+    const tsdf_frame *f = j->f;
+    cpu_frame_scratch *s = &j->v->scratch;
+    (void)worker;
+    for (uint32_t py = (uint32_t)b; py < (uint32_t)e; py++)
+        for (uint32_t px = 0; px < f->width; px++)
+            s->usable_m[(size_t)py * f->width + px] = tsdf_depth_usable_from_m(
+                s->alloc_depth_m, f->width, f->height, px, py, j->v->trunc_m);
+    return TSDF_OK;
+}
+
+/* Adds key to a band's list unless the band has it. */
+static int band_add(cpu_key_list *list, cpu_hash *seen, uint64_t key)
+{
+    int inserted, rc = cpu_hash_insert(seen, key, 0, NULL, &inserted);
+    if (rc != TSDF_OK || !inserted)
+        return rc;
+    if ((rc = grow_keys(&list->keys, &list->cap, list->n + 1)) != TSDF_OK)
+        return rc;
+    list->keys[list->n++] = key;
+    return TSDF_OK;
+}
+
+/* Job 2: the blocks of the bands of rows [b, e) (band = b / COLLECT_ROWS),
+ * each in the order one thread walking its rows first meets them. */
+static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
+{
+    const frame_job *j = arg;
+    const tsdf_frame *f = j->f;
+    const cpu_volume *v = j->v;
+    const cpu_frame_scratch *s = &v->scratch;
+    const float *T = f->T_world_cam;
+    const float origin[3] = {T[3], T[7], T[11]};
+    cpu_key_list *list = &s->bands[b / COLLECT_ROWS];
+    cpu_hash *seen = &s->sets[worker];
     uint64_t last_keys[4] = {TSDF_KEY_EMPTY, TSDF_KEY_EMPTY, TSDF_KEY_EMPTY, TSDF_KEY_EMPTY};
     unsigned last_pos = 0;
     int rc;
 
-    v->frame_count = 0;
-    cpu_hash_clear(&v->frame_set);
-    for (uint32_t py = 0; py < f->height; py++) {
+    list->n = 0;
+    cpu_hash_clear(seen);
+    for (uint32_t py = (uint32_t)b; py < (uint32_t)e; py++) {
+        /* tsdf_pixel_ray_world's dir, row r: (T[4r] x + T[4r+1] y) + T[4r+2] * 1
+         * with x, y the camera ray's; T * 1 is T exactly, and the x terms are
+         * per column, so only the y terms are per row. */
+        float ry = ((float)py - f->K.cy) / f->K.fy, rows[3];
+        for (int r = 0; r < 3; r++)
+            rows[r] = T[4 * r + 1] * ry;
         for (uint32_t px = 0; px < f->width; px++) {
-            float d = tsdf_depth_sample_m(f->depth_format, f->depth, py * f->width + px,
-                                          f->depth_scale, f->min_depth_m, f->max_depth_m);
-            float origin[3], dir[3];
-            tsdf_block_dda dda;
-            int32_t b[3];
+            float d = s->alloc_depth_m[(size_t)py * f->width + px], dir[3], a[3], bb[3];
+            int32_t cur[3], end[3], blk[3];
+            int axis;
             if (d == 0.0f)
                 continue;
-            tsdf_pixel_ray_world(f->T_world_cam, &f->K, (float)px, (float)py, origin, dir);
-            if (!tsdf_band_dda_init(&dda, origin, dir, d, v->trunc_m, v->inv_block_size))
+            for (int r = 0; r < 3; r++)
+                dir[r] = (s->ray_cols[3 * px + r] + rows[r]) + T[4 * r + 2];
+            if (!tsdf_band_segment(origin, dir, d, v->trunc_m, a, bb))
                 continue;
-            while (tsdf_block_dda_next(&dda, b)) {
-                uint64_t key = tsdf_block_key(b[0], b[1], b[2]);
-                int inserted;
+            tsdf_block_dda dda;
+            int straight = tsdf_block_dda_straight(a, bb, v->inv_block_size, cur, end, &axis);
+            if (!straight && !tsdf_block_dda_init(&dda, a, bb, v->inv_block_size))
+                continue;
+            for (;;) {
+                if (straight) {
+                    blk[0] = cur[0];
+                    blk[1] = cur[1];
+                    blk[2] = cur[2];
+                } else if (!tsdf_block_dda_next(&dda, blk)) {
+                    break;
+                }
+                uint64_t key = tsdf_block_key(blk[0], blk[1], blk[2]);
                 /* Neighbouring rays mostly walk the same blocks; a tiny
                  * cache of recent keys saves most hash probes. */
-                if (key == last_keys[0] || key == last_keys[1] || key == last_keys[2] ||
-                    key == last_keys[3])
-                    continue;
-                last_keys[last_pos++ & 3] = key;
-                rc = cpu_hash_insert(&v->frame_set, key, 0, NULL, &inserted);
-                if (rc != TSDF_OK)
-                    return rc;
-                if (inserted && (rc = frame_keys_push(v, key)) != TSDF_OK)
-                    return rc;
+                if (key != last_keys[0] && key != last_keys[1] && key != last_keys[2] &&
+                    key != last_keys[3]) {
+                    last_keys[last_pos++ & 3] = key;
+                    if ((rc = band_add(list, seen, key)) != TSDF_OK)
+                        return rc;
+                }
+                if (straight) {
+                    if (cur[axis] == end[axis])
+                        break;
+                    cur[axis] += cur[axis] < end[axis] ? 1 : -1;
+                }
             }
         }
+    }
+    return TSDF_OK;
+}
+
+/* Pass 1: the set of blocks this frame needs, deduplicated, in first-seen
+ * order, into frame_keys[0 .. frame_count). */
+static int collect_frame_blocks(cpu_volume *v, frame_job *j)
+{
+    const tsdf_frame *f = j->f;
+    cpu_frame_scratch *s = &v->scratch;
+    int rc;
+
+    if ((rc = scratch_reserve(v, f->width, f->height)) != TSDF_OK)
+        return rc;
+    for (uint32_t px = 0; px < f->width; px++) {
+        float rx = ((float)px - f->K.cx) / f->K.fx;
+        for (int r = 0; r < 3; r++)
+            s->ray_cols[3 * px + r] = f->T_world_cam[4 * r] * rx;
+    }
+    if ((rc = cpu_pool_run(v->pool, f->height, PREPARE_ROWS, sample_rows, j)) != TSDF_OK ||
+        (rc = cpu_pool_run(v->pool, f->height, PREPARE_ROWS, usable_rows, j)) != TSDF_OK ||
+        (rc = cpu_pool_run(v->pool, f->height, COLLECT_ROWS, collect_band, j)) != TSDF_OK)
+        return rc;
+
+    /* The merge: first-seen order over the bands in row order is the
+     * first-seen order of the whole image. */
+    v->frame_count = 0;
+    cpu_hash_clear(&v->frame_set);
+    size_t nbands = (f->height + COLLECT_ROWS - 1) / COLLECT_ROWS;
+    for (size_t bi = 0; bi < nbands; bi++) {
+        const cpu_key_list *list = &s->bands[bi];
+        for (size_t k = 0; k < list->n; k++) {
+            int inserted;
+            if ((rc = cpu_hash_insert(&v->frame_set, list->keys[k], 0, NULL, &inserted)) != TSDF_OK)
+                return rc;
+            if (!inserted)
+                continue;
+            if ((rc = frame_blocks_reserve(v, v->frame_count + 1)) != TSDF_OK)
+                return rc;
+            v->frame_keys[v->frame_count++] = list->keys[k];
+        }
+    }
+    return TSDF_OK;
+}
+
+static int find_blocks(void *arg, size_t b, size_t e, unsigned worker)
+{
+    cpu_volume *v = arg;
+    (void)worker;
+    for (size_t i = b; i < e; i++) {
+        uint32_t idx;
+        v->frame_blocks[i] =
+            cpu_hash_lookup(&v->store.table, v->frame_keys[i], &idx) ? (int64_t)idx : -1;
     }
     return TSDF_OK;
 }
@@ -79,10 +295,10 @@ static int allocate_frame_blocks(cpu_volume *v, int with_rgb, uint64_t version)
     uint64_t missing = 0;
     int rc;
 
-    for (size_t i = 0; i < v->frame_count; i++) {
-        v->frame_blocks[i] = cpu_store_find(&v->store, v->frame_keys[i]);
+    if ((rc = cpu_pool_run(v->pool, v->frame_count, 256, find_blocks, v)) != TSDF_OK)
+        return rc;
+    for (size_t i = 0; i < v->frame_count; i++)
         missing += v->frame_blocks[i] < 0;
-    }
     v->peak_missing = tsdf_peak_update(v->peak_missing, missing);
     if (missing == 0 && !(with_rgb && v->store.rgb == NULL))
         return TSDF_OK;
@@ -105,50 +321,94 @@ static int allocate_frame_blocks(cpu_volume *v, int with_rgb, uint64_t version)
     return TSDF_OK;
 }
 
-/* Pass 2: every voxel of every block of this frame. */
-static void update_frame_blocks(cpu_volume *v, const tsdf_frame *f)
+/* Every voxel of block b (pool index idx); 1 when one changed. Inlined
+ * into callers with a constant layout and colour flag, so that the
+ * layout's switch and the colour test leave the voxel loop, as they do in
+ * the CUDA kernels' templates. */
+static inline int update_block(const frame_job *j, const int32_t b[3], uint32_t idx,
+                               tsdf_layout layout, int color)
 {
+    const cpu_volume *v = j->v;
     const cpu_store *st = &v->store;
-    const float s = v->params.voxel_size_m;
-    float T_cam_world[16];
-    tsdf_rigid_inverse(f->T_world_cam, T_cam_world);
-    for (size_t i = 0; i < v->frame_count; i++) {
-        uint32_t idx = (uint32_t)v->frame_blocks[i];
-        void *geom = cpu_store_geom(st, idx);
-        uint8_t *rgb = cpu_store_rgb(st, idx);
-        int32_t b[3];
-        int changed = 0;
-        tsdf_block_key_unpack(v->frame_keys[i], &b[0], &b[1], &b[2]);
-        for (int z = 0; z < TSDF_BLOCK_DIM; z++) {
-            for (int y = 0; y < TSDF_BLOCK_DIM; y++) {
-                for (int x = 0; x < TSDF_BLOCK_DIM; x++) {
-                    float p[3];
-                    tsdf_block_voxel_center(b, x, y, z, s, p);
-                    changed |= tsdf_integrate_voxel(
-                        st->layout, geom, rgb, (size_t)tsdf_voxel_index(x, y, z), p, T_cam_world, f,
-                        v->trunc_m, v->params.max_weight, st->quant);
-                }
-            }
+    const tsdf_frame *f = j->f;
+    const float *usable = v->scratch.usable_m;
+    void *geom = cpu_store_geom(st, idx);
+    uint8_t *rgb = color ? cpu_store_rgb(st, idx) : NULL;
+    tsdf_block_cam bc;
+    int changed = 0;
+
+    tsdf_block_cam_init(&bc, b, v->params.voxel_size_m, j->T_cam_world);
+    for (int z = 0; z < TSDF_BLOCK_DIM; z++) {
+        /* A slice's camera points and pixel coordinates first, in a loop
+         * without branches that the compiler turns into vector code; then
+         * the checks and the updates, voxel by voxel. */
+        float pz[TSDF_BLOCK_DIM * TSDF_BLOCK_DIM], uf[TSDF_BLOCK_DIM * TSDF_BLOCK_DIM],
+            vf[TSDF_BLOCK_DIM * TSDF_BLOCK_DIM];
+        for (int xy = 0; xy < TSDF_BLOCK_DIM * TSDF_BLOCK_DIM; xy++) {
+            float pc[3];
+            for (int r = 0; r < 3; r++)
+                pc[r] = (bc.xy[r][xy] + bc.z[r][z]) + bc.t[r];
+            tsdf_project_uv(&f->K, pc, &uf[xy], &vf[xy]);
+            pz[xy] = pc[2];
         }
+        for (int xy = 0; xy < TSDF_BLOCK_DIM * TSDF_BLOCK_DIM; xy++) {
+            float sdf;
+            uint32_t pixel;
+            if (!tsdf_voxel_sample_uv(pz[xy], uf[xy], vf[xy], f->width, f->height, usable,
+                                      v->trunc_m, &sdf, &pixel))
+                continue;
+            tsdf_integrate_sample(layout, geom, rgb, (size_t)(xy + 64 * z), sdf, pixel, f,
+                                  v->params.max_weight, st->quant);
+            changed = 1;
+        }
+    }
+    return changed;
+}
+
+/* Job 3: blocks [b, e) of frame_keys. */
+static int update_blocks(void *arg, size_t b, size_t e, unsigned worker)
+{
+    const frame_job *j = arg;
+    const cpu_volume *v = j->v;
+    const cpu_store *st = &v->store;
+    const int color = j->f->rgb != NULL && st->rgb != NULL;
+    (void)worker;
+    for (size_t i = b; i < e; i++) {
+        uint32_t idx = (uint32_t)v->frame_blocks[i];
+        int32_t blk[3];
+        int changed;
+        tsdf_block_key_unpack(v->frame_keys[i], &blk[0], &blk[1], &blk[2]);
+        if (st->layout == TSDF_LAYOUT_S16)
+            changed = color ? update_block(j, blk, idx, TSDF_LAYOUT_S16, 1)
+                            : update_block(j, blk, idx, TSDF_LAYOUT_S16, 0);
+        else
+            changed = color ? update_block(j, blk, idx, TSDF_LAYOUT_F32, 1)
+                            : update_block(j, blk, idx, TSDF_LAYOUT_F32, 0);
         if (changed)
             st->versions[idx] = v->version;
     }
+    return TSDF_OK;
 }
 
 int cpu_integrate(void *impl, const tsdf_frame *f)
 {
     cpu_volume *v = impl;
     double t0 = cpu_now_ms(), t1;
+    frame_job j;
     int rc;
 
-    if ((rc = collect_frame_blocks(v, f)) != TSDF_OK ||
+    j.v = v;
+    j.f = f;
+    tsdf_rigid_inverse(f->T_world_cam, j.T_cam_world);
+    if ((rc = collect_frame_blocks(v, &j)) != TSDF_OK ||
         (rc = allocate_frame_blocks(v, f->rgb != NULL, v->version + 1)) != TSDF_OK) {
         v->frames_rejected++;
         return rc;
     }
     t1 = cpu_now_ms();
     v->version++;
-    update_frame_blocks(v, f);
+    /* Cannot fail: the update allocates nothing. */
+    (void)cpu_pool_run(v->pool, v->frame_count, UPDATE_BLOCKS, update_blocks, &j);
     v->frames_integrated++;
     v->last_upload_ms = 0.0;
     v->last_alloc_ms = t1 - t0;

@@ -5,8 +5,9 @@
  *            raises the depth bounds of the tiles it may cover
  *            (tsdf_raycast_range.h; atomicMin / atomicMax, so the result
  *            is the CPU's whatever the order);
- *   march    one thread per pixel runs the march of tsdf_raycast_march.h
- *            over its tile's depth range, with blocks found in the device
+ *   march    one thread per pixel runs tsdf_ray_pixel_ranged of
+ *            tsdf_raycast_march.h (the reference march's answer, marched
+ *            over its tile's depth range), with blocks found in the device
  *            hash table.
  *
  * The backend is compiled with --fmad=false, so a GPU ray evaluates every
@@ -100,11 +101,9 @@ static __global__ void __launch_bounds__(128, 1)
     vol.layout = (tsdf_layout)LAYOUT;
     tsdf_ray_cache c;
     tsdf_ray_cache_init(&c);
-    float z_from = 0.0f, z_to = 0.0f;
-    int span = tsdf_range_of_pixel(a.range_lo, a.range_hi, a.tiles_x, px, py, vol.voxel_size_m,
-                                   a.z_min, a.z_max, &z_from, &z_to);
-    tsdf_ray_pixel_span(&vol, &c, a.T_world_cam, &a.K, px, py, span, z_from, z_to, a.z_max, i,
-                        depth, NORMALS ? normals : NULL, COLOR ? rgb : NULL);
+    tsdf_ray_pixel_ranged(&vol, &c, a.T_world_cam, &a.K, px, py, a.z_min, a.z_max, a.range_lo,
+                          a.range_hi, a.tiles_x, i, depth, NORMALS ? normals : NULL,
+                          COLOR ? rgb : NULL);
 }
 
 int cuda_raycast(struct cuda_volume *v, const tsdf_raycast_params *p, tsdf_raycast_output *out)

@@ -303,17 +303,22 @@ TSDF_HD void tsdf_pixel_ray_world(const float *T_world_cam, const tsdf_intrinsic
     origin[2] = T_world_cam[11];
 }
 
-/* Projects camera point p_cam to its nearest pixel (see conventions above).
- * Returns 1 and (*u, *v) when z > 0 and the pixel lies in the w x h image,
- * else 0. */
-TSDF_HD int tsdf_project_nearest(const tsdf_intrinsics *K, uint32_t w, uint32_t h,
-                                 const float p_cam[3], uint32_t *u, uint32_t *v)
+/* The two halves of tsdf_project_nearest, so that a CPU loop can do the
+ * first for a row of voxels at once (it has no branches): the continuous
+ * pixel coordinates (+ 0.5, so that their floor is the nearest pixel) of
+ * camera point p_cam, and then the checks and the floors. */
+TSDF_HD void tsdf_project_uv(const tsdf_intrinsics *K, const float p_cam[3], float *uf, float *vf)
 {
-    if (!(p_cam[2] > 0.0f))
-        return 0;
     float inv_z = 1.0f / p_cam[2];
-    float uf = K->fx * p_cam[0] * inv_z + K->cx + 0.5f;
-    float vf = K->fy * p_cam[1] * inv_z + K->cy + 0.5f;
+    *uf = K->fx * p_cam[0] * inv_z + K->cx + 0.5f;
+    *vf = K->fy * p_cam[1] * inv_z + K->cy + 0.5f;
+}
+
+TSDF_HD int tsdf_project_check(uint32_t w, uint32_t h, float z, float uf, float vf, uint32_t *u,
+                               uint32_t *v)
+{
+    if (!(z > 0.0f))
+        return 0;
     if (!(uf >= 0.0f && uf < (float)w && vf >= 0.0f && vf < (float)h))
         return 0;
     uint32_t ui = (uint32_t)floorf(uf);
@@ -324,6 +329,19 @@ TSDF_HD int tsdf_project_nearest(const tsdf_intrinsics *K, uint32_t w, uint32_t 
     *u = ui;
     *v = vi;
     return 1;
+}
+
+/* Projects camera point p_cam to its nearest pixel (see conventions above).
+ * Returns 1 and (*u, *v) when z > 0 and the pixel lies in the w x h image,
+ * else 0. */
+TSDF_HD int tsdf_project_nearest(const tsdf_intrinsics *K, uint32_t w, uint32_t h,
+                                 const float p_cam[3], uint32_t *u, uint32_t *v)
+{
+    float uf, vf;
+    if (!(p_cam[2] > 0.0f))
+        return 0;
+    tsdf_project_uv(K, p_cam, &uf, &vf);
+    return tsdf_project_check(w, h, p_cam[2], uf, vf, u, v);
 }
 
 /* ---- block allocation along a ray ----------------------------------------
@@ -428,9 +446,12 @@ TSDF_HD int tsdf_block_dda_next(tsdf_block_dda *s, int32_t b[3])
  * and the division are correctly rounded on the host and under nvcc's
  * default -prec-sqrt / -prec-div), so both allocate the same blocks.
  * origin, dir: from tsdf_pixel_ray_world. Returns 0 when depth_m <= 0 or the
- * segment leaves the key range (the sample then allocates nothing). */
-TSDF_HD int tsdf_band_dda_init(tsdf_block_dda *s, const float origin[3], const float dir[3],
-                               float depth_m, float trunc_m, float inv_block_size)
+ * segment leaves the key range (the sample then allocates nothing).
+ * tsdf_band_segment gives the segment a..b that tsdf_band_dda_init walks
+ * (0: none), so that a caller may look at its end blocks first
+ * (tsdf_block_dda_straight). */
+TSDF_HD int tsdf_band_segment(const float origin[3], const float dir[3], float depth_m,
+                              float trunc_m, float a[3], float b[3])
 {
     if (!(depth_m > 0.0f))
         return 0;
@@ -443,12 +464,44 @@ TSDF_HD int tsdf_band_dda_init(tsdf_block_dda *s, const float origin[3], const f
     float z1 = depth_m + half_z;
     if (z0 < 0.0f)
         z0 = 0.0f;
-    float a[3], b[3];
     for (int i = 0; i < 3; i++) {
         a[i] = origin[i] + z0 * dir[i];
         b[i] = origin[i] + z1 * dir[i];
     }
+    return 1;
+}
+
+TSDF_HD int tsdf_band_dda_init(tsdf_block_dda *s, const float origin[3], const float dir[3],
+                               float depth_m, float trunc_m, float inv_block_size)
+{
+    float a[3], b[3];
+    if (!tsdf_band_segment(origin, dir, depth_m, trunc_m, a, b))
+        return 0;
     return tsdf_block_dda_init(s, a, b, inv_block_size);
+}
+
+/* The walk of tsdf_block_dda_init(a, b) without its divisions, where that
+ * walk is a straight line: when the end blocks cur and end (those of a and
+ * b) differ on at most one axis, every step of tsdf_block_dda_next moves
+ * that axis (the only one not at its end block), so the walk is cur, then
+ * one block at a time along `axis` to end. Returns 1 with cur, end and
+ * axis (0 when they are the same block) for such a segment, 0 when the
+ * segment is outside the key range or needs the full walk. */
+TSDF_HD int tsdf_block_dda_straight(const float a[3], const float b[3], float inv_block_size,
+                                    int32_t cur[3], int32_t end[3], int *axis)
+{
+    int differ = 0;
+    if (!tsdf_world_to_block(a, inv_block_size, cur) ||
+        !tsdf_world_to_block(b, inv_block_size, end))
+        return 0;
+    *axis = 0;
+    for (int i = 0; i < 3; i++) {
+        if (cur[i] != end[i]) {
+            differ++;
+            *axis = i;
+        }
+    }
+    return differ <= 1;
 }
 
 /* 1 when pixel (u, v) of depth d_m sits on a depth edge: a 4-neighbour
@@ -499,6 +552,129 @@ TSDF_HD int tsdf_voxel_sample(const float p_world[3], const float *T_cam_world, 
     return 1;
 }
 
+/* ---- the per-voxel step, factored for a CPU block loop -------------------
+ * tsdf_voxel_sample does per voxel what is the same for a whole frame or a
+ * whole block; these give the same answer, bit for bit, from work done
+ * once (tests/test_band.c checks them against tsdf_voxel_sample):
+ *
+ *   - The depth a pixel contributes depends on the frame alone: its
+ *     sample (tsdf_depth_sample_m), or 0 where that is no measurement or
+ *     the pixel is on a depth edge (tsdf_depth_edge with trunc_m).
+ *     tsdf_voxel_sample uses a sample only when it is > 0 and not on an
+ *     edge, and tsdf_projective_sdf refuses d <= 0, so reading this
+ *     "usable depth" instead gives the same result.
+ *   - The camera point of a voxel centre, tsdf_transform_point of
+ *     tsdf_block_voxel_center, is ((T0 p0 + T1 p1) + T2 p2) + T3 per row in
+ *     float; each product depends on one axis of the voxel only, so a
+ *     block's 3 x 8 products per axis, and the x + y sums, are computed once
+ *     and the same roundings happen in the same order. (This holds because
+ *     the host does not contract a * b + c into an FMA: x86-64 C without
+ *     -mfma, as the CUDA side is built with --fmad=false.) */
+
+/* The usable depth of pixel (u, v) of f (see above). */
+TSDF_HD float tsdf_depth_usable_m(const tsdf_frame *f, uint32_t u, uint32_t v, float trunc_m)
+{
+    float d = tsdf_depth_sample_m(f->depth_format, f->depth, v * f->width + u, f->depth_scale,
+                                  f->min_depth_m, f->max_depth_m);
+    if (d > 0.0f && tsdf_depth_edge(f, u, v, d, trunc_m))
+        return 0.0f;
+    return d;
+}
+
+/* tsdf_depth_usable_m from the frame's samples already converted
+ * (depth_m[i] = tsdf_depth_sample_m of sample i, w x h of them): the same
+ * comparisons on the same values as tsdf_depth_edge makes. */
+TSDF_HD float tsdf_depth_usable_from_m(const float *depth_m, uint32_t w, uint32_t h, uint32_t u,
+                                       uint32_t v, float trunc_m)
+{
+    const float d = depth_m[(size_t)v * w + u];
+    if (!(d > 0.0f))
+        return d;
+    if ((u > 0 && depth_m[(size_t)v * w + u - 1] > 0.0f &&
+         fabsf(depth_m[(size_t)v * w + u - 1] - d) > trunc_m) ||
+        (u + 1 < w && depth_m[(size_t)v * w + u + 1] > 0.0f &&
+         fabsf(depth_m[(size_t)v * w + u + 1] - d) > trunc_m) ||
+        (v > 0 && depth_m[(size_t)(v - 1) * w + u] > 0.0f &&
+         fabsf(depth_m[(size_t)(v - 1) * w + u] - d) > trunc_m) ||
+        (v + 1 < h && depth_m[(size_t)(v + 1) * w + u] > 0.0f &&
+         fabsf(depth_m[(size_t)(v + 1) * w + u] - d) > trunc_m))
+        return 0.0f;
+    return d;
+}
+
+/* The camera-frame voxel centres of one block, factored (see above):
+ * voxel (x, y, z) is at (xy[r][x + 8 y] + z[r][z]) + t[r] per row r. */
+typedef struct {
+    float xy[3][TSDF_BLOCK_DIM * TSDF_BLOCK_DIM];
+    float z[3][TSDF_BLOCK_DIM];
+    float t[3];
+} tsdf_block_cam;
+
+TSDF_HD void tsdf_block_cam_init(tsdf_block_cam *bc, const int32_t b[3], float voxel_size,
+                                 const float *T_cam_world)
+{
+    float px[3][TSDF_BLOCK_DIM], py[3][TSDF_BLOCK_DIM];
+    for (int i = 0; i < TSDF_BLOCK_DIM; i++) {
+        float c[3];
+        tsdf_block_voxel_center(b, i, i, i, voxel_size, c);
+        for (int r = 0; r < 3; r++) {
+            px[r][i] = T_cam_world[4 * r + 0] * c[0];
+            py[r][i] = T_cam_world[4 * r + 1] * c[1];
+            bc->z[r][i] = T_cam_world[4 * r + 2] * c[2];
+        }
+    }
+    for (int r = 0; r < 3; r++) {
+        bc->t[r] = T_cam_world[4 * r + 3];
+        for (int y = 0; y < TSDF_BLOCK_DIM; y++)
+            for (int x = 0; x < TSDF_BLOCK_DIM; x++)
+                bc->xy[r][x + TSDF_BLOCK_DIM * y] = px[r][x] + py[r][y];
+    }
+}
+
+/* tsdf_voxel_sample of the voxel whose camera point is pc, reading the
+ * frame's usable depth (w x h of them, tsdf_depth_usable_m) instead of its
+ * samples. tsdf_voxel_sample_uv is the same from pc[2] and
+ * tsdf_project_uv's uf, vf. */
+TSDF_HD int tsdf_voxel_sample_uv(float z, float uf, float vf, uint32_t w, uint32_t h,
+                                 const float *usable_m, float trunc_m, float *sdf, uint32_t *pixel)
+{
+    uint32_t u, v;
+    if (!tsdf_project_check(w, h, z, uf, vf, &u, &v))
+        return 0;
+    uint32_t idx = v * w + u;
+    if (!tsdf_projective_sdf(usable_m[idx], z, trunc_m, sdf))
+        return 0;
+    *pixel = idx;
+    return 1;
+}
+
+TSDF_HD int tsdf_voxel_sample_cam(const float pc[3], const tsdf_intrinsics *K, uint32_t w,
+                                  uint32_t h, const float *usable_m, float trunc_m, float *sdf,
+                                  uint32_t *pixel)
+{
+    uint32_t u, v;
+    if (!tsdf_project_nearest(K, w, h, pc, &u, &v))
+        return 0;
+    uint32_t idx = v * w + u;
+    if (!tsdf_projective_sdf(usable_m[idx], pc[2], trunc_m, sdf))
+        return 0;
+    *pixel = idx;
+    return 1;
+}
+
+/* The update of voxel i with what tsdf_voxel_sample (or _cam) found: sdf,
+ * from pixel `pixel` of f (see tsdf_integrate_voxel). */
+TSDF_HD void tsdf_integrate_sample(tsdf_layout layout, void *geom, uint8_t *rgb, size_t i,
+                                   float sdf, uint32_t pixel, const tsdf_frame *f, float max_weight,
+                                   tsdf_quant q)
+{
+    tsdf_vox vox = tsdf_vox_load(layout, geom, i, q);
+    if (f->rgb != NULL && rgb != NULL)
+        tsdf_rgb_update(rgb + TSDF_RGB_BYTES * i, vox.weight, f->rgb + 3u * pixel);
+    tsdf_vox_update(&vox, sdf, max_weight);
+    tsdf_vox_store(layout, geom, i, vox, q);
+}
+
 /* Updates voxel i of a geometry channel of `layout` (and its colour in
  * rgb, a colour channel, when f has colour and rgb is not NULL) with frame
  * f; p_world is the voxel's centre. Colour is blended with the weight
@@ -511,11 +687,7 @@ TSDF_HD int tsdf_integrate_voxel(tsdf_layout layout, void *geom, uint8_t *rgb, s
     uint32_t pixel;
     if (!tsdf_voxel_sample(p_world, T_cam_world, f, trunc_m, &sdf, &pixel))
         return 0;
-    tsdf_vox vox = tsdf_vox_load(layout, geom, i, q);
-    if (f->rgb != NULL && rgb != NULL)
-        tsdf_rgb_update(rgb + TSDF_RGB_BYTES * i, vox.weight, f->rgb + 3u * pixel);
-    tsdf_vox_update(&vox, sdf, max_weight);
-    tsdf_vox_store(layout, geom, i, vox, q);
+    tsdf_integrate_sample(layout, geom, rgb, i, sdf, pixel, f, max_weight, q);
     return 1;
 }
 

@@ -7,8 +7,8 @@
  * TSDF_MAX_RAY_M and tsdf_ray_end_z), skip
  * unallocated space a block at a time (to the block's exit), sample the
  * trilinearly interpolated TSDF (tsdf_trilinear) of the 8 surrounding voxels,
- * step 0.75 sdf (at least half a voxel; past an unobserved voxel
- * at once), and refine the first + to - zero
+ * step 0.75 sdf (at least half a voxel; past an unobserved voxel at once),
+ * and refine the first + to - zero
  * crossing with tsdf_zero_crossing plus one secant step (a crossing whose
  * refinement falls in unobserved space is passed over). Normals are central
  * differences of the interpolated TSDF (the cell's gradient as fallback);
@@ -45,6 +45,7 @@
 #include <stdint.h>
 
 #include "tsdf_math.h"
+#include "tsdf_raycast_range.h"
 
 #ifndef TSDF_RAY_SOURCE
 #error "define TSDF_RAY_SOURCE (the block lookup's state) before including tsdf_raycast_march.h"
@@ -97,6 +98,18 @@ TSDF_LOOKUP_FN int32_t tsdf_ray_block(const tsdf_ray_volume *vol, tsdf_ray_cache
     return c->blk;
 }
 
+/* Corner k of a cell is channel index i: 1 with its sdf when known. */
+TSDF_LOOKUP_INLINE int tsdf_ray_corner(const tsdf_ray_volume *vol, size_t i, int k, float c8[8],
+                                       size_t idx8[8])
+{
+    tsdf_vox vx = tsdf_vox_load(vol->layout, vol->geom, i, vol->quant);
+    if (!tsdf_vox_known(vx))
+        return 0;
+    idx8[k] = i;
+    c8[k] = vx.sdf_m;
+    return 1;
+}
+
 /* The 8 voxels around world point p (the cell whose corners are the voxel
  * centres around it). Returns 1 with the sdf values in c8, the corner
  * voxels' channel indices in idx8 and the position inside the cell in frac
@@ -114,6 +127,24 @@ TSDF_LOOKUP_FN int tsdf_ray_gather_cell(const tsdf_ray_volume *vol, tsdf_ray_cac
         base[i] = (int32_t)fl;
         frac[i] = f - fl;
     }
+    /* A cell whose corners are all in one block (343 of a block's 512):
+     * one lookup for the eight; the same voxels, so the same result. */
+    if ((base[0] & 7) != 7 && (base[1] & 7) != 7 && (base[2] & 7) != 7) {
+        int32_t b = tsdf_ray_block(vol, c, tsdf_floor_div8(base[0]), tsdf_floor_div8(base[1]),
+                                   tsdf_floor_div8(base[2]));
+        if (b < 0)
+            return 0;
+        const size_t i0 = (size_t)b * TSDF_BLOCK_VOXELS +
+                          (size_t)tsdf_voxel_index(base[0] & 7, base[1] & 7, base[2] & 7);
+        TSDF_UNROLL
+        for (int k = 0; k < 8; k++) {
+            size_t i = i0 + (size_t)((k & 1) + TSDF_BLOCK_DIM * ((k >> 1) & 1) +
+                                     TSDF_BLOCK_DIM * TSDF_BLOCK_DIM * ((k >> 2) & 1));
+            if (!tsdf_ray_corner(vol, i, k, c8, idx8))
+                return 0;
+        }
+        return 1;
+    }
     TSDF_UNROLL
     for (int k = 0; k < 8; k++) {
         int32_t x = base[0] + (k & 1), y = base[1] + ((k >> 1) & 1), z = base[2] + ((k >> 2) & 1);
@@ -122,11 +153,8 @@ TSDF_LOOKUP_FN int tsdf_ray_gather_cell(const tsdf_ray_volume *vol, tsdf_ray_cac
         if (b < 0)
             return 0;
         size_t i = (size_t)b * TSDF_BLOCK_VOXELS + (size_t)tsdf_voxel_index(x & 7, y & 7, z & 7);
-        tsdf_vox vx = tsdf_vox_load(vol->layout, vol->geom, i, vol->quant);
-        if (!tsdf_vox_known(vx))
+        if (!tsdf_ray_corner(vol, i, k, c8, idx8))
             return 0;
-        idx8[k] = i;
-        c8[k] = vx.sdf_m;
     }
     return 1;
 }
@@ -275,15 +303,18 @@ TSDF_LOOKUP_INLINE uint32_t tsdf_ray_max_iterations(float z_min, float z_end, fl
     return n > 0.0f ? (n < 4.0e9f ? (uint32_t)n : 4000000000u) : 0u;
 }
 
-/* One ray from o along d (d scaled so that z is the camera depth), over
- * the camera depths [z_from, z_to] of the ray's part that can meet a block
- * (tsdf_raycast_range.h; z_min and z_max for the whole ray). Returns 1 and
- * the crossing's camera depth, 0 when there is no surface between z_from
- * and the ray's end (z_to, or sooner: tsdf_ray_end_z of z_max). At most
- * tsdf_ray_max_iterations steps. */
+/* tsdf_ray_march resumed at camera depth z_from, in empty space (no
+ * sample before it counts), and given up past z_stop. A caller that knows
+ * two things about the ray may skip what the full march would do there
+ * and get the same answer: that the full march from z_min passes through
+ * z_from with no sample taken yet (it is one of its empty-block skips,
+ * see cpu_raycast.c), and that past z_stop the ray meets no allocated
+ * block (where the full march would only skip on to its end and return
+ * 0). The step sizes and the iteration bound are those of the full march
+ * from z_min. tsdf_ray_march is the span (z_min, INFINITY). */
 TSDF_LOOKUP_FN int tsdf_ray_march_span(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                       const float o[3], const float d[3], float z_from, float z_to,
-                                       float z_max, float *z_hit)
+                                       const float o[3], const float d[3], float z_min, float z_max,
+                                       float z_from, float z_stop, float *z_hit)
 {
     const float s = vol->voxel_size_m;
     const float block_m = (float)TSDF_BLOCK_DIM * s;
@@ -291,16 +322,17 @@ TSDF_LOOKUP_FN int tsdf_ray_march_span(const tsdf_ray_volume *vol, tsdf_ray_cach
     /* Distances along the ray are dir_len per unit of camera depth. */
     const float min_step_z = 0.5f * s / dir_len;
     const float eps_z = 0.01f * s / dir_len;
-    const float z_cap = tsdf_ray_end_z(z_max, dir_len, s);
-    const float z_end = z_to < z_cap ? z_to : z_cap;
+    const float z_end = tsdf_ray_end_z(z_max, dir_len, s);
     /* An integer counter: it costs fewer GPU registers than a double. */
-    const uint32_t max_it = tsdf_ray_max_iterations(z_from, z_end, dir_len, s);
+    const uint32_t max_it = tsdf_ray_max_iterations(z_min, z_end, dir_len, s);
     float z = z_from, prev_z = 0.0f, prev_s = 0.0f;
     int prev_known = 0;
 
     for (uint32_t it = 0; z <= z_end && it < max_it; it++) {
         float p[3], sdf;
         int32_t b[3];
+        if (z > z_stop)
+            return 0;
         tsdf_ray_point(o, d, z, p);
         if (!tsdf_world_to_block(p, vol->inv_block_size, b))
             return 0;
@@ -350,32 +382,31 @@ TSDF_LOOKUP_FN int tsdf_ray_march_span(const tsdf_ray_volume *vol, tsdf_ray_cach
     return 0;
 }
 
-/* The whole ray from z_min to z_max: the reference, which finds blocks by
- * walking the empty space from the near plane. */
+/* One ray from o along d (d scaled so that z is the camera depth). Returns
+ * 1 and the crossing's camera depth, 0 when there is no surface between
+ * z_min and the ray's end (z_max, or sooner: tsdf_ray_end_z). At most
+ * tsdf_ray_max_iterations steps. */
 TSDF_LOOKUP_INLINE int tsdf_ray_march(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
                                       const float o[3], const float d[3], float z_min, float z_max,
                                       float *z_hit)
 {
-    return tsdf_ray_march_span(vol, c, o, d, z_min, z_max, z_max, z_hit);
+    return tsdf_ray_march_span(vol, c, o, d, z_min, z_max, z_min, INFINITY, z_hit);
 }
 
-/* The whole of one pixel (px, py): its ray, the march over [z_from, z_to]
- * (of a ray that ends at z_max at the latest; no march at all when `span`
- * is 0: no block in reach), and entry i of the outputs. depth[i] gets the
- * hit's camera depth or NaN; normals[3i..3i+2] (normals may be NULL) the
- * unit normal or NaNs; rgb[3i..3i+2] (may be NULL) the colour or black.
- * Inlined, so that a constant NULL drops the work it would feed; the
- * outputs are indexed here, late, because addresses formed by the caller
- * would stay live in GPU registers through the march. */
-TSDF_LOOKUP_INLINE void tsdf_ray_pixel_span(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                            const float *T_world_cam, const tsdf_intrinsics *K,
-                                            uint32_t px, uint32_t py, int span, float z_from,
-                                            float z_to, float z_max, size_t i, float *depth,
-                                            float *normals, uint8_t *rgb)
+/* The whole of one ray o + z d: the march, and entry i of the
+ * outputs. depth[i] gets the hit's camera depth or NaN; normals[3i..3i+2]
+ * (normals may be NULL) the unit normal or NaNs; rgb[3i..3i+2] (may be NULL)
+ * the colour or black. Inlined, so that a constant NULL drops the work it
+ * would feed; the outputs are indexed here, late, because addresses formed
+ * by the caller would stay live in GPU registers through the march. The
+ * march is tsdf_ray_march_span from z_from to z_stop (see there). */
+TSDF_LOOKUP_INLINE void tsdf_ray_pixel_od(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                          const float o[3], const float d[3], float z_min,
+                                          float z_max, float z_from, float z_stop, size_t i,
+                                          float *depth, float *normals, uint8_t *rgb)
 {
-    float o[3], d[3], z;
-    tsdf_pixel_ray_world(T_world_cam, K, (float)px, (float)py, o, d);
-    if (span && tsdf_ray_march_span(vol, c, o, d, z_from, z_to, z_max, &z)) {
+    float z;
+    if (tsdf_ray_march_span(vol, c, o, d, z_min, z_max, z_from, z_stop, &z)) {
         float hit[3];
         tsdf_ray_point(o, d, z, hit);
         depth[i] = z;
@@ -398,14 +429,119 @@ TSDF_LOOKUP_INLINE void tsdf_ray_pixel_span(const tsdf_ray_volume *vol, tsdf_ray
     }
 }
 
-/* One pixel of the reference raycast: the whole ray from z_min. */
+/* tsdf_ray_pixel_od of the ray of pixel (px, py). */
+TSDF_LOOKUP_INLINE void tsdf_ray_pixel_span(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                            const float *T_world_cam, const tsdf_intrinsics *K,
+                                            uint32_t px, uint32_t py, float z_min, float z_max,
+                                            float z_from, float z_stop, size_t i, float *depth,
+                                            float *normals, uint8_t *rgb)
+{
+    float o[3], d[3];
+    tsdf_pixel_ray_world(T_world_cam, K, (float)px, (float)py, o, d);
+    tsdf_ray_pixel_od(vol, c, o, d, z_min, z_max, z_from, z_stop, i, depth, normals, rgb);
+}
+
+/* The depth at which the ray o + z d enters block b (the latest of its
+ * three entry planes): only compared against margins, never a result. */
+TSDF_LOOKUP_FN float tsdf_ray_block_entry_z(const float o[3], const float d[3], const int32_t b[3],
+                                            float block_m)
+{
+    float z_in = -INFINITY;
+    for (int i = 0; i < 3; i++) {
+        float t;
+        if (d[i] > 0.0f)
+            t = ((float)b[i] * block_m - o[i]) / d[i];
+        else if (d[i] < 0.0f)
+            t = ((float)(b[i] + 1) * block_m - o[i]) / d[i];
+        else
+            continue;
+        if (t > z_in)
+            z_in = t;
+    }
+    return z_in;
+}
+
+/* A depth where the reference march from z_min is, with no sample taken,
+ * before `near` (the first depth at which the ray can be in a block: see
+ * tsdf_raycast_range.h); z_min when none is found. Before near the march
+ * skips block by block, each skip to the block's exit plus eps_z; a skip
+ * out of block b lands on the same depth whichever depth inside b it left
+ * from. So find an unallocated block b before near that the ray crosses
+ * for well over eps_z (the march's skips, eps_z past each exit, cannot
+ * jump over it, and its depth inside b is then far from b's exit), and
+ * resume at b's exit plus eps_z, computed by the march's own expressions.
+ * From there the resumed march takes the reference's samples and returns
+ * its bits (tests/test_ray_fast.c). */
+TSDF_LOOKUP_FN float tsdf_ray_resume_z(const tsdf_ray_volume *vol, const float o[3],
+                                       const float d[3], float z_min, float near)
+{
+    const float s = vol->voxel_size_m;
+    const float block_m = (float)TSDF_BLOCK_DIM * s;
+    const float dir_len = sqrtf(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
+    const float eps_z = 0.01f * s / dir_len;
+    float zc = near - 4.0f * eps_z;
+
+    /* The block before near, or the one before that when the ray only
+     * clips it. */
+    for (int tries = 0; tries < 3 && zc > z_min; tries++) {
+        float p[3];
+        int32_t b[3];
+        tsdf_ray_point(o, d, zc, p);
+        if (!tsdf_world_to_block(p, vol->inv_block_size, b))
+            return z_min;
+        float z_out = tsdf_ray_block_exit_z(o, d, b, block_m);
+        float z_in = tsdf_ray_block_entry_z(o, d, b, block_m);
+        float lo = z_in > z_min ? z_in : z_min;
+        if (z_out - lo > 8.0f * eps_z && z_out - zc > 2.0f * eps_z) {
+            if (z_in <= z_min) {
+                /* The march starts inside b: only if z_min is in b. */
+                int32_t b0[3];
+                tsdf_ray_point(o, d, z_min, p);
+                if (!tsdf_world_to_block(p, vol->inv_block_size, b0) || b0[0] != b[0] ||
+                    b0[1] != b[1] || b0[2] != b[2])
+                    return z_min;
+            }
+            return z_out + eps_z;
+        }
+        zc = z_in - 4.0f * eps_z;
+    }
+    return z_min;
+}
+
+/* One pixel of the fast raycast, for the CPU and the CUDA kernel alike: the
+ * reference march's answer (tsdf_ray_pixel), bit for bit, marched only
+ * over the depths where its tile's blocks can be (lo_bits / hi_bits, the
+ * tile bounds of tsdf_raycast_range.h, tiles_x per row): resumed before
+ * the first block (tsdf_ray_resume_z) and given up past the last, where
+ * the reference would only skip empty blocks to its end. A tile no block
+ * covers marches nothing. */
+TSDF_LOOKUP_INLINE void tsdf_ray_pixel_ranged(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                              const float *T_world_cam, const tsdf_intrinsics *K,
+                                              uint32_t px, uint32_t py, float z_min, float z_max,
+                                              const uint32_t *lo_bits, const uint32_t *hi_bits,
+                                              uint32_t tiles_x, size_t i, float *depth,
+                                              float *normals, uint8_t *rgb)
+{
+    float o[3], d[3], near, far;
+    /* Nothing to march (z_from past z_stop): no surface. */
+    float z_from = INFINITY, z_stop = -INFINITY;
+    tsdf_pixel_ray_world(T_world_cam, K, (float)px, (float)py, o, d);
+    if (tsdf_range_of_pixel(lo_bits, hi_bits, tiles_x, px, py, vol->voxel_size_m, z_min, z_max,
+                            &near, &far)) {
+        z_from = near > z_min ? tsdf_ray_resume_z(vol, o, d, z_min, near) : z_min;
+        z_stop = far;
+    }
+    tsdf_ray_pixel_od(vol, c, o, d, z_min, z_max, z_from, z_stop, i, depth, normals, rgb);
+}
+
+/* tsdf_ray_pixel_span over the whole ray: the reference march. */
 TSDF_LOOKUP_INLINE void tsdf_ray_pixel(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
                                        const float *T_world_cam, const tsdf_intrinsics *K,
                                        uint32_t px, uint32_t py, float z_min, float z_max, size_t i,
                                        float *depth, float *normals, uint8_t *rgb)
 {
-    tsdf_ray_pixel_span(vol, c, T_world_cam, K, px, py, 1, z_min, z_max, z_max, i, depth, normals,
-                        rgb);
+    tsdf_ray_pixel_span(vol, c, T_world_cam, K, px, py, z_min, z_max, z_min, INFINITY, i, depth,
+                        normals, rgb);
 }
 
 #endif /* TSDF_RAYCAST_MARCH_H */

@@ -27,13 +27,11 @@
  * keep float rounding of the two computations (corners through
  * T_cam_world, ray points through T_world_cam) from cutting a block.
  *
- * The ray then starts in empty space a little before the first block,
- * rather than at the near plane; its first skip takes it to the exit of
- * the block it starts in, the point where the full march's skips also
- * pass, so it sees the same samples and finds the same hit, unless the
- * start block is one the full march's skips step over (a corner clipped
- * by less than its skip's 0.01 voxel). Tests measure the difference;
- * backends that use the range agree with each other bit for bit.
+ * The march resumes in empty space before the first block at a depth the
+ * full march provably passes (tsdf_ray_resume_z in tsdf_raycast_march.h)
+ * and gives up past the last, so it returns the full march's answer bit
+ * for bit; backends that use the range agree with each other and with the
+ * reference (tests/test_ray_fast.c).
  *
  * A block with a corner at or behind the camera (z <= 0) cannot be
  * projected; it covers the whole image, from depth 0.
