@@ -110,13 +110,27 @@ TSDF_LOOKUP_INLINE int tsdf_ray_corner(const tsdf_ray_volume *vol, size_t i, int
     return 1;
 }
 
+/* The cell gather is the body of every sample: inlined (the default) into
+ * the march, its refinement, the normal's six samples and the colour, it
+ * makes most of the CUDA kernel's code, and Nsight Compute shows the
+ * kernel's warps stalled on instruction fetch for 64% of their cycles.
+ * Built with -DTSDF_RAY_GATHER_NOINLINE the CUDA kernels call one copy
+ * instead, at the price of a local-memory frame for its arrays and a
+ * layout switch that no longer folds: an experiment for bench_engine, not
+ * the default. */
+#if defined(__CUDACC__) && defined(TSDF_RAY_GATHER_NOINLINE)
+#define TSDF_RAY_GATHER_FN static __device__ __noinline__
+#else
+#define TSDF_RAY_GATHER_FN TSDF_LOOKUP_FN
+#endif
+
 /* The 8 voxels around world point p (the cell whose corners are the voxel
  * centres around it). Returns 1 with the sdf values in c8, the corner
  * voxels' channel indices in idx8 and the position inside the cell in frac
  * when all 8 are known, else 0. */
-TSDF_LOOKUP_FN int tsdf_ray_gather_cell(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                        const float p[3], float c8[8], size_t idx8[8],
-                                        float frac[3])
+TSDF_RAY_GATHER_FN int tsdf_ray_gather_cell(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                            const float p[3], float c8[8], size_t idx8[8],
+                                            float frac[3])
 {
     int32_t base[3];
     for (int i = 0; i < 3; i++) {
