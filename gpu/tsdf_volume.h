@@ -267,13 +267,28 @@ int tsdf_volume_import_blocks(tsdf_volume *v, const tsdf_block_set *in);
 /* Which blocks a selection takes: every block for which all the rules in
  * `rules` hold (no rule: every block). Distances are to the block's box
  * (8 voxels a side), so a block half inside a radius is inside it. */
-#define TSDF_SELECT_OUTSIDE_RADIUS 1u /* no point of the block within radius_m of center_m */
-#define TSDF_SELECT_INSIDE_RADIUS 2u  /* some point of the block within radius_m of center_m */
-#define TSDF_SELECT_OUTSIDE_BOX 4u    /* the block does not intersect box */
-#define TSDF_SELECT_INSIDE_BOX 8u     /* the block intersects box */
-#define TSDF_SELECT_NOT_SINCE 16u     /* the block last changed at or before version */
-#define TSDF_SELECT_SINCE 32u         /* the block changed after version */
-#define TSDF_SELECT_RULES 63u
+#define TSDF_SELECT_OUTSIDE_RADIUS 1u    /* no point of the block within radius_m of center_m */
+#define TSDF_SELECT_INSIDE_RADIUS 2u     /* some point of the block within radius_m of center_m */
+#define TSDF_SELECT_OUTSIDE_BOX 4u       /* the block does not intersect box */
+#define TSDF_SELECT_INSIDE_BOX 8u        /* the block intersects box */
+#define TSDF_SELECT_NOT_SINCE 16u        /* the block last changed at or before version */
+#define TSDF_SELECT_SINCE 32u            /* the block changed after version */
+#define TSDF_SELECT_INSIDE_FRUSTUM 64u   /* the block may be in view of frustum (see below) */
+#define TSDF_SELECT_OUTSIDE_FRUSTUM 128u /* the block is out of view of frustum */
+#define TSDF_SELECT_RULES 255u
+
+/* A camera's view: the pinhole K of a width x height image at pose
+ * T_world_cam, between camera depths near_m and far_m. A block is inside
+ * when no face of that pyramid has all 8 corners of the block's box beyond
+ * it: every block the camera sees is inside, and a block just off an edge
+ * of the pyramid may be too (the usual box-against-planes test, the price
+ * of one cheap test per block). */
+typedef struct {
+    float T_world_cam[16];
+    tsdf_intrinsics K;
+    uint32_t width, height;
+    float near_m, far_m;
+} tsdf_frustum;
 
 typedef struct {
     uint32_t rules;
@@ -281,10 +296,13 @@ typedef struct {
     float radius_m;
     tsdf_aabb box;
     uint64_t version;
+    tsdf_frustum frustum;
 } tsdf_block_select;
 
 /* TSDF_OK when q is a selection the engine takes: known rules, finite
- * numbers, radius >= 0, box min <= max; TSDF_EINVAL otherwise. */
+ * numbers, radius >= 0, box min <= max, a rigid frustum pose, intrinsics
+ * that tsdf_intrinsics_check takes for its image and 0 <= near < far,
+ * finite; TSDF_EINVAL otherwise. */
 int tsdf_block_select_check(const tsdf_block_select *q);
 
 /* The coordinates of the blocks q selects (q NULL: all), sorted by packed

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "tsdf_math.h"
+#include "tsdf_pose.h"
 #include "volume_internal.h"
 
 int volume_cmp_u64(const void *a, const void *b)
@@ -264,6 +265,14 @@ int tsdf_block_select_check(const tsdf_block_select *q)
             if (!isfinite(q->box.min[a]) || !isfinite(q->box.max[a]) ||
                 q->box.min[a] > q->box.max[a])
                 return TSDF_EINVAL;
+    }
+    if (q->rules & (TSDF_SELECT_INSIDE_FRUSTUM | TSDF_SELECT_OUTSIDE_FRUSTUM)) {
+        const tsdf_frustum *f = &q->frustum;
+        if (!tsdf_pose_is_rigid(f->T_world_cam) ||
+            tsdf_intrinsics_check(&f->K, f->width, f->height) != TSDF_OK ||
+            !(isfinite(f->near_m) && isfinite(f->far_m) && f->near_m >= 0.0f &&
+              f->near_m < f->far_m))
+            return TSDF_EINVAL;
     }
     return TSDF_OK;
 }

@@ -364,6 +364,34 @@ static void compare_eviction(tsdf_volume *cpu, tsdf_volume *gpu, const float cen
     q.rules = TSDF_SELECT_OUTSIDE_RADIUS;
     memcpy(q.center_m, center, sizeof q.center_m);
     q.radius_m = 0.25f;
+    /* A frustum selection (a camera at center looking along +z) takes the
+     * same blocks on both sides: the shared tsdf_block_in_frustum. */
+    tsdf_block_select fq;
+    memset(&fq, 0, sizeof fq);
+    fq.rules = TSDF_SELECT_INSIDE_FRUSTUM;
+    fq.frustum.T_world_cam[0] = fq.frustum.T_world_cam[5] = fq.frustum.T_world_cam[10] = 1.0f;
+    fq.frustum.T_world_cam[15] = 1.0f;
+    fq.frustum.T_world_cam[3] = center[0];
+    fq.frustum.T_world_cam[7] = center[1];
+    fq.frustum.T_world_cam[11] = center[2];
+    fq.frustum.K.fx = fq.frustum.K.fy = 100.0f;
+    fq.frustum.K.cx = 79.5f;
+    fq.frustum.K.cy = 59.5f;
+    fq.frustum.width = 160;
+    fq.frustum.height = 120;
+    fq.frustum.near_m = 0.0f;
+    fq.frustum.far_m = 5.0f;
+    int32_t *fa = NULL, *fb = NULL;
+    size_t na = 0, nb = 0;
+    assert_int_equal(tsdf_volume_select(cpu, &fq, &fa, &na), TSDF_OK);
+    assert_int_equal(tsdf_volume_select(gpu, &fq, &fb, &nb), TSDF_OK);
+    printf("[%s] frustum selection: cpu %zu gpu %zu blocks\n", what, na, nb);
+    assert_int_equal(na, nb);
+    if (na)
+        assert_memory_equal(fa, fb, 3 * na * sizeof(int32_t));
+    free(fa);
+    free(fb);
+
     tsdf_block_set oa, ob;
     tsdf_block_set_init(&oa);
     tsdf_block_set_init(&ob);

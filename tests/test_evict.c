@@ -1,8 +1,8 @@
 /*
  * test_evict.c - blocks leaving and coming back, through the volume API on
  * the CPU reference backend (gpu/volume_blocks.c, gpu/volume_mesh.c):
- *  - selections by radius, box and version take exactly the blocks their
- *    rules describe;
+ *  - selections by radius, box, version and frustum take exactly the
+ *    blocks their rules describe;
  *  - eviction removes those blocks, hands them out intact, frees their
  *    memory for later blocks, and an incremental mesh then lists them as
  *    removed (and redoes the blocks whose cells reached into them); written
@@ -14,6 +14,7 @@
  *    with vertices of its own.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,6 +147,88 @@ static void test_selections(void **state)
     q.radius_m = 1.0f;
     q.rules = 1u << 20;
     assert_int_equal(tsdf_volume_select(v, &q, &both, &n_in), TSDF_EINVAL);
+    free(all);
+    tsdf_volume_destroy(v);
+}
+
+/* The view of frame i of the "room" sequence at 160x120, near 0 and far
+ * 1 m beyond the frame's depth range. */
+static tsdf_frustum room_view(uint32_t i)
+{
+    tsdf_synth_sequence seq;
+    tsdf_frame f;
+    tsdf_frustum fr;
+    float *depth = malloc(160 * 120 * sizeof(float));
+    assert_non_null(depth);
+    assert_int_equal(tsdf_synth_sequence_init(&seq, "room"), TSDF_OK);
+    assert_int_equal(tsdf_synth_sequence_set_resolution(&seq, 160, 120), TSDF_OK);
+    assert_int_equal(tsdf_synth_sequence_frame(&seq, i, depth, NULL, &f), TSDF_OK);
+    memset(&fr, 0, sizeof fr);
+    memcpy(fr.T_world_cam, f.T_world_cam, sizeof fr.T_world_cam);
+    fr.K = f.K;
+    fr.width = f.width;
+    fr.height = f.height;
+    fr.near_m = 0.0f;
+    fr.far_m = f.max_depth_m + 1.0f;
+    free(depth);
+    return fr;
+}
+
+/* Frustum selections: every block one frame allocated is in that frame's
+ * view (its band lies along the frame's rays), none is in the view turned
+ * around, inside and outside split the blocks, and bad frustums are
+ * refused. */
+static void test_select_frustum(void **state)
+{
+    (void)state;
+    tsdf_volume *v = make_volume(TSDF_LAYOUT_S16);
+    fuse_room(v, 0, 1);
+    size_t n_all, n_in, n_out;
+    int32_t *all = coords_of(v, NULL, &n_all);
+    assert_true(n_all > 0);
+    tsdf_block_select q;
+    memset(&q, 0, sizeof q);
+    q.frustum = room_view(0);
+    q.rules = TSDF_SELECT_INSIDE_FRUSTUM;
+    free(coords_of(v, &q, &n_in));
+    assert_int_equal(n_in, n_all);
+
+    /* Turned around the camera's y axis: x and z of the camera flip. */
+    tsdf_block_select back = q;
+    for (int r = 0; r < 3; r++) {
+        back.frustum.T_world_cam[4 * r] = -q.frustum.T_world_cam[4 * r];
+        back.frustum.T_world_cam[4 * r + 2] = -q.frustum.T_world_cam[4 * r + 2];
+    }
+    free(coords_of(v, &back, &n_in));
+    assert_int_equal(n_in, 0);
+    back.rules = TSDF_SELECT_OUTSIDE_FRUSTUM;
+    free(coords_of(v, &back, &n_out));
+    assert_int_equal(n_out, n_all);
+
+    /* More frames from elsewhere: inside and outside of frame 0's view
+     * split them, and both are taken. */
+    fuse_room(v, 1, 23);
+    free(all);
+    all = coords_of(v, NULL, &n_all);
+    free(coords_of(v, &q, &n_in));
+    q.rules = TSDF_SELECT_OUTSIDE_FRUSTUM;
+    free(coords_of(v, &q, &n_out));
+    printf("frame 0's view: %zu of %zu blocks inside, %zu outside\n", n_in, n_all, n_out);
+    assert_int_equal(n_in + n_out, n_all);
+    assert_true(n_in > 0 && n_out > 0);
+
+    /* Refused: near not below far, a pose that is not rigid, a camera
+     * tsdf_intrinsics_check does not take. */
+    tsdf_block_select bad = q;
+    int32_t *none = NULL;
+    bad.frustum.near_m = bad.frustum.far_m;
+    assert_int_equal(tsdf_volume_select(v, &bad, &none, &n_in), TSDF_EINVAL);
+    bad = q;
+    bad.frustum.T_world_cam[0] = 2.0f;
+    assert_int_equal(tsdf_volume_select(v, &bad, &none, &n_in), TSDF_EINVAL);
+    bad = q;
+    bad.frustum.K.fx = 0.0f;
+    assert_int_equal(tsdf_volume_select(v, &bad, &none, &n_in), TSDF_EINVAL);
     free(all);
     tsdf_volume_destroy(v);
 }
@@ -430,11 +513,9 @@ static void test_mesh_by_block(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_selections),
-        cmocka_unit_test(test_evict_and_restore),
-        cmocka_unit_test(test_evict_drop_reuses_memory),
-        cmocka_unit_test(test_full_meshes),
-        cmocka_unit_test(test_removed_record_is_bounded),
+        cmocka_unit_test(test_selections),        cmocka_unit_test(test_select_frustum),
+        cmocka_unit_test(test_evict_and_restore), cmocka_unit_test(test_evict_drop_reuses_memory),
+        cmocka_unit_test(test_full_meshes),       cmocka_unit_test(test_removed_record_is_bounded),
         cmocka_unit_test(test_mesh_by_block),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

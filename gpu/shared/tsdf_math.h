@@ -725,6 +725,35 @@ TSDF_HD int tsdf_block_in_box(const int32_t b[3], float block_m, const tsdf_aabb
     return 1;
 }
 
+/* Whether block b may be in view of frustum f (see tsdf_frustum): for each
+ * of the pyramid's 6 faces, some corner of the block's box is on the inner
+ * side. A pixel's footprint is half a pixel beyond the outer pixel
+ * centres, so the side faces go through the image's edges. */
+TSDF_HD int tsdf_block_in_frustum(const tsdf_frustum *f, const int32_t b[3], float block_m)
+{
+    const float *T = f->T_world_cam;
+    const float x_lo = (-0.5f - f->K.cx) / f->K.fx,
+                x_hi = ((float)f->width - 0.5f - f->K.cx) / f->K.fx;
+    const float y_lo = (-0.5f - f->K.cy) / f->K.fy,
+                y_hi = ((float)f->height - 0.5f - f->K.cy) / f->K.fy;
+    int in[6] = {0, 0, 0, 0, 0, 0};
+    for (int k = 0; k < 8; k++) {
+        float w[3] = {(float)(b[0] + (k & 1)) * block_m, (float)(b[1] + ((k >> 1) & 1)) * block_m,
+                      (float)(b[2] + ((k >> 2) & 1)) * block_m};
+        float d[3] = {w[0] - T[3], w[1] - T[7], w[2] - T[11]}, c[3];
+        /* Camera coordinates: the transposed rotation of the rigid pose. */
+        for (int r = 0; r < 3; r++)
+            c[r] = T[r] * d[0] + T[4 + r] * d[1] + T[8 + r] * d[2];
+        in[0] |= c[2] >= f->near_m;
+        in[1] |= c[2] <= f->far_m;
+        in[2] |= c[0] >= x_lo * c[2];
+        in[3] |= c[0] <= x_hi * c[2];
+        in[4] |= c[1] >= y_lo * c[2];
+        in[5] |= c[1] <= y_hi * c[2];
+    }
+    return in[0] && in[1] && in[2] && in[3] && in[4] && in[5];
+}
+
 TSDF_HD int tsdf_block_selected(const tsdf_block_select *q, const int32_t b[3], uint64_t version,
                                 float block_m)
 {
@@ -744,6 +773,11 @@ TSDF_HD int tsdf_block_selected(const tsdf_block_select *q, const int32_t b[3], 
         return 0;
     if ((r & TSDF_SELECT_SINCE) && version <= q->version)
         return 0;
+    if (r & (TSDF_SELECT_INSIDE_FRUSTUM | TSDF_SELECT_OUTSIDE_FRUSTUM)) {
+        int in = tsdf_block_in_frustum(&q->frustum, b, block_m);
+        if (((r & TSDF_SELECT_OUTSIDE_FRUSTUM) && in) || ((r & TSDF_SELECT_INSIDE_FRUSTUM) && !in))
+            return 0;
+    }
     return 1;
 }
 
