@@ -27,6 +27,8 @@
 
 #include "daemon_testlib.h"
 
+#include <nng/protocol/reqrep0/req.h>
+
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -247,13 +249,25 @@ static void test_clients_vanish_mid_message(void **state)
         send_partial(fd, 2u << 20, 5000);
         close(fd);
     }
+    /* The senders that never read are raw REQ sockets (the message carries
+     * its own request id): closing a cooked one while its request is out
+     * and the reply on its way can hang in nng 1.5.2 (nanomsg/nng#648; the
+     * ASan suite of CI hung here once), which is the client library's
+     * trouble, not the daemon's. The daemon answers either kind the same. */
     for (int i = 0; i < 8; i++) {
-        nng_socket s = raw_req(&h);
+        nng_socket s;
+        nng_msg *msg = NULL;
         msgpack_sbuffer sb;
         pk_opts o = pk_defaults();
+        assert_int_equal(nng_req0_open_raw(&s), 0);
+        assert_int_equal(nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 10000), 0);
+        assert_int_equal(nng_dial(s, h.req_url, NULL, 0), 0);
         o.type = "stats";
         pack_request(&sb, &o, 100 + (uint64_t)i);
-        assert_int_equal(nng_send(s, sb.data, sb.size, 0), 0);
+        assert_int_equal(nng_msg_alloc(&msg, sb.size), 0);
+        memcpy(nng_msg_body(msg), sb.data, sb.size);
+        assert_int_equal(nng_msg_header_append_u32(msg, 0x80000100u + (uint32_t)i), 0);
+        assert_int_equal(nng_sendmsg(s, msg, 0), 0);
         msgpack_sbuffer_destroy(&sb);
         nng_close(s);
     }
