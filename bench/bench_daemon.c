@@ -37,6 +37,15 @@
  * scene's exact depth and every mesh's vertices against the scene's signed
  * distance, and a wrong answer fails the run.
  *
+ * --clients 0 measures the queries alone, on an idle daemon: no client
+ * streams; before the clock starts one map integrates the first 30 poses
+ * of the walk (acknowledged, one after another), and then only the query
+ * threads run against that map for T seconds, checked as above. The
+ * frames/s line is left out, the prefill's send-to-ack latency is printed
+ * in its place, and the reconciliation covers the 30 frames.
+ * Raycast latency on an idle daemon is best taken with --mesh off, so that
+ * the two queries do not queue behind each other on the one map.
+ *
  * Afterwards the program waits until the daemon has received every frame
  * sent and holds none in flight, and reconciles: the daemon's received and
  * integrated counters grew by exactly the frames sent, dropped and rejected
@@ -90,8 +99,13 @@
 #define RAYCAST_MIN_AGREE 0.70
 #define RAYCAST_MAX_WRONG 0.02
 #define MESH_MIN_ON_SURFACE 0.95
-#define MESH_CHECK_VERTICES 4096u
 #define DEG_TO_RAD (3.14159265358979323846 / 180.0)
+/* The frames the query map integrates before the window: 1 under
+ * streaming clients (enough for a surface to find), more with --clients 0,
+ * where nothing else adds views and the map should look like one a robot
+ * has been filling for a second. */
+#define PREFILL_FRAMES 1u
+#define IDLE_PREFILL_FRAMES 30u
 
 /* The frames every client sends: RING_POSES u16 images and their poses. */
 typedef struct {
@@ -253,28 +267,6 @@ static void ring_frame(const frame_ring *r, uint32_t i, tsdf_frame *f)
 
 /* ---- daemon counters ------------------------------------------------------ */
 
-static int stat_find(const tsdf_rep_stats *s, const char *key, int64_t *v)
-{
-    for (uint32_t i = 0; i < s->extra_count; i++) {
-        if (strcmp(s->extra[i].key, key) == 0) {
-            *v = s->extra[i].is_float ? (int64_t)s->extra[i].f : s->extra[i].i;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static int stat_find_f(const tsdf_rep_stats *s, const char *key, double *v)
-{
-    for (uint32_t i = 0; i < s->extra_count; i++) {
-        if (strcmp(s->extra[i].key, key) == 0) {
-            *v = s->extra[i].is_float ? s->extra[i].f : (double)s->extra[i].i;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static int read_counters(tsdf_client *c, const char *absent_map, daemon_counters *out)
 {
     static const char *const keys[5] = {"frames.received", "frames.dropped", "frames.rejected",
@@ -289,7 +281,7 @@ static int read_counters(tsdf_client *c, const char *absent_map, daemon_counters
         int64_t *dst[5] = {&out->received, &out->dropped, &out->rejected, &out->in_flight,
                            &out->integrated};
         for (int k = 0; k < 5; k++)
-            if (!stat_find(st, keys[k], dst[k])) {
+            if (!bd_stat_find(st, keys[k], dst[k])) {
                 fprintf(stderr, "bench_daemon: the stats reply has no %s\n", keys[k]);
                 rc = TSDF_EFORMAT;
             }
@@ -364,36 +356,6 @@ static void *client_main(void *arg)
     return NULL;
 }
 
-/* The share of the pixels that see the scene where the raycast agrees with
- * its exact depth, and the share of the raycast's hits that are wrong. */
-static void raycast_agreement(const float *got, const float *want, size_t n, float tol_m,
-                              double *agree, double *wrong)
-{
-    size_t seen = 0, ok = 0, hits = 0, bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        int has_want = want[i] > 0.0f;
-        int has_got = isfinite(got[i]);
-        seen += has_want;
-        hits += has_got;
-        if (has_got && has_want && fabsf(got[i] - want[i]) <= tol_m)
-            ok++;
-        else if (has_got)
-            bad++;
-    }
-    *agree = seen ? (double)ok / (double)seen : 0.0;
-    *wrong = hits ? (double)bad / (double)hits : 0.0;
-}
-
-/* The share of (up to MESH_CHECK_VERTICES evenly spread) vertices within
- * tol_m of the scene's surface. */
-static double mesh_on_surface(const tsdf_mesh *m, const tsdf_scene *scene, float tol_m)
-{
-    size_t step = m->vertex_count / MESH_CHECK_VERTICES + 1, n = 0, ok = 0;
-    for (size_t i = 0; i < m->vertex_count; i += step, n++)
-        ok += fabsf(tsdf_scene_sdf(scene, &m->positions[3 * i])) <= tol_m;
-    return n ? (double)ok / (double)n : 0.0;
-}
-
 static int query_once(query_job *q, tsdf_client *c, float *depth, float *normals)
 {
     if (q->kind == QUERY_RAYCAST) {
@@ -402,8 +364,8 @@ static int query_once(query_job *q, tsdf_client *c, float *depth, float *normals
         if (rc != TSDF_OK)
             return rc;
         double agree, wrong;
-        raycast_agreement(depth, q->want_depth_m, (size_t)q->rp.width * q->rp.height,
-                          RAYCAST_TOL_VOX * q->voxel_m, &agree, &wrong);
+        bd_raycast_agreement(depth, q->want_depth_m, (size_t)q->rp.width * q->rp.height,
+                             RAYCAST_TOL_VOX * q->voxel_m, &agree, &wrong);
         if (agree < q->worst_agree)
             q->worst_agree = agree;
         if (agree < RAYCAST_MIN_AGREE || wrong > RAYCAST_MAX_WRONG) {
@@ -422,7 +384,7 @@ static int query_once(query_job *q, tsdf_client *c, float *depth, float *normals
     int rc = tsdf_client_mesh(c, q->map, NULL, &m, &version, CALL_TIMEOUT_MS);
     if (rc != TSDF_OK)
         return rc;
-    double on = mesh_on_surface(&m, &q->run->ring->scene, MESH_TOL_VOX * q->voxel_m);
+    double on = bd_mesh_on_surface(&m, &q->run->ring->scene, MESH_TOL_VOX * q->voxel_m);
     q->last_vertices = m.vertex_count;
     if (on < q->worst_on_surface)
         q->worst_on_surface = on;
@@ -486,11 +448,13 @@ typedef struct {
     tsdf_client *ctl; /* prefill, counters, per-map stats */
     char absent_map[64];
     char shared_map[64];
+    char query_map[64]; /* the map the prefill and the queries use */
     client_job *jobs;
     query_job queries[2];
     size_t query_count;
     float *want_depth_m; /* the raycast's reference */
     uint64_t prefill_frames;
+    sample_set prefill_lat; /* the prefill's send-to-ack, ms */
     float voxel_m;
     /* Before the first frame (the reconciliation's origin), at the
      * window's start and end (the rate), and once all frames arrived. */
@@ -530,23 +494,33 @@ static int start_daemon(bench *b)
     return 0;
 }
 
-/* The first map integrates the first pose once (acknowledged), so that the
- * queries from that pose find a surface from the start; the voxel size of
- * the checks is that map's. */
+/* The query map integrates the first pose once, or with --clients 0 the
+ * first IDLE_PREFILL_FRAMES poses of the walk (acknowledged), so that the
+ * queries from the first pose find a surface from the start; the voxel
+ * size of the checks is that map's. */
 static int prefill(bench *b)
 {
     tsdf_frame frame;
     tsdf_client_frame cf;
     tsdf_rep_integrate rep;
+    uint32_t frames = b->o.clients ? PREFILL_FRAMES : IDLE_PREFILL_FRAMES;
+    int rc = TSDF_OK;
     memset(&cf, 0, sizeof cf);
-    ring_frame(&b->ring, 0, &frame);
-    cf.map = b->jobs[0].map;
+    cf.map = b->query_map;
     cf.frame = &frame;
-    int rc = tsdf_client_integrate(b->ctl, &cf, CALL_TIMEOUT_MS, &rep);
-    b->prefill_frames = 1;
+    for (uint32_t k = 0; k < frames && rc == TSDF_OK; k++) {
+        ring_frame(&b->ring, ring_index(k, 0), &frame);
+        cf.seq = k;
+        b->prefill_frames++;
+        double t0 = now_ms();
+        rc = tsdf_client_integrate(b->ctl, &cf, CALL_TIMEOUT_MS, &rep);
+        if (rc == TSDF_OK)
+            bd_sample_add(&b->prefill_lat, now_ms() - t0);
+    }
     if (rc != TSDF_OK) {
-        fprintf(stderr, "bench_daemon: integrating the first frame into %s: %s (%s)\n", cf.map,
-                tsdf_strerror(rc), tsdf_client_last_message());
+        fprintf(stderr,
+                "bench_daemon: integrating frame %" PRIu64 " of the prefill into %s: %s (%s)\n",
+                b->prefill_frames, cf.map, tsdf_strerror(rc), tsdf_client_last_message());
         return -1;
     }
     tsdf_rep_stats *st = malloc(sizeof *st);
@@ -586,7 +560,7 @@ static int setup_queries(bench *b)
         memset(q, 0, sizeof *q);
         q->run = &b->run;
         q->kind = (query_kind)kind;
-        q->map = b->jobs[0].map;
+        q->map = b->query_map;
         q->voxel_m = b->voxel_m;
         q->worst_agree = 1.0;
         q->worst_on_surface = 1.0;
@@ -647,6 +621,18 @@ static int run_window(bench *b)
     return result;
 }
 
+/* The maps this run made: one per client, one shared, or with no clients
+ * the query map alone; map 0 is the query map in every case. */
+static uint32_t map_count(const bench *b)
+{
+    return b->o.shared_map || b->o.clients == 0 ? 1 : b->o.clients;
+}
+
+static const char *map_name(const bench *b, uint32_t i)
+{
+    return b->o.clients ? b->jobs[i].map : b->query_map;
+}
+
 /* Waits until the daemon received every frame sent and none is in flight. */
 static int settle(bench *b, uint64_t sent)
 {
@@ -697,21 +683,22 @@ static int reconcile(bench *b, uint64_t sent)
     tsdf_rep_stats *st = malloc(sizeof *st);
     if (st == NULL)
         return bad + 1;
-    uint32_t maps = b->o.shared_map ? 1 : b->o.clients, maps_ok = 0;
+    uint32_t maps = map_count(b), maps_ok = 0;
     for (uint32_t i = 0; i < maps; i++) {
         uint64_t want = b->prefill_frames * (i == 0);
         for (uint32_t k = 0; k < b->o.clients; k++)
-            if (strcmp(b->jobs[k].map, b->jobs[i].map) == 0)
+            if (strcmp(b->jobs[k].map, map_name(b, i)) == 0)
                 want += b->jobs[k].sent;
         int64_t got = -1;
-        int rc = tsdf_client_stats(b->ctl, b->jobs[i].map, st, CALL_TIMEOUT_MS);
-        if (rc == TSDF_OK && stat_find(st, "map.frames_integrated", &got) && got == (int64_t)want) {
+        int rc = tsdf_client_stats(b->ctl, map_name(b, i), st, CALL_TIMEOUT_MS);
+        if (rc == TSDF_OK && bd_stat_find(st, "map.frames_integrated", &got) &&
+            got == (int64_t)want) {
             maps_ok++;
             continue;
         }
         if (i - maps_ok < 8)
             printf("  map %s: frames_integrated %" PRId64 ", want %" PRIu64 " (%s)\n",
-                   b->jobs[i].map, got, want, rc == TSDF_OK ? "MISMATCH" : tsdf_strerror(rc));
+                   map_name(b, i), got, want, rc == TSDF_OK ? "MISMATCH" : tsdf_strerror(rc));
     }
     free(st);
     printf("  maps whose frames_integrated equals the frames sent to them: %u of %u %s\n", maps_ok,
@@ -766,8 +753,9 @@ static void print_daemon_summary(const char *label, const tsdf_rep_stats *st, co
     snprintf(k99, sizeof k99, "%s.p99_ms", key);
     snprintf(kmax, sizeof kmax, "%s.max_ms", key);
     snprintf(kn, sizeof kn, "%s.count", key);
-    if (stat_find_f(st, k50, &p50) && stat_find_f(st, k99, &p99) && stat_find_f(st, kn, &n)) {
-        if (!stat_find_f(st, kmax, &mx))
+    if (bd_stat_find_f(st, k50, &p50) && bd_stat_find_f(st, k99, &p99) &&
+        bd_stat_find_f(st, kn, &n)) {
+        if (!bd_stat_find_f(st, kmax, &mx))
             mx = NAN;
         printf("  %-28s %9.2f %9s %9.2f %9.2f %8.0f (daemon's last window)\n", label, p50, "", p99,
                mx, n);
@@ -789,7 +777,10 @@ static void print_results(bench *b, uint64_t sent, const tsdf_rep_stats *summary
     double integrated_rate =
         (double)(b->at_end.integrated - b->base.integrated) / (window_s > 0 ? window_s : 1);
     printf("\nresults (every frame integrated, none dropped or rejected):\n");
-    if (o->mode == MODE_ACKED)
+    if (o->clients == 0)
+        printf("  queries only: no client streamed; the map holds the %" PRIu64 " prefill frames\n",
+               b->prefill_frames);
+    else if (o->mode == MODE_ACKED)
         printf("  frames/s sustained: %.1f (acknowledged within the %.1f s window; the daemon "
                "integrated %.1f/s between its counter reads)\n",
                (double)acked / run_s, run_s, integrated_rate);
@@ -799,7 +790,9 @@ static void print_results(bench *b, uint64_t sent, const tsdf_rep_stats *summary
                "window)\n",
                integrated_rate, window_s, (double)(sent - b->prefill_frames) / run_s, b->settle_s);
     printf("  %-28s %9s %9s %9s %9s %8s\n", "latency (ms)", "p50", "p90", "p99", "max", "n");
-    if (o->mode == MODE_ACKED)
+    if (o->clients == 0)
+        bd_print_latency("prefill send-to-ack (idle)", &b->prefill_lat);
+    else if (o->mode == MODE_ACKED)
         bd_print_latency("send-to-ack (integrate)", &lat);
     for (size_t i = 0; i < b->query_count; i++) {
         query_job *q = &b->queries[i];
@@ -838,10 +831,16 @@ static void print_results(bench *b, uint64_t sent, const tsdf_rep_stats *summary
 static void print_setup(const bench *b)
 {
     const bench_opts *o = &b->o;
-    printf("bench_daemon: %u client%s, %s, %s, %ux%u u16 frames of scene %s, %.1f s\n", o->clients,
-           o->clients == 1 ? "" : "s", o->mode == MODE_ACKED ? "acknowledged" : "fire-and-forget",
-           o->shared_map ? "one shared map" : "a map per client", o->width, o->height, o->scene,
-           o->seconds);
+    if (o->clients == 0)
+        printf("bench_daemon: queries only, no clients, one map of %" PRIu64
+               " acknowledged %ux%u u16 frames of scene %s, %.1f s\n",
+               b->prefill_frames, o->width, o->height, o->scene, o->seconds);
+    else
+        printf("bench_daemon: %u client%s, %s, %s, %ux%u u16 frames of scene %s, %.1f s\n",
+               o->clients, o->clients == 1 ? "" : "s",
+               o->mode == MODE_ACKED ? "acknowledged" : "fire-and-forget",
+               o->shared_map ? "one shared map" : "a map per client", o->width, o->height, o->scene,
+               o->seconds);
     printf("daemon: %s %s (%s backend, voxel %.3f m)\n", b->spawned ? "spawned" : "at",
            b->spawned ? o->spawn_bin : o->addr,
            b->backend == TSDF_BACKEND_CUDA  ? "cuda"
@@ -859,7 +858,8 @@ static int setup_jobs(bench *b)
     const bench_opts *o = &b->o;
     long pid = (long)getpid();
     snprintf(b->shared_map, sizeof b->shared_map, "bench%ld-shared", pid);
-    b->jobs = calloc(o->clients, sizeof *b->jobs);
+    /* One element at least, so that calloc(0) cannot read as a failure. */
+    b->jobs = calloc(o->clients ? o->clients : 1, sizeof *b->jobs);
     if (b->jobs == NULL)
         return -1;
     for (uint32_t i = 0; i < o->clients; i++) {
@@ -871,6 +871,12 @@ static int setup_jobs(bench *b)
         else
             snprintf(j->map, sizeof j->map, "bench%ld-c%u", pid, i);
     }
+    /* The queries ask the first client's map; with no clients, a map of
+     * their own that only the prefill fills. */
+    if (o->clients)
+        snprintf(b->query_map, sizeof b->query_map, "%s", b->jobs[0].map);
+    else
+        snprintf(b->query_map, sizeof b->query_map, "bench%ld-idle", pid);
     b->run.o = o;
     b->run.ring = &b->ring;
     return 0;
@@ -880,9 +886,8 @@ static int setup_jobs(bench *b)
  * its map slots back. */
 static void delete_maps(bench *b)
 {
-    uint32_t maps = b->o.shared_map ? 1 : b->o.clients;
-    for (uint32_t i = 0; b->ctl != NULL && i < maps; i++)
-        tsdf_client_delete(b->ctl, b->jobs[i].map, CALL_TIMEOUT_MS);
+    for (uint32_t i = 0; b->ctl != NULL && i < map_count(b); i++)
+        tsdf_client_delete(b->ctl, map_name(b, i), CALL_TIMEOUT_MS);
 }
 
 static void teardown(bench *b, int failed)
@@ -893,6 +898,7 @@ static void teardown(bench *b, int failed)
     }
     for (size_t i = 0; i < b->query_count; i++)
         free(b->queries[i].lat.ms);
+    free(b->prefill_lat.ms);
     tsdf_client_close(b->ctl);
     free(b->jobs);
     free(b->want_depth_m);

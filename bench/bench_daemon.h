@@ -4,9 +4,11 @@
  * bench_daemon.c is the run: it starts or reaches the daemon, drives the
  * client and query threads, reconciles the daemon's counters and prints
  * the results. bench_daemon_opts.c holds the parts that need none of that:
- * the command line (bd_parse_args, bd_usage) and the latency samples the
+ * the command line (bd_parse_args, bd_usage), the latency samples the
  * threads record and the report prints (bd_sample_add, bd_sample_merge,
- * bd_print_latency).
+ * bd_print_latency), the checks of the query answers
+ * (bd_raycast_agreement, bd_mesh_on_surface) and the look-ups in a stats
+ * reply (bd_stat_find, bd_stat_find_f).
  *
  * Ownership: the caller owns every struct here; a sample_set owns its ms
  * array, which bd_sample_merge frees from its source. Threads: a sample_set
@@ -18,6 +20,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "tsdf_proto_types.h"
+#include "tsdf_synth.h"
+#include "tsdf_types.h"
 
 /* Latency samples one thread keeps; later ones are counted, not kept. */
 #define MAX_SAMPLES_PER_THREAD (1u << 20)
@@ -72,5 +78,21 @@ void bd_sample_merge(sample_set *dst, sample_set *src);
 
 /* Sorts s and prints p50 / p90 / p99 / max (ms) and the count. */
 void bd_print_latency(const char *name, sample_set *s);
+
+/* The share of the pixels that see the scene (want > 0) where the raycast
+ * depth `got` (NaN or inf: no hit) lies within tol_m (m) of the exact depth
+ * `want`, and the share of the raycast's hits that do not; both images
+ * hold n depths in m. */
+void bd_raycast_agreement(const float *got, const float *want, size_t n, float tol_m, double *agree,
+                          double *wrong);
+
+/* The share of (up to 4096 evenly spread) vertices of m within tol_m (m)
+ * of the scene's surface, by its signed distance; 0 for an empty mesh. */
+double bd_mesh_on_surface(const tsdf_mesh *m, const tsdf_scene *scene, float tol_m);
+
+/* The value of the extra counter `key` of a stats reply, as an integer or
+ * a double; returns 1 when found, 0 (and *v untouched) when not. */
+int bd_stat_find(const tsdf_rep_stats *s, const char *key, int64_t *v);
+int bd_stat_find_f(const tsdf_rep_stats *s, const char *key, double *v);
 
 #endif

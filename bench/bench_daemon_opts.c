@@ -1,10 +1,12 @@
 /*
- * bench_daemon_opts.c - the daemon benchmark's command line and latency
- * samples (bench_daemon.h); bench_daemon.c holds the run itself.
+ * bench_daemon_opts.c - the daemon benchmark's command line, latency
+ * samples, answer checks and stats look-ups (bench_daemon.h);
+ * bench_daemon.c holds the run itself.
  *
- * Both parts are plain C with no threads or sockets, so they sit apart from
- * the run: a change to how an option is spelled or how a percentile is
- * taken should not mean reading the code that drives the daemon.
+ * All of it is plain C with no threads or sockets, so it sits apart from
+ * the run: a change to how an option is spelled, how a percentile is taken
+ * or how an answer is judged should not mean reading the code that drives
+ * the daemon.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -16,6 +18,9 @@
 
 #include "bench_daemon.h"
 #include "tsdf_proto_types.h"
+
+/* The vertices of a mesh that bd_mesh_on_surface samples, at most. */
+#define MESH_CHECK_VERTICES 4096u
 
 /* ---- samples ------------------------------------------------------------ */
 
@@ -67,6 +72,56 @@ void bd_sample_merge(sample_set *dst, sample_set *src)
     memset(src, 0, sizeof *src);
 }
 
+/* ---- answer checks and stats ------------------------------------------------ */
+
+void bd_raycast_agreement(const float *got, const float *want, size_t n, float tol_m, double *agree,
+                          double *wrong)
+{
+    size_t seen = 0, ok = 0, hits = 0, bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        int has_want = want[i] > 0.0f;
+        int has_got = isfinite(got[i]);
+        seen += has_want;
+        hits += has_got;
+        if (has_got && has_want && fabsf(got[i] - want[i]) <= tol_m)
+            ok++;
+        else if (has_got)
+            bad++;
+    }
+    *agree = seen ? (double)ok / (double)seen : 0.0;
+    *wrong = hits ? (double)bad / (double)hits : 0.0;
+}
+
+double bd_mesh_on_surface(const tsdf_mesh *m, const tsdf_scene *scene, float tol_m)
+{
+    size_t step = m->vertex_count / MESH_CHECK_VERTICES + 1, n = 0, ok = 0;
+    for (size_t i = 0; i < m->vertex_count; i += step, n++)
+        ok += fabsf(tsdf_scene_sdf(scene, &m->positions[3 * i])) <= tol_m;
+    return n ? (double)ok / (double)n : 0.0;
+}
+
+int bd_stat_find(const tsdf_rep_stats *s, const char *key, int64_t *v)
+{
+    for (uint32_t i = 0; i < s->extra_count; i++) {
+        if (strcmp(s->extra[i].key, key) == 0) {
+            *v = s->extra[i].is_float ? (int64_t)s->extra[i].f : s->extra[i].i;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int bd_stat_find_f(const tsdf_rep_stats *s, const char *key, double *v)
+{
+    for (uint32_t i = 0; i < s->extra_count; i++) {
+        if (strcmp(s->extra[i].key, key) == 0) {
+            *v = s->extra[i].is_float ? s->extra[i].f : (double)s->extra[i].i;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* ---- options ------------------------------------------------------------ */
 
 void bd_usage(FILE *to)
@@ -82,7 +137,11 @@ void bd_usage(FILE *to)
                 "          --clients 32, --seconds 12, --mode acked, --maps own,\n"
                 "          --width 640 --height 480, --scene demo, --raycast on --mesh on,\n"
                 "          --query-period-ms 100, --raycast-width 640 --raycast-height 480,\n"
-                "          --settle-timeout-s 300\n");
+                "          --settle-timeout-s 300\n"
+                "--clients 0: no client streams; one map integrates the first 30 poses,\n"
+                "          then only the queries run against it (idle query latency;\n"
+                "          with --mesh off for the raycast alone, --query-period-ms 0 for\n"
+                "          back-to-back queries)\n");
 }
 
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -144,7 +203,7 @@ static int parse_option(bench_opts *o, const char *a, const char *val)
     } else if (strcmp(a, "--transport") == 0)
         return parse_choice(val, "ipc", "tcp", &o->tcp);
     else if (strcmp(a, "--clients") == 0)
-        return parse_u32(val, 1, 1024, &o->clients);
+        return parse_u32(val, 0, 1024, &o->clients);
     else if (strcmp(a, "--seconds") == 0)
         return parse_seconds(val, &o->seconds);
     else if (strcmp(a, "--mode") == 0) {
@@ -221,6 +280,11 @@ int bd_parse_args(int argc, char **argv, bench_opts *o)
     }
     if (o->addr != NULL && o->mode == MODE_FF && o->frames_addr == NULL) {
         fprintf(stderr, "bench_daemon: --mode ff with --addr needs --frames-addr\n");
+        return -1;
+    }
+    /* With no clients the queries are all there is to measure. */
+    if (o->clients == 0 && !o->raycast && !o->mesh) {
+        fprintf(stderr, "bench_daemon: --clients 0 needs --raycast on or --mesh on\n");
         return -1;
     }
     /* A map per client plus the counters' absent one must fit the daemon. */

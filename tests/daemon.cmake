@@ -100,6 +100,11 @@ if(TARGET bench_daemon AND TARGET tsdfd)
     --mode acked --maps own --transport ipc)
   add_test(NAME bench_daemon_ff_smoke COMMAND bench_daemon ${TSDF_BENCH_DAEMON_SMOKE}
     --mode ff --maps shared --transport tcp --mesh off)
-  set_tests_properties(bench_daemon_smoke bench_daemon_ff_smoke PROPERTIES TIMEOUT 300
-    LABELS "bench;daemon")
+  # Queries only (--clients 0): a map of 30 prefill frames, then the
+  # raycast and the mesh alone against it, each answer checked.
+  add_test(NAME bench_daemon_idle_smoke COMMAND bench_daemon --spawn $<TARGET_FILE:tsdfd>
+    --backend cpu --clients 0 --seconds 1 --width 160 --height 120 --raycast-width 160
+    --raycast-height 120 --settle-timeout-s 120)
+  set_tests_properties(bench_daemon_smoke bench_daemon_ff_smoke bench_daemon_idle_smoke
+    PROPERTIES TIMEOUT 300 LABELS "bench;daemon")
 endif()
