@@ -27,8 +27,6 @@
 
 #include "daemon_testlib.h"
 
-#include <nng/protocol/reqrep0/req.h>
-
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -199,6 +197,23 @@ static void send_partial(int fd, uint64_t announced, size_t sent)
 #define SP_REQ 0x30  /* req0, the REP socket's peer */
 #define SP_PUSH 0x50 /* push0, the PULL socket's peer */
 
+/* Writes one whole REQ message (the 4-byte request id, top bit set, then
+ * body) in the ipc transport's framing: a 1-byte type and a 64-bit
+ * big-endian length. */
+static void write_req_message(int fd, uint32_t id, const void *body, size_t body_len)
+{
+    const unsigned char idb[4] = {(unsigned char)(0x80 | (id >> 24)), (unsigned char)(id >> 16),
+                                  (unsigned char)(id >> 8), (unsigned char)id};
+    unsigned char f[9];
+    uint64_t len = sizeof idb + body_len;
+    f[0] = 1;
+    for (int i = 0; i < 8; i++)
+        f[1 + i] = (unsigned char)(len >> (56 - 8 * i));
+    assert_int_equal(write(fd, f, sizeof f), (ssize_t)sizeof f);
+    assert_int_equal(write(fd, idb, sizeof idb), (ssize_t)sizeof idb);
+    assert_int_equal(write(fd, body, body_len), (ssize_t)body_len);
+}
+
 static void test_clients_vanish_mid_message(void **state)
 {
     tsdfd_harness h;
@@ -220,16 +235,7 @@ static void test_clients_vanish_mid_message(void **state)
         pack_request(&sb, &o, 9);
         int fd = raw_ipc_connect(h.req_url, SP_REQ);
         assert_true(fd >= 0);
-        /* REQ messages carry the 4-byte request id (top bit set) first. */
-        const unsigned char id[4] = {0x80, 0, 0, 1};
-        unsigned char f[9];
-        uint64_t len = sizeof id + sb.size;
-        f[0] = 1;
-        for (int i = 0; i < 8; i++)
-            f[1 + i] = (unsigned char)(len >> (56 - 8 * i));
-        assert_int_equal(write(fd, f, sizeof f), (ssize_t)sizeof f);
-        assert_int_equal(write(fd, id, sizeof id), (ssize_t)sizeof id);
-        assert_int_equal(write(fd, sb.data, sb.size), (ssize_t)sb.size);
+        write_req_message(fd, 1, sb.data, sb.size);
         unsigned char r[9];
         assert_int_equal(recv(fd, r, sizeof r, MSG_WAITALL), (ssize_t)sizeof r);
         assert_int_equal(r[0], 1);
@@ -249,27 +255,21 @@ static void test_clients_vanish_mid_message(void **state)
         send_partial(fd, 2u << 20, 5000);
         close(fd);
     }
-    /* The senders that never read are raw REQ sockets (the message carries
-     * its own request id): closing a cooked one while its request is out
-     * and the reply on its way can hang in nng 1.5.2 (nanomsg/nng#648; the
-     * ASan suite of CI hung here once), which is the client library's
-     * trouble, not the daemon's. The daemon answers either kind the same. */
+    /* The senders that never read: whole requests written on a bare ipc
+     * connection that is closed at once. (Cooked nng REQ sockets closed
+     * with their request out can hang in nng 1.5.2, nanomsg/nng#648, and
+     * raw ones leak the message still queued; neither is the daemon's
+     * trouble.) */
     for (int i = 0; i < 8; i++) {
-        nng_socket s;
-        nng_msg *msg = NULL;
         msgpack_sbuffer sb;
         pk_opts o = pk_defaults();
-        assert_int_equal(nng_req0_open_raw(&s), 0);
-        assert_int_equal(nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 10000), 0);
-        assert_int_equal(nng_dial(s, h.req_url, NULL, 0), 0);
         o.type = "stats";
         pack_request(&sb, &o, 100 + (uint64_t)i);
-        assert_int_equal(nng_msg_alloc(&msg, sb.size), 0);
-        memcpy(nng_msg_body(msg), sb.data, sb.size);
-        assert_int_equal(nng_msg_header_append_u32(msg, 0x80000100u + (uint32_t)i), 0);
-        assert_int_equal(nng_sendmsg(s, msg, 0), 0);
+        int fd = raw_ipc_connect(h.req_url, SP_REQ);
+        assert_true(fd >= 0);
+        write_req_message(fd, 0x100u + (uint32_t)i, sb.data, sb.size);
+        close(fd);
         msgpack_sbuffer_destroy(&sb);
-        nng_close(s);
     }
 
     /* The good client is served, and the vanished connections are gone. */
