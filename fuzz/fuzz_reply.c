@@ -84,9 +84,11 @@ static void take_payloads(tsdf_reply *r, const uint8_t *data, size_t size, paylo
     if (r->type == TSDF_MSG_RAYCAST) {
         tsdf_rep_raycast *q = &r->u.raycast;
         size_t px = (size_t)q->width * q->height;
-        FUZZ_CHECK(q->depth_m != NULL && q->normals != NULL);
+        /* Depth always; normals only when the request asked for them, and
+         * then of the same size. */
+        FUZZ_CHECK(q->depth_m != NULL);
         out->n[0] = px * 4;
-        out->n[1] = px * 12;
+        out->n[1] = q->normals ? px * 12 : 0;
         out->n[2] = q->rgb ? px * 3 : 0;
         out->p[0] = take(&q->depth_m, out->n[0], data, size);
         out->p[1] = take(&q->normals, out->n[1], data, size);
