@@ -120,7 +120,7 @@ for tool in memcheck racecheck; do
             continue
         fi
         (cd "$(dirname "$exe")" &&
-            TSDF_SOURCE_DIR="$ROOT" TSDF_7SCENES_FRAMES="$SANITIZER_7SCENES_FRAMES" \
+            TSDF_SOURCE_DIR="$ROOT" TSDF_7SCENES_FRAMES="$SANITIZER_7SCENES_FRAMES" TSDF_UNDER_SANITIZER=1 \
                 timeout "$SANITIZER_TIMEOUT" "$SAN" --tool "$tool" "${extra[@]}" --error-exitcode 99 "./$t") >"$log" 2>&1
         rc=$?
         summary_line=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$log" | tail -1)

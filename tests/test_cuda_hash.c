@@ -250,7 +250,17 @@ static void test_no_leak(void **state)
      * content): a leak of any one shows. */
     assert_true(content > 10u * 1048576u);
     assert_true(peak >= content);
-    assert_true(diff < 2 * 1048576);
+    /* Under compute-sanitizer (scripts/gpu-test.sh sets the variable) the
+     * tool keeps device memory of its own and does not hand freed memory
+     * back at once: on the H200 free memory fell by 400 MB over the 20
+     * volumes while its leak check (--leak-check full) found 0 bytes in 0
+     * allocations. There its leak check is the measure, not free memory. */
+    const char *san = getenv("TSDF_UNDER_SANITIZER");
+    if (san != NULL && strcmp(san, "1") == 0)
+        printf("leak check: under compute-sanitizer, its own leak check stands in for the "
+               "free-memory difference\n");
+    else
+        assert_true(diff < 2 * 1048576);
     free(keys);
 }
 
