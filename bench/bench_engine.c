@@ -141,33 +141,6 @@ static void print_series(const char *name, const double *v, size_t n)
     free(s);
 }
 
-/* FNV-1a over n bytes, continuing from h: the checksums printed let runs
- * with other thread counts, builds or backends be compared bit for bit. */
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
-#define FNV_SEED 0xcbf29ce484222325ull
-
-/* A checksum of the volume's blocks (coordinates, geometry), ascending
- * keys; 0 when they cannot be read. */
-static uint64_t volume_checksum(tsdf_volume *v)
-{
-    tsdf_block_set set;
-    uint64_t h = 0;
-    tsdf_block_set_init(&set);
-    if (tsdf_volume_export_blocks(v, &set) == TSDF_OK) {
-        h = fnv1a(FNV_SEED, set.coords, 3 * set.count * sizeof(int32_t));
-        h = fnv1a(h, set.geom, set.count * tsdf_layout_block_bytes(set.layout));
-    }
-    tsdf_block_set_fini(&set);
-    return h;
-}
-
 static void print_series_header(void)
 {
     printf("  %-22s %9s %9s %9s %9s %7s\n", "(ms)", "mean", "median", "p99", "max", "n");
@@ -756,7 +729,10 @@ int main(int argc, char **argv)
            (unsigned long long)st.blocks_allocated, (unsigned long long)st.capacity_slots,
            st.load_factor, (unsigned long long)st.growth_events,
            (double)st.memory_bytes / 1048576.0, st.max_probe);
-    printf("checksum: volume %016llx\n", (unsigned long long)volume_checksum(v));
+    bench_digest vd;
+    if (bench_digest_volume(v, &vd) != TSDF_OK)
+        vd.hash = 0;
+    printf("checksum: volume %016llx\n", (unsigned long long)vd.hash);
     printf("memory: %llu bytes for %llu blocks = %.2f KiB a block (pool of %llu blocks, layout "
            "%s, colour %s)\n",
            (unsigned long long)st.memory_bytes, (unsigned long long)st.blocks_allocated,
@@ -804,10 +780,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    printf("raycast %ux%u with normals from frame %u's pose: %zu hit pixels, checksum %016llx\n",
-           rp.width, rp.height, mid, hits,
-           (unsigned long long)fnv1a(fnv1a(FNV_SEED, depth, npix * sizeof(float)), normals,
-                                     3 * npix * sizeof(float)));
+    printf(
+        "raycast %ux%u with normals from frame %u's pose: %zu hit pixels, checksum %016llx\n",
+        rp.width, rp.height, mid, hits,
+        (unsigned long long)bench_fnv1a(bench_fnv1a(BENCH_FNV_OFFSET, depth, npix * sizeof(float)),
+                                        normals, 3 * npix * sizeof(float)));
     print_series_header();
     print_series("raycast (engine)", ray_dev, o.raycast_reps);
     print_series("raycast (wall)", ray_wall, o.raycast_reps);
@@ -830,9 +807,7 @@ int main(int argc, char **argv)
         tsdf_volume_get_stats(v, &st);
         mesh_dev[r] = st.last_mesh_ms;
     }
-    uint64_t mesh_sum = fnv1a(FNV_SEED, mesh.positions, 3 * mesh.vertex_count * sizeof(float));
-    mesh_sum = fnv1a(mesh_sum, mesh.normals, 3 * mesh.vertex_count * sizeof(float));
-    mesh_sum = fnv1a(mesh_sum, mesh.indices, 3 * mesh.triangle_count * sizeof(uint32_t));
+    uint64_t mesh_sum = bench_mesh_checksum(&mesh);
     printf("mesh (all blocks): %zu vertices, %zu triangles, checksum %016llx\n", mesh.vertex_count,
            mesh.triangle_count, (unsigned long long)mesh_sum);
     print_series_header();

@@ -10,11 +10,10 @@
 
 #include "tsdf_math.h"
 
-#define FNV_OFFSET 0xcbf29ce484222325ull
 #define FNV_PRIME 0x100000001b3ull
 #define BENCH_POS_TOL_M 1e-5
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
+uint64_t bench_fnv1a(uint64_t h, const void *data, size_t len)
 {
     const uint8_t *p = data;
     for (size_t i = 0; i < len; i++) {
@@ -22,6 +21,23 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
         h *= FNV_PRIME;
     }
     return h;
+}
+
+uint64_t bench_mesh_checksum(const tsdf_mesh *m)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < m->vertex_count; i++) {
+        uint64_t h = bench_fnv1a(BENCH_FNV_OFFSET, &m->positions[3 * i], 3 * sizeof(float));
+        sum += bench_fnv1a(h, &m->normals[3 * i], 3 * sizeof(float));
+    }
+    for (size_t t = 0; t < m->triangle_count; t++) {
+        uint64_t h = BENCH_FNV_OFFSET;
+        for (int k = 0; k < 3; k++)
+            h = bench_fnv1a(h, &m->positions[3 * (size_t)m->indices[3 * t + (size_t)k]],
+                            3 * sizeof(float));
+        sum += h;
+    }
+    return sum;
 }
 
 int bench_digest_volume(tsdf_volume *v, bench_digest *d)
@@ -34,12 +50,12 @@ int bench_digest_volume(tsdf_volume *v, bench_digest *d)
         return rc;
     size_t geom = tsdf_block_set_geom_bytes(&s);
     size_t rgb = s.rgb ? s.count * TSDF_BLOCK_VOXELS * 3 : 0;
-    uint64_t h = FNV_OFFSET;
+    uint64_t h = BENCH_FNV_OFFSET;
     if (s.count) {
-        h = fnv1a(h, s.coords, 3 * s.count * sizeof *s.coords);
-        h = fnv1a(h, s.geom, geom);
+        h = bench_fnv1a(h, s.coords, 3 * s.count * sizeof *s.coords);
+        h = bench_fnv1a(h, s.geom, geom);
         if (rgb)
-            h = fnv1a(h, s.rgb, rgb);
+            h = bench_fnv1a(h, s.rgb, rgb);
         d->block_bytes = (geom + rgb) / s.count;
     }
     d->blocks = s.count;

@@ -12,6 +12,18 @@
 
 #include "tsdf_volume.h"
 
+/* FNV-1a 64 over len bytes, continuing from h (BENCH_FNV_OFFSET to
+ * start): the checksums bench_engine prints, so that runs with other
+ * thread counts, builds or backends can be compared bit for bit. */
+#define BENCH_FNV_OFFSET 0xcbf29ce484222325ull
+uint64_t bench_fnv1a(uint64_t h, const void *data, size_t len);
+
+/* A checksum of a mesh that does not depend on the order of its vertices
+ * and triangles (the CUDA backend's order varies from run to run): the
+ * sum of a hash of each vertex (position and normal) and of each triangle
+ * (its corners' positions, in winding order). */
+uint64_t bench_mesh_checksum(const tsdf_mesh *m);
+
 /* What a volume holds, in three numbers. */
 typedef struct {
     size_t blocks;
