@@ -73,6 +73,20 @@ static int raycast_from_origin(tsdf_client *c, uint32_t w, uint32_t h, float f_p
     return rc;
 }
 
+/* Fills the default map with the room, whose walls surround the camera
+ * of raycast_too_long: every ray meets walls (about 1.6 s of one core on
+ * the development machine). Rays that meet no block cost nothing since the
+ * raycast marches only over the depth range of the blocks in its tile, so
+ * an empty map, or a sphere that most rays miss, has no slow raycast. */
+static void fill_room(tsdf_client *c)
+{
+    frame_set fs;
+    frames_make(&fs, "room", 160, 120, 4);
+    for (uint32_t i = 0; i < fs.count; i++)
+        assert_int_equal(integrate_into(c, "default", &fs.frames[i]), TSDF_OK);
+    frames_free(&fs);
+}
+
 /* 1024 x 1024 rays of a 160-degree camera to the deepest legal depth, in
  * a map whose walls surround the camera: each ray marches through the
  * blocks of a wall, over a second of work for the CPU backend, so the
@@ -105,20 +119,7 @@ static void test_pathological_raycasts_leave_the_map_responsive(void **state)
             &h, "[server]\nrequest_timeout_ms = 1000\nmax_message_mb = 32\n" ONE_THREAD_INI, NULL),
         0);
     tsdf_client *c = open_client(&h, 0);
-    /* Walls to march through: rays that meet no block cost nothing since
-     * the raycast marches only over the depth range of the blocks in its
-     * tile, so an empty map has no slow raycast left. */
-    frame_set fs;
-    frames_make(&fs, "room", 160, 120, 4);
-    for (uint32_t i = 0; i < fs.count; i++) {
-        tsdf_client_frame f;
-        tsdf_rep_integrate rep;
-        memset(&f, 0, sizeof f);
-        f.frame = &fs.frames[i];
-        f.seq = i;
-        assert_int_equal(tsdf_client_integrate(c, &f, 10000, &rep), TSDF_OK);
-    }
-    frames_free(&fs);
+    fill_room(c);
 
     /* 16 x 16 pixels of fx = fy = 0.01: each ray ~1100 times longer than
      * its depth. It used to wedge the map for hours; now it is refused or
@@ -163,15 +164,10 @@ static void test_pathological_raycasts_leave_the_map_responsive(void **state)
 static void test_sigterm_after_a_timed_out_query_is_bounded(void **state)
 {
     tsdfd_harness h;
-    frame_set fs;
     cast_buffers b;
     double dt;
     (void)state;
 
-    /* The room surrounds the camera: every ray of raycast_too_long meets
-     * walls (about 1.6 s of one core on the development machine), where
-     * most rays would miss a sphere and cost nothing. */
-    frames_make(&fs, "room", 160, 120, 4);
     cast_buffers_init(&b);
     assert_int_equal(start_daemon(&h,
                                   SHORT_TIMEOUT_INI "stop_timeout_ms = 1000\n" ONE_THREAD_INI
@@ -180,14 +176,7 @@ static void test_sigterm_after_a_timed_out_query_is_bounded(void **state)
                                   NULL),
                      0);
     tsdf_client *c = open_client(&h, 0);
-    for (uint32_t i = 0; i < fs.count; i++) {
-        tsdf_client_frame f;
-        tsdf_rep_integrate rep;
-        memset(&f, 0, sizeof f);
-        f.frame = &fs.frames[i];
-        f.seq = i;
-        assert_int_equal(tsdf_client_integrate(c, &f, 10000, &rep), TSDF_OK);
-    }
+    fill_room(c);
     if (test_backend() == TSDF_BACKEND_CPU)
         assert_int_equal(raycast_too_long(c, &b, &dt), TSDF_ETIMEOUT);
     else
@@ -202,7 +191,6 @@ static void test_sigterm_after_a_timed_out_query_is_bounded(void **state)
     assert_true(dt < 5.0);
     assert_int_equal(count_entries(h.state_dir, 1), 1);
     cast_buffers_fini(&b);
-    frames_free(&fs);
 }
 
 int main(void)

@@ -51,8 +51,7 @@
 
 /* What projecting a block needs: the pose inverted once per raycast. */
 typedef struct {
-    float R[9]; /* rotation of T_cam_world, row-major */
-    float t[3]; /* translation of T_cam_world */
+    float T_cam_world[16]; /* tsdf_rigid_inverse of the raycast's T_world_cam */
     tsdf_intrinsics K;
     uint32_t width, height;
     uint32_t tiles_x, tiles_y;
@@ -64,18 +63,12 @@ TSDF_HD uint32_t tsdf_range_tiles(uint32_t pixels)
     return (pixels + TSDF_RANGE_TILE_PX - 1) / TSDF_RANGE_TILE_PX;
 }
 
-/* T_world_cam is rigid (checked by the front end), so its inverse is the
- * transposed rotation and -R^T t. */
+/* T_world_cam is rigid (checked by the front end). */
 TSDF_HD void tsdf_range_view_init(tsdf_range_view *rv, const float *T_world_cam,
                                   const tsdf_intrinsics *K, uint32_t width, uint32_t height,
                                   float voxel_size_m)
 {
-    for (int r = 0; r < 3; r++)
-        for (int c = 0; c < 3; c++)
-            rv->R[3 * r + c] = T_world_cam[4 * c + r];
-    for (int r = 0; r < 3; r++)
-        rv->t[r] = -(rv->R[3 * r] * T_world_cam[3] + rv->R[3 * r + 1] * T_world_cam[7] +
-                     rv->R[3 * r + 2] * T_world_cam[11]);
+    tsdf_rigid_inverse(T_world_cam, rv->T_cam_world);
     rv->K = *K;
     rv->width = width;
     rv->height = height;
@@ -114,9 +107,7 @@ TSDF_HD int tsdf_range_block(const tsdf_range_view *rv, int32_t bx, int32_t by, 
                       (float)(by + ((k >> 1) & 1)) * rv->block_m,
                       (float)(bz + ((k >> 2) & 1)) * rv->block_m};
         float c[3];
-        for (int r = 0; r < 3; r++)
-            c[r] =
-                rv->R[3 * r] * w[0] + rv->R[3 * r + 1] * w[1] + rv->R[3 * r + 2] * w[2] + rv->t[r];
+        tsdf_transform_point(rv->T_cam_world, w, c);
         zl = c[2] < zl ? c[2] : zl;
         zh = c[2] > zh ? c[2] : zh;
         if (!(c[2] > 0.0f)) {
