@@ -116,16 +116,9 @@ static void range_tiles(const cpu_volume *v, const tsdf_range_view *rv, uint32_t
         hi[t] = 0;
     }
     for (uint32_t slot = 0; slot < v->store.used; slot++) {
-        uint64_t key = v->store.keys[slot];
-        int32_t bx, by, bz;
-        uint32_t tile[4];
-        float zl, zh;
-        if (key == TSDF_KEY_EMPTY)
+        uint32_t tile[4], bl, bh;
+        if (!tsdf_range_key(rv, v->store.keys[slot], tile, &bl, &bh))
             continue;
-        tsdf_block_key_unpack(key, &bx, &by, &bz);
-        if (!tsdf_range_block(rv, bx, by, bz, tile, &zl, &zh))
-            continue;
-        const uint32_t bl = tsdf_range_bits(zl), bh = tsdf_range_bits(zh);
         for (uint32_t ty = tile[1]; ty <= tile[3]; ty++) {
             for (uint32_t tx = tile[0]; tx <= tile[2]; tx++) {
                 size_t t = (size_t)ty * rv->tiles_x + tx;

@@ -67,16 +67,9 @@ static __global__ void k_range_blocks(tsdf_range_view rv, const uint64_t *block_
     uint32_t slot = blockIdx.x * blockDim.x + threadIdx.x;
     if (slot >= used)
         return;
-    uint64_t key = block_keys[slot];
-    if (key == TSDF_KEY_EMPTY)
+    uint32_t tile[4], bl, bh;
+    if (!tsdf_range_key(&rv, block_keys[slot], tile, &bl, &bh))
         return;
-    int32_t bx, by, bz;
-    uint32_t tile[4];
-    float zl, zh;
-    tsdf_block_key_unpack(key, &bx, &by, &bz);
-    if (!tsdf_range_block(&rv, bx, by, bz, tile, &zl, &zh))
-        return;
-    const uint32_t bl = tsdf_range_bits(zl), bh = tsdf_range_bits(zh);
     for (uint32_t ty = tile[1]; ty <= tile[3]; ty++) {
         for (uint32_t tx = tile[0]; tx <= tile[2]; tx++) {
             size_t t = (size_t)ty * rv.tiles_x + tx;

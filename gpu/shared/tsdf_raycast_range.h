@@ -165,6 +165,23 @@ TSDF_HD float tsdf_range_float(uint32_t bits)
     return c.f;
 }
 
+/* tsdf_range_block of the block at pool key `key` (TSDF_KEY_EMPTY: a free
+ * slot, 0), its depth range as the ordered bits the tile bounds keep. */
+TSDF_HD int tsdf_range_key(const tsdf_range_view *rv, uint64_t key, uint32_t tile[4],
+                           uint32_t *lo_bits, uint32_t *hi_bits)
+{
+    int32_t bx, by, bz;
+    float zl, zh;
+    if (key == TSDF_KEY_EMPTY)
+        return 0;
+    tsdf_block_key_unpack(key, &bx, &by, &bz);
+    if (!tsdf_range_block(rv, bx, by, bz, tile, &zl, &zh))
+        return 0;
+    *lo_bits = tsdf_range_bits(zl);
+    *hi_bits = tsdf_range_bits(zh);
+    return 1;
+}
+
 /* The part of [z_min, z_max] pixel (px, py) has to march, from the tile
  * bounds lo_bits / hi_bits (tiles_x per row): 1 with [*z_from, *z_to], 0
  * when no block covers the tile or the range misses [z_min, z_max]. */
