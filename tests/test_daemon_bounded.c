@@ -36,28 +36,20 @@ static double mono_s(void)
 #define SLOW_CAST_DIM 2048u
 
 /* A depth buffer for up to SLOW_CAST_DIM x SLOW_CAST_DIM pixels. */
-typedef struct {
-    float *depth;
-} cast_buffers;
-
-static void cast_buffers_init(cast_buffers *b)
+static float *cast_buffer_new(void)
 {
-    b->depth = malloc((size_t)SLOW_CAST_DIM * SLOW_CAST_DIM * sizeof(float));
-    assert_non_null(b->depth);
-}
-
-static void cast_buffers_fini(cast_buffers *b)
-{
-    free(b->depth);
+    float *depth = malloc((size_t)SLOW_CAST_DIM * SLOW_CAST_DIM * sizeof(float));
+    assert_non_null(depth);
+    return depth;
 }
 
 /* A raycast (depth alone) from the origin along world +z; returns the
  * client's code and the seconds it took in *dt. */
 static int raycast_from_origin(tsdf_client *c, uint32_t w, uint32_t h, float f_px, float max_m,
-                               cast_buffers *b, double *dt)
+                               float *depth, double *dt)
 {
     tsdf_raycast_params rp;
-    tsdf_raycast_output out = {b->depth, NULL, NULL};
+    tsdf_raycast_output out = {depth, NULL, NULL};
     memset(&rp, 0, sizeof rp);
     rp.width = w;
     rp.height = h;
@@ -95,16 +87,16 @@ static void fill_room(tsdf_client *c)
  * request times out; the worker must stop it (not grind on). (Before the
  * raycast marched only over the blocks' depth range, each ray was ~1000 m
  * of block skips even in an empty map.) */
-static int raycast_too_long(tsdf_client *c, cast_buffers *b, double *dt)
+static int raycast_too_long(tsdf_client *c, float *depth, double *dt)
 {
     float f_px = (0.5f * (float)SLOW_CAST_DIM - 0.5f) / tanf(80.0f * 3.14159265f / 180.0f);
-    return raycast_from_origin(c, SLOW_CAST_DIM, SLOW_CAST_DIM, f_px, TSDF_MAX_RAY_M, b, dt);
+    return raycast_from_origin(c, SLOW_CAST_DIM, SLOW_CAST_DIM, f_px, TSDF_MAX_RAY_M, depth, dt);
 }
 
 static void test_pathological_raycasts_leave_the_map_responsive(void **state)
 {
     tsdfd_harness h;
-    cast_buffers b;
+    float *depth = cast_buffer_new();
     tsdf_rep_stats *st = calloc(1, sizeof *st);
     tsdf_rep_ping ping;
     tsdf_rep_path sp;
@@ -112,7 +104,6 @@ static void test_pathological_raycasts_leave_the_map_responsive(void **state)
     (void)state;
 
     assert_non_null(st);
-    cast_buffers_init(&b);
     /* 1 s rather than SHORT_TIMEOUT_INI's 200 ms: the stats query after the
      * cancelled raycast must get through even where a loaded CI machine
      * takes the worker a while to see the cancellation. */
@@ -126,7 +117,7 @@ static void test_pathological_raycasts_leave_the_map_responsive(void **state)
     /* 16 x 16 pixels of fx = fy = 0.01: each ray ~1100 times longer than
      * its depth. It used to wedge the map for hours; now it is refused or
      * bounded, and answered at once either way. */
-    int rc = raycast_from_origin(c, 16, 16, 0.01f, 5.0f, &b, &dt);
+    int rc = raycast_from_origin(c, 16, 16, 0.01f, 5.0f, depth, &dt);
     printf("16x16 raycast of fx 0.01: %s in %.3f s\n", tsdf_errname(rc), dt);
     assert_true(rc == TSDF_OK || rc == TSDF_EBAD_INTRINSICS);
     assert_true(dt < 2.0);
@@ -134,7 +125,7 @@ static void test_pathological_raycasts_leave_the_map_responsive(void **state)
     /* The GPU kernel cannot be cancelled (its bound is the march's), so the
      * timed-out raycast is a CPU case. */
     if (test_backend() == TSDF_BACKEND_CPU) {
-        rc = raycast_too_long(c, &b, &dt);
+        rc = raycast_too_long(c, depth, &dt);
         printf("%ux%u raycast of 160 degrees to %g m: %s in %.3f s\n", SLOW_CAST_DIM, SLOW_CAST_DIM,
                (double)TSDF_MAX_RAY_M, tsdf_errname(rc), dt);
         assert_int_equal(rc, TSDF_ETIMEOUT);
@@ -155,7 +146,7 @@ static void test_pathological_raycasts_leave_the_map_responsive(void **state)
 
     tsdf_client_close(c);
     assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
-    cast_buffers_fini(&b);
+    free(depth);
     free(st);
 }
 
@@ -166,11 +157,10 @@ static void test_pathological_raycasts_leave_the_map_responsive(void **state)
 static void test_sigterm_after_a_timed_out_query_is_bounded(void **state)
 {
     tsdfd_harness h;
-    cast_buffers b;
+    float *depth = cast_buffer_new();
     double dt;
     (void)state;
 
-    cast_buffers_init(&b);
     assert_int_equal(start_daemon(&h,
                                   SHORT_TIMEOUT_INI "stop_timeout_ms = 1000\n" ONE_THREAD_INI
                                                     "[queue]\ndrain_timeout_ms = 1000\n"
@@ -180,9 +170,9 @@ static void test_sigterm_after_a_timed_out_query_is_bounded(void **state)
     tsdf_client *c = open_client(&h, 0);
     fill_room(c);
     if (test_backend() == TSDF_BACKEND_CPU)
-        assert_int_equal(raycast_too_long(c, &b, &dt), TSDF_ETIMEOUT);
+        assert_int_equal(raycast_too_long(c, depth, &dt), TSDF_ETIMEOUT);
     else
-        assert_true(raycast_from_origin(c, 16, 16, 0.01f, 5.0f, &b, &dt) != TSDF_ETIMEOUT);
+        assert_true(raycast_from_origin(c, 16, 16, 0.01f, 5.0f, depth, &dt) != TSDF_ETIMEOUT);
     tsdf_client_close(c);
     assert_int_equal(count_entries(h.state_dir, 1), 0);
 
@@ -192,7 +182,7 @@ static void test_sigterm_after_a_timed_out_query_is_bounded(void **state)
     printf("SIGTERM to exit after a timed-out raycast: %.3f s\n", dt);
     assert_true(dt < 5.0);
     assert_int_equal(count_entries(h.state_dir, 1), 1);
-    cast_buffers_fini(&b);
+    free(depth);
 }
 
 int main(void)

@@ -19,8 +19,9 @@
 #include "tsdf_raycast_range.h"
 #include "tsdf_math.h"
 
-/* Entries of a worker's block cache (a power of two). */
-#define RAY_CACHE_SLOTS 512u
+/* A worker's block cache has 2^RAY_CACHE_BITS entries. */
+#define RAY_CACHE_BITS 9
+#define RAY_CACHE_SLOTS (1u << RAY_CACHE_BITS)
 
 /* A worker's cache of the store's answers, in front of its hash table: a
  * ray's cells that straddle blocks, its normal's six samples and the rays
@@ -64,11 +65,10 @@ static int32_t tsdf_ray_source_block(const tsdf_ray_volume *vol, int32_t bx, int
     const uint64_t key = tsdf_block_key(bx, by, bz);
     /* The top bits of a multiplicative hash: neighbouring blocks, whose
      * keys differ in their low bits per axis, land in different entries. */
-    const uint32_t e = (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> 55) & (RAY_CACHE_SLOTS - 1);
+    const uint32_t e = (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> (64 - RAY_CACHE_BITS));
     if (s->key[e] != key) {
-        uint32_t idx;
         s->key[e] = key;
-        s->blk[e] = cpu_hash_lookup(&s->v->store.table, key, &idx) ? (int32_t)idx : -1;
+        s->blk[e] = cpu_volume_block(s->v, bx, by, bz);
     }
     return s->blk[e];
 }
