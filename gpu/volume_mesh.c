@@ -183,9 +183,11 @@ static int split_by_block(tsdf_mesh *m, const uint64_t *tri_keys, const uint64_t
         rc = TSDF_ETOO_LARGE;
         goto out;
     }
-    /* Triangles by part, stable: a counting sort. */
+    /* Triangles by part, stable: a counting sort. A backend lists a
+     * block's triangles together, so the search is only for a new key. */
     for (size_t t = 0; t < T; t++) {
-        part[t] = find_key(blocks, nblocks, tri_keys[t]);
+        part[t] = t > 0 && tri_keys[t] == tri_keys[t - 1] ? part[t - 1]
+                                                           : find_key(blocks, nblocks, tri_keys[t]);
         tri_start[part[t] + 1]++;
     }
     for (size_t p = 0; p < nblocks; p++)
