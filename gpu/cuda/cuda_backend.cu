@@ -115,6 +115,26 @@ static void free_scratch(struct cuda_volume *v)
     v->unique_cap = 0;
 }
 
+int cuda_kept_reserve(struct cuda_volume *v, int slot, size_t bytes, void **p)
+{
+    if (bytes == 0)
+        bytes = 4;
+    if (bytes > v->mesh_cap[slot]) {
+        CUDA_TRY(cudaStreamSynchronize(v->stream));
+        cuda_dev_free(v, v->mesh_buf[slot], v->mesh_cap[slot]);
+        v->mesh_buf[slot] = NULL;
+        v->mesh_cap[slot] = 0;
+        /* Some headroom, so a growing map does not reallocate every call. */
+        size_t want = bytes + bytes / 4;
+        int rc = cuda_dev_alloc(v, &v->mesh_buf[slot], want);
+        if (rc != TSDF_OK)
+            return rc;
+        v->mesh_cap[slot] = want;
+    }
+    *p = v->mesh_buf[slot];
+    return TSDF_OK;
+}
+
 /* The per-frame candidate set: set_cap slots (power of two) and lists of
  * set_cap / 2 distinct keys, so the set never passes half full. */
 int cuda_scratch_reserve(struct cuda_volume *v, uint32_t set_cap)
@@ -251,8 +271,11 @@ static int cuda_create_impl(struct cuda_volume *v)
     rc = cuda_dev_alloc(v, (void **)&v->d_counters, CUDA_CTR_COUNT * sizeof(uint32_t));
     if (rc != TSDF_OK)
         return rc;
+    /* Mapped: the asynchronous frame path's insert kernel writes the
+     * frame's counts here itself (cuda_insert_frame), with no copy. */
     CUDA_TRY(cudaHostAlloc((void **)&v->h_counters, CUDA_CTR_COUNT * sizeof(uint32_t),
-                           cudaHostAllocDefault));
+                           cudaHostAllocMapped));
+    CUDA_TRY(cudaHostGetDevicePointer((void **)&v->dh_counters, v->h_counters, 0));
     CUDA_TRY(cudaMemsetAsync(v->d_counters, 0, CUDA_CTR_COUNT * sizeof(uint32_t), v->stream));
     uint32_t cap = round_pow2(v->p.initial_capacity_blocks);
     if (v->p.memory_cap_bytes && (uint64_t)cap * CUDA_SLOT_BYTES > v->p.memory_cap_bytes)

@@ -171,12 +171,16 @@ struct cuda_volume {
     uint32_t unique_cap; /* entries of d_unique, d_frame_blocks, d_missing... */
 
     uint32_t *d_counters;
-    uint32_t *h_counters; /* pinned */
+    uint32_t *h_counters;  /* pinned and mapped */
+    uint32_t *dh_counters; /* h_counters as the device addresses it */
 
     /* Raycast outputs and mesh scratch, kept between calls. */
     void *d_ray;
     size_t ray_cap;
 #define CUDA_MESH_BUFFERS 14
+/* The kept buffer of cuda_store_select's output (the mesh uses the
+ * others). */
+#define CUDA_KEPT_SELECT (CUDA_MESH_BUFFERS - 1)
     void *mesh_buf[CUDA_MESH_BUFFERS];
     size_t mesh_cap[CUDA_MESH_BUFFERS];
     /* Pinned host memory the mesh's arrays arrive in, with one copy. */
@@ -229,6 +233,10 @@ int cuda_check(cudaError_t err, const char *what, const char *file, int line);
 /* ---- device memory, counted in mem_bytes ------------------------------- */
 int cuda_dev_alloc(struct cuda_volume *v, void **ptr, size_t bytes);
 void cuda_dev_free(struct cuda_volume *v, void *ptr, size_t bytes);
+/* Kept device buffer `slot` (of mesh_buf) grown to at least `bytes`
+ * (waiting for the compute stream first, as its old memory may be in use)
+ * into *p; its contents are not kept when it grows. */
+int cuda_kept_reserve(struct cuda_volume *v, int slot, size_t bytes, void **p);
 /* Waits for both streams; a kernel fault makes the volume sticky-failed. */
 int cuda_sync_all(struct cuda_volume *v);
 /* Grows the per-frame scratch so that its set has at least set_cap slots. */

@@ -359,26 +359,9 @@ struct mesh_scratch {
 static int scratch_alloc(struct cuda_volume *v, struct mesh_scratch *s, void **p, size_t bytes)
 {
     int slot = s->n++;
-    if (slot >= CUDA_MESH_BUFFERS)
+    if (slot >= CUDA_KEPT_SELECT)
         return TSDF_EINTERNAL;
-    if (bytes == 0)
-        bytes = 4;
-    if (bytes > v->mesh_cap[slot]) {
-        int rc = cuda_check(cudaStreamSynchronize(v->stream), "mesh scratch", __FILE__, __LINE__);
-        if (rc != TSDF_OK)
-            return rc;
-        cuda_dev_free(v, v->mesh_buf[slot], v->mesh_cap[slot]);
-        v->mesh_buf[slot] = NULL;
-        v->mesh_cap[slot] = 0;
-        /* Some headroom, so a growing map does not reallocate every call. */
-        size_t want = bytes + bytes / 4;
-        rc = cuda_dev_alloc(v, &v->mesh_buf[slot], want);
-        if (rc != TSDF_OK)
-            return rc;
-        v->mesh_cap[slot] = want;
-    }
-    *p = v->mesh_buf[slot];
-    return TSDF_OK;
+    return cuda_kept_reserve(v, slot, bytes, p);
 }
 
 static void scratch_free(struct cuda_volume *v, struct mesh_scratch *s)
@@ -498,7 +481,8 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
     a.voxel_size = v->p.voxel_size_m;
     a.with_color = v->d_rgb != NULL;
     uint32_t *d_ctr = v->d_counters + CUDA_CTR_AUX0; /* sel, touched, verts, tris */
-    uint32_t h_ctr[4];
+    /* Pinned, so the counts' copies are plain DMA. */
+    const uint32_t *h_ctr = v->h_counters + CUDA_CTR_AUX0;
     int32_t *d_sel, *d_local;
     int rc;
     if (keys != NULL && nkeys > 0x7fffffffu)
@@ -523,8 +507,8 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
             a, d_sel, d_nbl, d_local, d_touched, d_ctr);
         CUDA_TRY_LAUNCH();
     }
-    CUDA_TRY(
-        cudaMemcpyAsync(h_ctr, d_ctr, 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost, v->stream));
+    CUDA_TRY(cudaMemcpyAsync(v->h_counters + CUDA_CTR_AUX0, d_ctr, 2 * sizeof(uint32_t),
+                             cudaMemcpyDeviceToHost, v->stream));
     if ((rc = cuda_sync_all(v)) != TSDF_OK)
         return rc;
     const uint32_t nsel = h_ctr[0];
@@ -556,8 +540,8 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
                                                                      d_tri_off, d_ctr);
         CUDA_TRY_LAUNCH();
     }
-    CUDA_TRY(
-        cudaMemcpyAsync(h_ctr, d_ctr, 4 * sizeof(uint32_t), cudaMemcpyDeviceToHost, v->stream));
+    CUDA_TRY(cudaMemcpyAsync(v->h_counters + CUDA_CTR_AUX0, d_ctr, 4 * sizeof(uint32_t),
+                             cudaMemcpyDeviceToHost, v->stream));
     if ((rc = cuda_sync_all(v)) != TSDF_OK)
         return rc;
     const size_t nverts = h_ctr[2], ntris = h_ctr[3];

@@ -102,15 +102,22 @@ static __global__ void k_insert_new(uint64_t *keys, int32_t *vals, uint32_t mask
  * the device, over a fixed grid. The frame is skipped (nothing written)
  * when its per-frame set overflowed or its new blocks exceed `room`; the
  * update kernel and the host (cuda_settle) evaluate the same condition on
- * the same counters. */
+ * the same counters, which the first thread writes to the host (mapped
+ * pinned memory, read once the kernel is done): a copy on the stream
+ * between collect and insert cost a few microseconds a frame. */
 static __global__ void k_insert_frame(uint64_t *keys, int32_t *vals, uint32_t mask,
-                                      const uint64_t *src, const uint32_t *counters, uint32_t room,
-                                      cuda_alloc a, uint64_t *block_keys, uint64_t *block_versions,
-                                      void *geom, uint32_t geom_words, uint8_t *rgb,
-                                      uint64_t version, int32_t *block_of,
-                                      const uint32_t *out_index, uint32_t *fail)
+                                      const uint64_t *src, const uint32_t *counters,
+                                      uint32_t *host_counters, uint32_t room, cuda_alloc a,
+                                      uint64_t *block_keys, uint64_t *block_versions, void *geom,
+                                      uint32_t geom_words, uint8_t *rgb, uint64_t version,
+                                      int32_t *block_of, const uint32_t *out_index, uint32_t *fail)
 {
     const uint32_t n = counters[CUDA_CTR_MISSING];
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        host_counters[CUDA_CTR_UNIQUE] = counters[CUDA_CTR_UNIQUE];
+        host_counters[CUDA_CTR_MISSING] = n;
+        host_counters[CUDA_CTR_SET_OVERFLOW] = counters[CUDA_CTR_SET_OVERFLOW];
+    }
     if (counters[CUDA_CTR_SET_OVERFLOW] != 0 || n > room)
         return;
     for (uint32_t i = blockIdx.x; i < n; i += gridDim.x)
@@ -316,10 +323,10 @@ int cuda_insert_new(struct cuda_volume *v, const uint64_t *d_src, uint32_t n, ui
 int cuda_insert_frame(struct cuda_volume *v, uint32_t room)
 {
     k_insert_frame<<<v->insert_grid, 128, 0, v->stream>>>(
-        v->d_keys, v->d_vals, v->capacity - 1, v->d_missing, v->d_counters, room, cuda_alloc_now(v),
-        v->d_block_keys, v->d_block_versions, v->d_geom, (uint32_t)(v->geom_block_bytes / 4),
-        v->d_rgb, v->version, v->d_frame_blocks, v->d_missing_src,
-        v->d_counters + CUDA_CTR_INSERT_FAIL);
+        v->d_keys, v->d_vals, v->capacity - 1, v->d_missing, v->d_counters, v->dh_counters, room,
+        cuda_alloc_now(v), v->d_block_keys, v->d_block_versions, v->d_geom,
+        (uint32_t)(v->geom_block_bytes / 4), v->d_rgb, v->version, v->d_frame_blocks,
+        v->d_missing_src, v->d_counters + CUDA_CTR_INSERT_FAIL);
     CUDA_TRY_LAUNCH();
     return TSDF_OK;
 }
@@ -385,7 +392,10 @@ int cuda_store_select(struct cuda_volume *v, const tsdf_block_select *q, uint64_
     if (v->blocks == 0)
         return TSDF_OK;
     memset(&none, 0, sizeof none);
-    rc = cuda_dev_alloc(v, (void **)&d_out, (size_t)v->blocks * sizeof(uint64_t));
+    /* A kept buffer: a cudaMalloc and a (synchronising) cudaFree per call
+     * were most of an incremental mesh's wall time. */
+    rc = cuda_kept_reserve(v, CUDA_KEPT_SELECT, (size_t)v->blocks * sizeof(uint64_t),
+                           (void **)&d_out);
     if (rc != TSDF_OK)
         return rc;
     uint64_t *h = (uint64_t *)malloc((size_t)v->blocks * sizeof(uint64_t));
@@ -426,7 +436,6 @@ int cuda_store_select(struct cuda_volume *v, const tsdf_block_select *q, uint64_
     }
 out:
     free(h);
-    cuda_dev_free(v, d_out, (size_t)v->blocks * sizeof(uint64_t));
     return rc;
 }
 
