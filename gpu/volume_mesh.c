@@ -187,7 +187,7 @@ static int split_by_block(tsdf_mesh *m, const uint64_t *tri_keys, const uint64_t
      * block's triangles together, so the search is only for a new key. */
     for (size_t t = 0; t < T; t++) {
         part[t] = t > 0 && tri_keys[t] == tri_keys[t - 1] ? part[t - 1]
-                                                           : find_key(blocks, nblocks, tri_keys[t]);
+                                                          : find_key(blocks, nblocks, tri_keys[t]);
         tri_start[part[t] + 1]++;
     }
     for (size_t p = 0; p < nblocks; p++)
