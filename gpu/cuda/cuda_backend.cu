@@ -193,8 +193,8 @@ static void cuda_destroy(void *impl)
         return;
     (void)cudaSetDevice(v->device);
     /* A pending frame is dropped with the volume: waiting for both streams
-     * covers its kernels and its counts' copy into h_counters, which is
-     * freed below. */
+     * covers its kernels, which write its counts into h_counters, freed
+     * below. */
     v->pend.active = 0;
     if (v->stream)
         (void)cudaStreamSynchronize(v->stream);

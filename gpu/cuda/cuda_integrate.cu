@@ -7,11 +7,10 @@
  *           update of frame N is still on the compute stream;
  *   collect    one thread per pixel walks the shared allocation band
  *           (tsdf_band_dda_* of tsdf_math.h, the CPU's own code) and puts
- *           every block key into a per-frame set (CAS; equal keys of a
- *           warp once); the thread that adds a key first lists it as
- *           distinct, looks it up in the table (read-only during this
- *           kernel) and lists it as missing if absent; the update kernel
- *           empties the set again for the next frame;
+ *           every block key into a per-frame set (CAS); the thread that
+ *           adds a key first lists it as distinct, looks it up in the table
+ *           (read-only during this kernel) and lists it as missing if absent;
+ *           the update kernel empties the set again for the next frame;
  *   insert     the missing keys (CAS) as new pool blocks;
  *   update     one thread per voxel of every block of the frame
  *           (tsdf_integrate_voxel, the CPU's own code), specialised per depth
@@ -30,14 +29,17 @@
  * Asynchronous (no memory cap; no host wait in a frame): insert and update
  * run on fixed grids that stride over the counts in device memory; the
  * insert kernel writes the counts into mapped pinned memory (h_counters),
- * followed by an event (`counted`) that nobody waits for yet. Both kernels evaluate, on the same
- * counters, the skip condition "the set overflowed, or missing > room", where room is what is left
- * under a HARD limit computed on the host at launch from the exact host mirrors of the pool and the
- * table (hard_room: the free slots and the unused pool slots, and no more than keeps keys and
- * tombstones at most max(0.9, max_load) * slots, slots - 1 and 2^31 - 1). A skipped frame writes
- * nothing but empties the set slots it listed. The frame is then "pending": cuda_settle consumes it
- * at the start of the next integrate (after that call's upload is queued, so the upload still
- * overlaps) or of any other call, before anything else is queued:
+ * followed by an event (`counted`) that nobody waits for yet. Both
+ * kernels evaluate, on the same counters, the skip condition "the set
+ * overflowed, or missing > room", where room is what is left under a HARD
+ * limit computed on the host at launch from the exact host mirrors of the
+ * pool and the table (hard_room: the free slots and the unused pool
+ * slots, and no more than keeps keys and tombstones at most max(0.9,
+ * max_load) * slots, slots - 1 and 2^31 - 1). A skipped frame writes
+ * nothing but empties the set slots it listed. The frame is then
+ * "pending": cuda_settle consumes it at the start of the next integrate
+ * (after that call's upload is queued, so the upload still overlaps) or
+ * of any other call, before anything else is queued:
  *   - it waits for `counted` and evaluates the same condition on the same
  *     counter values (nothing writes UNIQUE / MISSING / SET_OVERFLOW after
  *     collect), so host and device agree on whether the frame went in;
@@ -155,45 +157,25 @@ static __device__ __forceinline__ void set_insert(const frame_lists &L, uint64_t
     atomicAdd(&counters[CUDA_CTR_SET_OVERFLOW], 1u);
 }
 
-/* One thread per pixel. Neighbouring pixels mostly walk the same blocks,
- * and every thread of a warp that offered the same key to the set used to
- * load (and, while the key was new, CAS) the same slot: the threads of a
- * warp agree first (__match_any_sync) and one of each group of equal keys
- * goes to the set. The set is the same (a key is offered by at least one
- * thread); only the order of the distinct list changes, which decides pool
- * positions alone, as the order of the atomics always did. Threads without
- * a pixel or a band stay in the loop (every lane must reach the warp
- * votes) with nothing to offer. */
 template <int FMT> static __global__ void k_enumerate(frame_args a, frame_lists L)
 {
-    const uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x;
-    const uint32_t npix = a.f.width * a.f.height;
-    const uint32_t lane = threadIdx.x & 31u;
+    uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x;
+    uint32_t npix = a.f.width * a.f.height;
+    if (idx >= npix)
+        return;
+    float d = tsdf_depth_sample_m((tsdf_depth_format)FMT, a.f.depth, idx, a.f.depth_scale,
+                                  a.f.min_depth_m, a.f.max_depth_m);
+    if (!(d > 0.0f))
+        return;
+    uint32_t u = idx % a.f.width, v = idx / a.f.width;
+    float origin[3], dir[3];
+    tsdf_pixel_ray_world(a.f.T_world_cam, &a.f.K, (float)u, (float)v, origin, dir);
     tsdf_block_dda s;
-    bool walking = false;
-    if (idx < npix) {
-        float d = tsdf_depth_sample_m((tsdf_depth_format)FMT, a.f.depth, idx, a.f.depth_scale,
-                                      a.f.min_depth_m, a.f.max_depth_m);
-        if (d > 0.0f) {
-            uint32_t u = idx % a.f.width, v = idx / a.f.width;
-            float origin[3], dir[3];
-            tsdf_pixel_ray_world(a.f.T_world_cam, &a.f.K, (float)u, (float)v, origin, dir);
-            walking = tsdf_band_dda_init(&s, origin, dir, d, a.trunc_m, a.inv_block_size) != 0;
-        }
-    }
-    for (;;) {
-        int32_t b[3];
-        walking = walking && tsdf_block_dda_next(&s, b);
-        const unsigned offering = __ballot_sync(0xffffffffu, walking);
-        if (offering == 0)
-            break;
-        if (walking) {
-            const uint64_t key = tsdf_block_key(b[0], b[1], b[2]);
-            const unsigned same = __match_any_sync(offering, (unsigned long long)key);
-            if ((uint32_t)(__ffs(same) - 1) == lane)
-                set_insert(L, key);
-        }
-    }
+    if (!tsdf_band_dda_init(&s, origin, dir, d, a.trunc_m, a.inv_block_size))
+        return;
+    int32_t b[3];
+    while (tsdf_block_dda_next(&s, b))
+        set_insert(L, tsdf_block_key(b[0], b[1], b[2]));
 }
 
 /* Frees the set slots of the frame's n distinct keys (when no update

@@ -482,7 +482,7 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
     a.with_color = v->d_rgb != NULL;
     uint32_t *d_ctr = v->d_counters + CUDA_CTR_AUX0; /* sel, touched, verts, tris */
     /* Pinned, so the counts' copies are plain DMA. */
-    const uint32_t *h_ctr = v->h_counters + CUDA_CTR_AUX0;
+    uint32_t *h_ctr = v->h_counters + CUDA_CTR_AUX0;
     int32_t *d_sel, *d_local;
     int rc;
     if (keys != NULL && nkeys > 0x7fffffffu)
@@ -507,8 +507,8 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
             a, d_sel, d_nbl, d_local, d_touched, d_ctr);
         CUDA_TRY_LAUNCH();
     }
-    CUDA_TRY(cudaMemcpyAsync(v->h_counters + CUDA_CTR_AUX0, d_ctr, 2 * sizeof(uint32_t),
-                             cudaMemcpyDeviceToHost, v->stream));
+    CUDA_TRY(
+        cudaMemcpyAsync(h_ctr, d_ctr, 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost, v->stream));
     if ((rc = cuda_sync_all(v)) != TSDF_OK)
         return rc;
     const uint32_t nsel = h_ctr[0];
@@ -540,8 +540,8 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
                                                                      d_tri_off, d_ctr);
         CUDA_TRY_LAUNCH();
     }
-    CUDA_TRY(cudaMemcpyAsync(v->h_counters + CUDA_CTR_AUX0, d_ctr, 4 * sizeof(uint32_t),
-                             cudaMemcpyDeviceToHost, v->stream));
+    CUDA_TRY(
+        cudaMemcpyAsync(h_ctr, d_ctr, 4 * sizeof(uint32_t), cudaMemcpyDeviceToHost, v->stream));
     if ((rc = cuda_sync_all(v)) != TSDF_OK)
         return rc;
     const size_t nverts = h_ctr[2], ntris = h_ctr[3];
