@@ -14,6 +14,11 @@
  * float expression as the CPU ray does and returns the same depth, normal
  * and colour.
  *
+ * The march's samples are called functions that return their values in
+ * registers (tsdf_ray_sample_at and its kin in tsdf_raycast_march.h):
+ * 0.88 -> 0.71 ms on the H200 (7-Scenes, 450 frames, depth + normals from
+ * frame 225, kernel median of 50), the same output checksum.
+ *
  * Measured on an H200 (7-Scenes, 100 frames fused at 1 cm, 640x480 depth +
  * normals from frame 50, kernel median of 20) before the range pass, which
  * removed the walk through empty space from the near plane: 1.26 ms.
@@ -80,9 +85,12 @@ static __global__ void k_range_blocks(tsdf_range_view rv, const uint64_t *block_
 }
 
 /* Outputs and layout are template arguments: the layout set here, in a
- * local copy of the volume view, folds the shared code's switch on it. */
+ * local copy of the volume view, folds the shared code's switch on it.
+ * At most 64 registers (8 CTAs of 128 per SM): with the samples returned
+ * in registers the kernel wanted 70, and the cap measured 0.707 against
+ * 0.719 ms (H200, one lease, same checksum), with no spills. */
 template <bool NORMALS, bool COLOR, int LAYOUT>
-static __global__ void __launch_bounds__(128, 1)
+static __global__ void __launch_bounds__(128, 8)
     k_raycast(ray_args a, float *depth, float *normals, uint8_t *rgb)
 {
     uint32_t px = blockIdx.x * blockDim.x + threadIdx.x;
