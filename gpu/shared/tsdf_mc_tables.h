@@ -29,9 +29,13 @@
  * (p0, p1, p2), (p1 - p0) x (p2 - p0) points toward positive sdf. At most 5
  * triangles per cell; rows end with -1.
  *
- * Host code reads the *_host arrays; under nvcc, device code reads
- * __constant__ copies. Use the accessors tsdf_mc_edge_mask() and
- * tsdf_mc_tri(), which pick the right copy by __CUDA_ARCH__.
+ * Host code reads the *_host arrays; under nvcc, device code reads copies
+ * in global memory through the read-only cache. Not __constant__: the
+ * lanes of a warp look up the cubes of different cells, and constant
+ * memory serialises a warp's different addresses (the mesh's triangle
+ * pass, 64 -> 61 us on the H200). Use the
+ * accessors tsdf_mc_edge_mask() and tsdf_mc_tri(), which pick the right
+ * copy by __CUDA_ARCH__.
  */
 #ifndef TSDF_MC_TABLES_H
 #define TSDF_MC_TABLES_H
@@ -42,8 +46,8 @@
 #define TSDF_MC_TRI_ROW 16
 
 /* Each table's data is written once, as an initializer list, and
- * instantiated twice below: a host array and (under nvcc) a __constant__
- * copy, so the two cannot drift apart. */
+ * instantiated twice below: a host array and (under nvcc) a device copy,
+ * so the two cannot drift apart. */
 
 /* Bit e set when edge e is crossed by the surface in a cell of that index. */
 #define TSDF_MC_EDGE_MASK_INIT                                                                     \
@@ -337,8 +341,8 @@ static const uint16_t tsdf_mc_edge_mask_host[256] = TSDF_MC_EDGE_MASK_INIT;
 static const int8_t tsdf_mc_tri_host[256][TSDF_MC_TRI_ROW] = TSDF_MC_TRI_INIT;
 
 #ifdef __CUDACC__
-static __constant__ uint16_t tsdf_mc_edge_mask_dev[256] = TSDF_MC_EDGE_MASK_INIT;
-static __constant__ int8_t tsdf_mc_tri_dev[256][TSDF_MC_TRI_ROW] = TSDF_MC_TRI_INIT;
+static __device__ const uint16_t tsdf_mc_edge_mask_dev[256] = TSDF_MC_EDGE_MASK_INIT;
+static __device__ const int8_t tsdf_mc_tri_dev[256][TSDF_MC_TRI_ROW] = TSDF_MC_TRI_INIT;
 #define TSDF_MC_HD __host__ __device__ __forceinline__
 #else
 #define TSDF_MC_HD static inline
@@ -348,7 +352,7 @@ static __constant__ int8_t tsdf_mc_tri_dev[256][TSDF_MC_TRI_ROW] = TSDF_MC_TRI_I
 TSDF_MC_HD uint16_t tsdf_mc_edge_mask(int cube)
 {
 #ifdef __CUDA_ARCH__
-    return tsdf_mc_edge_mask_dev[cube];
+    return __ldg(&tsdf_mc_edge_mask_dev[cube]);
 #else
     return tsdf_mc_edge_mask_host[cube];
 #endif
@@ -359,7 +363,7 @@ TSDF_MC_HD uint16_t tsdf_mc_edge_mask(int cube)
 TSDF_MC_HD int tsdf_mc_tri(int cube, int i)
 {
 #ifdef __CUDA_ARCH__
-    return (int)tsdf_mc_tri_dev[cube][i];
+    return (int)__ldg(&tsdf_mc_tri_dev[cube][i]);
 #else
     return (int)tsdf_mc_tri_host[cube][i];
 #endif
