@@ -14,15 +14,21 @@
  * Passes (all on the volume's stream):
  *   select   every live block, or the listed keys that exist, into a list;
  *   touch    the selected blocks and their 7 + neighbours get a mesh-local
- *            index (edge-id arrays exist only for those);
- *   cells    one thread per cell: cube index, triangle count, and a flag on
- *            the owner slot of every crossed edge (the lower voxel of the
- *            edge owns it, whichever cell found it);
- *   number   flagged edges and cells' triangles get compact ids and offsets
- *            by block-wide prefix sums (one atomic per CTA for its base);
- *   emit     vertices (a warp queues the used edges of a run of slots and
- *            emits them 32 at a time) and triangles (one thread
- *            per cell with triangles) into the compacted output;
+ *            index (edge bitmaps exist only for those);
+ *   cells    one thread per cell: cube index, its triangles' offset
+ *            within the block (a block-wide scan) and the block's count,
+ *            and a bit for every crossed edge in the used-edge bitmap, at
+ *            the edge's owner slot (the lower voxel of the edge owns it,
+ *            whichever cell found it);
+ *   number   a prefix sum over the bitmap's words names the used edges'
+ *            vertex ids (an edge's id is its word's base plus the bits
+ *            below it), and one over the selected blocks' counts gives
+ *            each block's first triangle (block-wide scans, one atomic
+ *            per CTA for its base);
+ *   emit     the vertex ids' slots from the bitmap, then vertices (one
+ *            thread per vertex) and triangles (a CTA per selected block
+ *            lists its cells with triangles, then writes them) into the
+ *            compacted output;
  *   copy     the output arrays, packed in one device buffer, to pinned host
  *            memory kept in the volume, in one copy; then into the mesh's
  *            own arrays.
@@ -40,13 +46,19 @@ struct mesh_source {
     cuda_table_view t;
     tsdf_layout layout;
     tsdf_quant quant;
+    /* A block known without the table (home_blk, or -1: none): the
+     * vertex pass sets the vertex's own block, where most of the
+     * gradient's neighbours are. */
+    int32_t home[3];
+    int32_t home_blk;
 };
 
 #define TSDF_MESH_SOURCE const mesh_source
 #include "tsdf_mesh_vertex.h"
 
 #define EDGE_SLOTS (3 * TSDF_BLOCK_VOXELS)
-#define NO_ID 0xffffffffu
+/* Edge slots are one bit each in the used-edge bitmap (32 to a word). */
+#define EDGE_WORDS (EDGE_SLOTS / 32)
 
 struct mesh_args {
     mesh_source src;
@@ -112,12 +124,23 @@ static __device__ int32_t find_block(const cuda_table_view &t, int32_t bx, int32
     return cuda_table_find(t, tsdf_block_key(bx, by, bz));
 }
 
-/* The voxel lookup of tsdf_mesh_vertex.h: no cache (a thread makes one
- * vertex; the table is L2-resident). */
+/* Block (bx, by, bz) of s: its home block without the table. */
+static __device__ __forceinline__ int32_t source_block(const mesh_source *s, int32_t bx, int32_t by,
+                                                       int32_t bz)
+{
+    if (s->home_blk >= 0 && bx == s->home[0] && by == s->home[1] && bz == s->home[2])
+        return s->home_blk;
+    return find_block(s->t, bx, by, bz);
+}
+
+/* The voxel lookup of tsdf_mesh_vertex.h: the home block, else the
+ * table. A vertex's gradients read 12 voxels around its edge; with a
+ * table lookup for each the vertex pass took 103 us for 359,300
+ * vertices (H200); most of them are in the vertex's own block. */
 static __device__ int tsdf_mesh_source_voxel(const mesh_source *s, int32_t x, int32_t y, int32_t z,
                                              tsdf_vox *out)
 {
-    int32_t b = find_block(s->t, tsdf_floor_div8(x), tsdf_floor_div8(y), tsdf_floor_div8(z));
+    int32_t b = source_block(s, tsdf_floor_div8(x), tsdf_floor_div8(y), tsdf_floor_div8(z));
     if (b < 0)
         return 0;
     *out = load_vox(*s, (size_t)b * TSDF_BLOCK_VOXELS + tsdf_voxel_index(x & 7, y & 7, z & 7));
@@ -177,108 +200,7 @@ static __global__ void k_touch(mesh_args a, const int32_t *sel, int32_t *nbl, in
     }
 }
 
-/* The 8 corner voxels of cell (x, y, z) of a selected block; 0 when one is
- * missing or unknown. */
-static __device__ __forceinline__ int cell_corners(const mesh_source &src, const int32_t *nb, int x,
-                                                   int y, int z, float c8[8], int32_t cblk[8],
-                                                   int cidx[8])
-{
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        int lx = x + (k & 1), ly = y + ((k >> 1) & 1), lz = z + ((k >> 2) & 1);
-        int bi = (lx >> 3) | ((ly >> 3) << 1) | ((lz >> 3) << 2);
-        int32_t blk = nb[bi];
-        if (blk < 0)
-            return 0;
-        int vi = tsdf_voxel_index(lx & 7, ly & 7, lz & 7);
-        tsdf_vox vx = load_vox(src, (size_t)blk * TSDF_BLOCK_VOXELS + vi);
-        if (!tsdf_vox_known(vx))
-            return 0;
-        c8[k] = vx.sdf_m;
-        cblk[k] = blk;
-        cidx[k] = vi;
-    }
-    return 1;
-}
-
-/* One CTA per selected block, one thread per cell: flags used edges at
- * their owners and counts triangles. Three CTAs per SM (at most 40
- * registers, a few bytes spilled): 108 -> 84 us for a 12,000-block map
- * (Nsight Compute, H200), the same mesh checksum. */
-template <int LAYOUT>
-static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS, 3)
-    k_cells(mesh_source src_any, const int32_t *nbl, const int32_t *local, uint32_t *edge_ids,
-            uint8_t *cell_cube)
-{
-    const mesh_source src = fixed<LAYOUT>(src_any);
-    __shared__ int32_t nb[8];
-    if (threadIdx.x < 8)
-        nb[threadIdx.x] = nbl[blockIdx.x * 8 + threadIdx.x];
-    __syncthreads();
-    int x, y, z;
-    tsdf_voxel_index_unpack((int)threadIdx.x, &x, &y, &z);
-    float c8[8];
-    int32_t cblk[8];
-    int cidx[8];
-    int cube = 0;
-    if (cell_corners(src, nb, x, y, z, c8, cblk, cidx)) {
-        cube = tsdf_mc_cube_index(c8);
-        if (cube == 255)
-            cube = 0;
-    }
-    cell_cube[(size_t)blockIdx.x * TSDF_BLOCK_VOXELS + threadIdx.x] = (uint8_t)cube;
-    if (cube == 0)
-        return;
-    uint16_t mask = tsdf_mc_edge_mask(cube);
-    for (int e = 0; e < 12; e++) {
-        if (!(mask & (1u << e)))
-            continue;
-        int c0 = tsdf_mc_edge_corner0(e);
-        /* The owner is the voxel of the edge's start corner. Every writer
-         * stores the same flag, so plain stores suffice. */
-        size_t slot = (size_t)local[cblk[c0]] * EDGE_SLOTS +
-                      (size_t)tsdf_mc_edge_axis(e) * TSDF_BLOCK_VOXELS + cidx[c0];
-        edge_ids[slot] = 0;
-    }
-}
-
-/* The numbering passes take NUMBER_PER_THREAD slots or cells per thread
- * (one 16-byte or 4-byte load) in CTAs of NUMBER_CTA threads, so that a
- * CTA reserves its range for 2,048 of them with one atomicAdd. With one
- * per thread in CTAs of 256, the 70,000 CTAs of a 12,000-block map
- * queued on the one counter: k_number_edges took 70 us for 18 M slots,
- * k_number_tris 30 us for 6 M cells (Nsight Compute, H200). Both counts
- * are multiples of 4 (EDGE_SLOTS and TSDF_BLOCK_VOXELS are), and the
- * arrays are cudaMalloc'd, so the wide loads are aligned. Now 28 and
- * 22 us. */
-#define NUMBER_PER_THREAD 4
-#define NUMBER_CTA 512
-#define NUMBER_SPAN (NUMBER_PER_THREAD * NUMBER_CTA)
-
-/* Flags (0) become compact vertex ids; unused slots stay NO_ID. n4 is
- * the slot count over 4. */
-static __global__ void __launch_bounds__(NUMBER_CTA)
-    k_number_edges(uint32_t *edge_ids, uint32_t n4, uint32_t *counters)
-{
-    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-    uint4 e = make_uint4(NO_ID, NO_ID, NO_ID, NO_ID);
-    if (i < n4)
-        e = reinterpret_cast<const uint4 *>(edge_ids)[i];
-    uint32_t used = (e.x == 0) + (e.y == 0) + (e.z == 0) + (e.w == 0);
-    uint32_t id = block_scan_reserve(used, &counters[2]);
-    if (used) {
-        if (e.x == 0)
-            e.x = id++;
-        if (e.y == 0)
-            e.y = id++;
-        if (e.z == 0)
-            e.z = id++;
-        if (e.w == 0)
-            e.w = id;
-        reinterpret_cast<uint4 *>(edge_ids)[i] = e;
-    }
-}
-
+/* The number of triangles of cube index `cube`. */
 static __device__ __forceinline__ uint32_t cube_tris(uint32_t cube)
 {
     uint32_t ntri = 0;
@@ -288,10 +210,129 @@ static __device__ __forceinline__ uint32_t cube_tris(uint32_t cube)
     return ntri;
 }
 
-/* Each cell's first triangle in the output; n4 is the cell count over 4. */
-static __global__ void __launch_bounds__(NUMBER_CTA)
-    k_number_tris(const uint8_t *cell_cube, uint32_t n4, uint32_t *tri_offset, uint32_t *counters)
+/* The voxels a block's cells read: the block and the first layer of its
+ * +x, +y, +z neighbours, 9 per axis. */
+#define CELL_SPAN (TSDF_BLOCK_DIM + 1)
+#define CELL_VOXELS (CELL_SPAN * CELL_SPAN * CELL_SPAN)
+
+/* One CTA per selected block, one thread per cell: the cell's cube index
+ * and a bit for each crossed edge at its owner. The CTA first loads the
+ * 9 x 9 x 9 voxels its cells read into shared memory, every thread a
+ * voxel or two, all loads in flight at once; each cell then reads its 8
+ * corners there (the same values, so the same cubes). Loaded by each
+ * cell from the pool, one corner behind the other's known-test, the
+ * kernel took 108 us for a 12,000-block map (84 at three CTAs per SM;
+ * Nsight Compute, H200). */
+template <int LAYOUT>
+static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
+    k_cells(mesh_source src_any, const int32_t *nbl, const int32_t *local, uint32_t *edge_bits,
+            uint8_t *cell_cube, const uint32_t *counters)
 {
+    /* The grid covers the bound on the selection; its count is read here
+     * (the same for the whole CTA, so no barrier is left half-reached). */
+    if (blockIdx.x >= counters[0])
+        return;
+    const mesh_source src = fixed<LAYOUT>(src_any);
+    /* The 8 blocks a cell of this block may touch: pool index, and the
+     * mesh-local index that names their edge slots. */
+    __shared__ int32_t nb[8], nb_local[8];
+    __shared__ float sdf[CELL_VOXELS];
+    __shared__ uint8_t known[CELL_VOXELS];
+    if (threadIdx.x < 8) {
+        int32_t n = nbl[blockIdx.x * 8 + threadIdx.x];
+        nb[threadIdx.x] = n;
+        nb_local[threadIdx.x] = n >= 0 ? local[n] : -1;
+    }
+    __syncthreads();
+    for (int i = (int)threadIdx.x; i < CELL_VOXELS; i += (int)blockDim.x) {
+        const int lx = i % CELL_SPAN, ly = (i / CELL_SPAN) % CELL_SPAN,
+                  lz = i / (CELL_SPAN * CELL_SPAN);
+        const int32_t blk = nb[(lx >> 3) | ((ly >> 3) << 1) | ((lz >> 3) << 2)];
+        float sd = 0.0f;
+        uint8_t kn = 0;
+        if (blk >= 0) {
+            tsdf_vox vx = load_vox(src, (size_t)blk * TSDF_BLOCK_VOXELS +
+                                            (size_t)tsdf_voxel_index(lx & 7, ly & 7, lz & 7));
+            kn = (uint8_t)tsdf_vox_known(vx);
+            sd = vx.sdf_m;
+        }
+        sdf[i] = sd;
+        known[i] = kn;
+    }
+    __syncthreads();
+    int x, y, z;
+    tsdf_voxel_index_unpack((int)threadIdx.x, &x, &y, &z);
+    float c8[8];
+    int all_known = 1;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int j =
+            (x + (k & 1)) + CELL_SPAN * ((y + ((k >> 1) & 1)) + CELL_SPAN * (z + ((k >> 2) & 1)));
+        all_known &= known[j];
+        c8[k] = sdf[j];
+    }
+    int cube = all_known ? tsdf_mc_cube_index(c8) : 0;
+    if (cube == 255)
+        cube = 0;
+    cell_cube[(size_t)blockIdx.x * TSDF_BLOCK_VOXELS + threadIdx.x] = (uint8_t)cube;
+    if (cube == 0)
+        return;
+    uint16_t mask = tsdf_mc_edge_mask(cube);
+    for (int e = 0; e < 12; e++) {
+        if (!(mask & (1u << e)))
+            continue;
+        /* The owner is the voxel of the edge's start corner. Up to four
+         * cells set the same bit. (Reading the word first to skip the
+         * atomic when the bit is set made the kernel slower.) */
+        int off[3];
+        tsdf_mc_edge_start(e, off);
+        const int lx = x + off[0], ly = y + off[1], lz = z + off[2];
+        const int bi = (lx >> 3) | ((ly >> 3) << 1) | ((lz >> 3) << 2);
+        size_t slot = (size_t)nb_local[bi] * EDGE_SLOTS +
+                      (size_t)tsdf_mc_edge_axis(e) * TSDF_BLOCK_VOXELS +
+                      (size_t)tsdf_voxel_index(lx & 7, ly & 7, lz & 7);
+        atomicOr(&edge_bits[slot >> 5], 1u << (slot & 31));
+    }
+}
+
+/* The edge numbering takes NUMBER_PER_THREAD bitmap words per thread
+ * (one 16-byte load) in CTAs of NUMBER_CTA threads, so that a CTA
+ * reserves its range with one atomicAdd. With one slot or cell per thread
+ * in CTAs of 256, the 70,000 CTAs of a 12,000-block map queued
+ * on the one counter: the edge numbering took 70 us for 18 M slots, the
+ * triangles' 30 us for 6 M cells (Nsight Compute, H200). The word count
+ * is a multiple of 4 (EDGE_WORDS is) and the bitmap is cudaMalloc'd, so
+ * the wide loads are aligned. */
+#define NUMBER_PER_THREAD 4
+#define NUMBER_CTA 512
+#define NUMBER_SPAN (NUMBER_PER_THREAD * NUMBER_CTA)
+
+/* The used edges get compact vertex ids in bitmap order: word w's first
+ * set bit is vertex word_base[w], the next word_base[w] + 1, and so on
+ * (edge_id). n4 is the word count over 4. A bit per slot, not an id per
+ * slot: the pass reads 2.2 MB for a 12,000-block map, where the id array
+ * was 72 MB to clear, number and scan again for the vertices. */
+static __global__ void __launch_bounds__(NUMBER_CTA)
+    k_number_edges(const uint32_t *edge_bits, uint32_t n4, uint32_t *word_base, uint32_t *counters)
+{
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    uint4 w = make_uint4(0, 0, 0, 0);
+    if (i < n4)
+        w = reinterpret_cast<const uint4 *>(edge_bits)[i];
+    uint32_t p0 = (uint32_t)__popc(w.x), p1 = (uint32_t)__popc(w.y), p2 = (uint32_t)__popc(w.z),
+             p3 = (uint32_t)__popc(w.w);
+    uint32_t base = block_scan_reserve(p0 + p1 + p2 + p3, &counters[2]);
+    if (i < n4)
+        reinterpret_cast<uint4 *>(word_base)[i] =
+            make_uint4(base, base + p0, base + p0 + p1, base + p0 + p1 + p2);
+}
+
+/* Each cell's first triangle in the output, four cells per thread; the
+ * grid covers the bound on the selection, whose count is read here. */
+static __global__ void __launch_bounds__(NUMBER_CTA)
+    k_number_tris(const uint8_t *cell_cube, uint32_t *tri_offset, uint32_t *counters)
+{
+    const uint32_t n4 = counters[0] * (TSDF_BLOCK_VOXELS / NUMBER_PER_THREAD);
     uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     uint32_t c = 0;
     if (i < n4)
@@ -305,7 +346,30 @@ static __global__ void __launch_bounds__(NUMBER_CTA)
             make_uint4(off, off + t0, off + t0 + t1, off + t0 + t1 + t2);
 }
 
-/* The vertex of used edge slot i (its id in edge_ids[i]). */
+/* The vertex id of used edge slot `slot`. */
+static __device__ __forceinline__ uint32_t edge_id(const uint32_t *edge_bits,
+                                                   const uint32_t *word_base, size_t slot)
+{
+    const size_t w = slot >> 5;
+    const uint32_t below = edge_bits[w] & ((1u << (slot & 31)) - 1u);
+    return word_base[w] + (uint32_t)__popc(below);
+}
+
+/* The slot of every vertex id: one thread per bitmap word. */
+static __global__ void k_vert_slots(const uint32_t *edge_bits, const uint32_t *word_base,
+                                    uint32_t nwords, uint32_t *vert_slot)
+{
+    uint32_t w = blockIdx.x * blockDim.x + threadIdx.x;
+    if (w >= nwords)
+        return;
+    uint32_t m = edge_bits[w], id = word_base[w];
+    while (m) {
+        vert_slot[id++] = w * 32u + (uint32_t)(__ffs((int)m) - 1);
+        m &= m - 1u;
+    }
+}
+
+/* The vertex of used edge slot i, vertex id `id`. */
 template <int LAYOUT>
 static __device__ __forceinline__ void emit_vertex(const mesh_args &a, const mesh_source &src,
                                                    const int32_t *touched, uint32_t i, uint32_t id,
@@ -323,8 +387,13 @@ static __device__ __forceinline__ void emit_vertex(const mesh_args &a, const mes
     int32_t g1[3] = {g0[0], g0[1], g0[2]};
     g1[axis] += 1;
     const size_t i0 = (size_t)blk * TSDF_BLOCK_VOXELS + vi;
+    mesh_source hs = src;
+    hs.home[0] = b[0];
+    hs.home[1] = b[1];
+    hs.home[2] = b[2];
+    hs.home_blk = blk;
     int32_t b1 =
-        find_block(src.t, tsdf_floor_div8(g1[0]), tsdf_floor_div8(g1[1]), tsdf_floor_div8(g1[2]));
+        source_block(&hs, tsdf_floor_div8(g1[0]), tsdf_floor_div8(g1[1]), tsdf_floor_div8(g1[2]));
     /* A flagged edge comes from a cell with all corners known, so b1
      * exists; guard anyway rather than read out of bounds. */
     if (b1 < 0)
@@ -333,7 +402,7 @@ static __device__ __forceinline__ void emit_vertex(const mesh_args &a, const mes
         (size_t)b1 * TSDF_BLOCK_VOXELS + tsdf_voxel_index(g1[0] & 7, g1[1] & 7, g1[2] & 7);
     const int color = a.with_color && src.t.rgb != NULL;
     float p[3], nv[3];
-    tsdf_mesh_edge_vertex(&src, g0, axis, load_vox(src, i0), load_vox(src, i1),
+    tsdf_mesh_edge_vertex(&hs, g0, axis, load_vox(src, i0), load_vox(src, i1),
                           color ? src.t.rgb + TSDF_RGB_BYTES * i0 : NULL,
                           color ? src.t.rgb + TSDF_RGB_BYTES * i1 : NULL, a.voxel_size, p, nv,
                           color ? &col[3 * (size_t)id] : NULL);
@@ -343,57 +412,30 @@ static __device__ __forceinline__ void emit_vertex(const mesh_args &a, const mes
     }
 }
 
-/* k_vertices: one warp per run of VERT_RUN edge slots. About 2% of the
- * slots are used; with a thread per slot (17.9 M threads for a
- * 12,000-block map) most warps ran one lane's vertex while 31 idled, and
- * the kernel took 176 us (Nsight Compute, H200). Here a warp reads its
- * run 32 slots at a time, queues the used ones in shared memory, and
- * emits them 32 at a time, every lane busy, the rest at the end: 103 us
- * (the vertices' gradient lookups are what is left). */
-#define VERT_RUN 1024
-#define VERT_WARPS 4
-
+/* One thread per vertex. With a thread per edge slot (17.9 M threads for
+ * a 12,000-block map, 2% of them used) most warps ran one lane's vertex
+ * while 31 waited: 176 us (Nsight Compute, H200); a warp compacting its
+ * run of slots in shared memory, 103 us. */
 template <int LAYOUT>
-static __global__ void __launch_bounds__(32 * VERT_WARPS)
-    k_vertices(mesh_args a, const int32_t *touched, const uint32_t *edge_ids, uint32_t n,
-               float *pos, float *nrm, uint8_t *col)
+static __global__ void k_vertices(mesh_args a, const int32_t *touched, const uint32_t *vert_slot,
+                                  uint32_t nverts, float *pos, float *nrm, uint8_t *col)
 {
-    __shared__ uint32_t queue[VERT_WARPS][64];
     const mesh_source src = fixed<LAYOUT>(a.src);
-    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    uint32_t *q = queue[warp];
-    const uint64_t run = ((uint64_t)blockIdx.x * VERT_WARPS + warp) * VERT_RUN;
-    uint32_t queued = 0;
-    for (uint32_t k = 0; k < VERT_RUN; k += 32) {
-        const uint64_t i = run + k + lane;
-        const bool used = i < n && edge_ids[i] != NO_ID;
-        const unsigned m = __ballot_sync(0xffffffffu, used);
-        if (used)
-            q[queued + __popc(m & ((1u << lane) - 1u))] = (uint32_t)i;
-        queued += (uint32_t)__popc(m);
-        __syncwarp();
-        if (queued >= 32) {
-            const uint32_t mine = q[lane];
-            __syncwarp();
-            if (lane < queued - 32)
-                q[lane] = q[32 + lane];
-            queued -= 32;
-            __syncwarp();
-            emit_vertex<LAYOUT>(a, src, touched, mine, edge_ids[mine], pos, nrm, col);
-        }
-    }
-    if (lane < queued) {
-        const uint32_t mine = q[lane];
-        emit_vertex<LAYOUT>(a, src, touched, mine, edge_ids[mine], pos, nrm, col);
-    }
+    uint32_t id = blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= nverts)
+        return;
+    emit_vertex<LAYOUT>(a, src, touched, vert_slot[id], id, pos, nrm, col);
 }
 
 /* One CTA per selected block, one thread per cell: writes its triangles
- * and, when tri_keys is not NULL, the key of the block they belong to. */
+ * and, when tri_keys is not NULL, the key of the block they belong to.
+ * (Listing the block's cells with triangles in shared memory first and
+ * writing them with the CTA's first threads was slower, 64 -> 72 us on
+ * the H200: fewer warps per SM were left to hide the loads' latency.) */
 static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
-    k_tris(const int32_t *nbl, const int32_t *local, const uint32_t *edge_ids,
-           const uint8_t *cell_cube, const uint32_t *tri_offset, uint32_t *indices,
-           const int32_t *sel, const uint64_t *block_keys, uint64_t *tri_keys)
+    k_tris(const int32_t *nbl, const int32_t *local, const uint32_t *edge_bits,
+           const uint32_t *word_base, const uint8_t *cell_cube, const uint32_t *tri_offset,
+           uint32_t *indices, const int32_t *sel, const uint64_t *block_keys, uint64_t *tri_keys)
 {
     __shared__ int32_t nb[8];
     if (threadIdx.x < 8) {
@@ -401,8 +443,8 @@ static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
         nb[threadIdx.x] = n >= 0 ? local[n] : -1;
     }
     __syncthreads();
-    size_t cell = (size_t)blockIdx.x * TSDF_BLOCK_VOXELS + threadIdx.x;
-    int cube = cell_cube[cell];
+    const size_t cell = (size_t)blockIdx.x * TSDF_BLOCK_VOXELS + threadIdx.x;
+    const int cube = cell_cube[cell];
     if (cube == 0)
         return;
     int x, y, z;
@@ -417,7 +459,7 @@ static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
             size_t slot = (size_t)nb[bi] * EDGE_SLOTS +
                           (size_t)tsdf_mc_edge_axis(e) * TSDF_BLOCK_VOXELS +
                           tsdf_voxel_index(lx & 7, ly & 7, lz & 7);
-            indices[3 * (size_t)out + j] = edge_ids[slot];
+            indices[3 * (size_t)out + j] = edge_id(edge_bits, word_base, slot);
         }
         if (tri_keys != NULL)
             tri_keys[out] = block_keys[sel[blockIdx.x]];
@@ -555,6 +597,7 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
     a.src.t = cuda_view(v);
     a.src.layout = v->p.layout;
     a.src.quant = v->quant;
+    a.src.home_blk = -1; /* none: lookups go to the table */
     a.block_keys = v->d_block_keys;
     a.used = v->used;
     a.voxel_size = v->p.voxel_size_m;
@@ -586,49 +629,56 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
             a, d_sel, d_nbl, d_local, d_touched, d_ctr);
         CUDA_TRY_LAUNCH();
     }
-    CUDA_TRY(
-        cudaMemcpyAsync(h_ctr, d_ctr, 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost, v->stream));
-    if ((rc = cuda_sync_all(v)) != TSDF_OK)
-        return rc;
-    const uint32_t nsel = h_ctr[0];
-    const uint32_t ntouched = h_ctr[1];
-    const size_t nslots = (size_t)ntouched * EDGE_SLOTS;
-    const size_t ncells = (size_t)nsel * TSDF_BLOCK_VOXELS;
-    if (nslots > 0xffffffffull || ncells > 0xffffffffull)
+    /* The passes up to the counts' read-back are sized by bounds, and
+     * read the selected and touched counts on the device: the host
+     * waited for those counts here once, a round trip inside every
+     * mesh. Touched blocks are distinct live blocks, at most 8 for each
+     * selected one. */
+    const uint64_t touched_bound =
+        (uint64_t)sel_cap * 8 < v->blocks ? (uint64_t)sel_cap * 8 : (uint64_t)v->blocks;
+    const uint64_t ncells = (uint64_t)sel_cap * TSDF_BLOCK_VOXELS;
+    if (touched_bound * EDGE_SLOTS > 0xffffffffull || ncells > 0xffffffffull)
         return TSDF_ETOO_LARGE;
-
-    uint32_t *d_edge, *d_tri_off;
+    const size_t nwords_bound = (size_t)touched_bound * EDGE_WORDS;
+    uint32_t *d_bits, *d_word_base, *d_tri_off;
     uint8_t *d_cube;
-    if ((rc = scratch_alloc(v, s, (void **)&d_edge, nslots * sizeof(uint32_t))) != TSDF_OK ||
-        (rc = scratch_alloc(v, s, (void **)&d_cube, ncells)) != TSDF_OK ||
-        (rc = scratch_alloc(v, s, (void **)&d_tri_off, ncells * sizeof(uint32_t))) != TSDF_OK)
+    if ((rc = scratch_alloc(v, s, (void **)&d_bits, nwords_bound * sizeof(uint32_t))) != TSDF_OK ||
+        (rc = scratch_alloc(v, s, (void **)&d_word_base, nwords_bound * sizeof(uint32_t))) !=
+            TSDF_OK ||
+        (rc = scratch_alloc(v, s, (void **)&d_cube, (size_t)ncells)) != TSDF_OK ||
+        (rc = scratch_alloc(v, s, (void **)&d_tri_off, (size_t)ncells * sizeof(uint32_t))) !=
+            TSDF_OK)
         return rc;
-    if (nsel) {
-        CUDA_TRY(cudaMemsetAsync(d_edge, 0xff, nslots * sizeof(uint32_t), v->stream));
+    if (sel_cap) {
+        CUDA_TRY(cudaMemsetAsync(d_bits, 0, nwords_bound * sizeof(uint32_t), v->stream));
         if (v->p.layout == TSDF_LAYOUT_S16)
-            k_cells<TSDF_LAYOUT_S16>
-                <<<nsel, TSDF_BLOCK_VOXELS, 0, v->stream>>>(a.src, d_nbl, d_local, d_edge, d_cube);
+            k_cells<TSDF_LAYOUT_S16><<<sel_cap, TSDF_BLOCK_VOXELS, 0, v->stream>>>(
+                a.src, d_nbl, d_local, d_bits, d_cube, d_ctr);
         else
-            k_cells<TSDF_LAYOUT_F32>
-                <<<nsel, TSDF_BLOCK_VOXELS, 0, v->stream>>>(a.src, d_nbl, d_local, d_edge, d_cube);
+            k_cells<TSDF_LAYOUT_F32><<<sel_cap, TSDF_BLOCK_VOXELS, 0, v->stream>>>(
+                a.src, d_nbl, d_local, d_bits, d_cube, d_ctr);
         CUDA_TRY_LAUNCH();
-        k_number_edges<<<cuda_grid(nslots, NUMBER_SPAN), NUMBER_CTA, 0, v->stream>>>(
-            d_edge, (uint32_t)(nslots / NUMBER_PER_THREAD), d_ctr);
+        k_number_edges<<<cuda_grid(nwords_bound, NUMBER_SPAN), NUMBER_CTA, 0, v->stream>>>(
+            d_bits, (uint32_t)(nwords_bound / NUMBER_PER_THREAD), d_word_base, d_ctr);
         CUDA_TRY_LAUNCH();
         k_number_tris<<<cuda_grid(ncells, NUMBER_SPAN), NUMBER_CTA, 0, v->stream>>>(
-            d_cube, (uint32_t)(ncells / NUMBER_PER_THREAD), d_tri_off, d_ctr);
+            d_cube, d_tri_off, d_ctr);
         CUDA_TRY_LAUNCH();
     }
     CUDA_TRY(
         cudaMemcpyAsync(h_ctr, d_ctr, 4 * sizeof(uint32_t), cudaMemcpyDeviceToHost, v->stream));
     if ((rc = cuda_sync_all(v)) != TSDF_OK)
         return rc;
+    const uint32_t nsel = h_ctr[0];
+    const size_t nwords = (size_t)h_ctr[1] * EDGE_WORDS;
     const size_t nverts = h_ctr[2], ntris = h_ctr[3];
 
     struct mesh_pack k;
     uint8_t *d_out;
+    uint32_t *d_vert_slot;
     pack_layout(&k, nverts, ntris, nsel, a.with_color, tri_keys_out != NULL, meshed_out != NULL);
     if ((rc = scratch_alloc(v, s, (void **)&d_out, k.total)) != TSDF_OK ||
+        (rc = scratch_alloc(v, s, (void **)&d_vert_slot, nverts * sizeof(uint32_t))) != TSDF_OK ||
         (rc = host_reserve(v, k.total)) != TSDF_OK)
         return rc;
     float *d_pos = (float *)(d_out + k.pos), *d_nrm = (float *)(d_out + k.nrm);
@@ -637,19 +687,21 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
     uint64_t *d_tri_keys = tri_keys_out != NULL ? (uint64_t *)(d_out + k.tri_keys) : NULL;
     uint64_t *d_meshed = meshed_out != NULL ? (uint64_t *)(d_out + k.meshed) : NULL;
     if (nverts) {
+        k_vert_slots<<<cuda_grid(nwords, 256), 256, 0, v->stream>>>(d_bits, d_word_base,
+                                                                    (uint32_t)nwords, d_vert_slot);
+        CUDA_TRY_LAUNCH();
         if (v->p.layout == TSDF_LAYOUT_S16)
-            k_vertices<TSDF_LAYOUT_S16>
-                <<<cuda_grid(nslots, VERT_RUN * VERT_WARPS), 32 * VERT_WARPS, 0, v->stream>>>(
-                    a, d_touched, d_edge, (uint32_t)nslots, d_pos, d_nrm, d_col);
+            k_vertices<TSDF_LAYOUT_S16><<<cuda_grid(nverts, 128), 128, 0, v->stream>>>(
+                a, d_touched, d_vert_slot, (uint32_t)nverts, d_pos, d_nrm, d_col);
         else
-            k_vertices<TSDF_LAYOUT_F32>
-                <<<cuda_grid(nslots, VERT_RUN * VERT_WARPS), 32 * VERT_WARPS, 0, v->stream>>>(
-                    a, d_touched, d_edge, (uint32_t)nslots, d_pos, d_nrm, d_col);
+            k_vertices<TSDF_LAYOUT_F32><<<cuda_grid(nverts, 128), 128, 0, v->stream>>>(
+                a, d_touched, d_vert_slot, (uint32_t)nverts, d_pos, d_nrm, d_col);
         CUDA_TRY_LAUNCH();
     }
     if (ntris) {
-        k_tris<<<nsel, TSDF_BLOCK_VOXELS, 0, v->stream>>>(
-            d_nbl, d_local, d_edge, d_cube, d_tri_off, d_idx, d_sel, v->d_block_keys, d_tri_keys);
+        k_tris<<<nsel, TSDF_BLOCK_VOXELS, 0, v->stream>>>(d_nbl, d_local, d_bits, d_word_base,
+                                                          d_cube, d_tri_off, d_idx, d_sel,
+                                                          v->d_block_keys, d_tri_keys);
         CUDA_TRY_LAUNCH();
     }
     if (d_meshed != NULL && nsel) {
