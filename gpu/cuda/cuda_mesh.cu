@@ -328,11 +328,14 @@ static __global__ void __launch_bounds__(NUMBER_CTA)
 }
 
 /* Each cell's first triangle in the output, four cells per thread; the
- * grid covers the bound on the selection, whose count is read here. */
+ * grid covers the bound on the selection (sel_bound blocks), whose count
+ * is read here. */
 static __global__ void __launch_bounds__(NUMBER_CTA)
-    k_number_tris(const uint8_t *cell_cube, uint32_t *tri_offset, uint32_t *counters)
+    k_number_tris(const uint8_t *cell_cube, uint32_t sel_bound, uint32_t *tri_offset,
+                  uint32_t *counters)
 {
-    const uint32_t n4 = counters[0] * (TSDF_BLOCK_VOXELS / NUMBER_PER_THREAD);
+    const uint32_t nsel = counters[0] < sel_bound ? counters[0] : sel_bound;
+    const uint32_t n4 = nsel * (TSDF_BLOCK_VOXELS / NUMBER_PER_THREAD);
     uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     uint32_t c = 0;
     if (i < n4)
@@ -632,11 +635,14 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
     /* The passes up to the counts' read-back are sized by bounds, and
      * read the selected and touched counts on the device: the host
      * waited for those counts here once, a round trip inside every
-     * mesh. Touched blocks are distinct live blocks, at most 8 for each
-     * selected one. */
+     * mesh. The selected blocks are distinct live blocks (the keys are
+     * distinct: the front end sorts them unique), so at most `blocks`
+     * however many keys an incremental mesh lists; the touched ones are
+     * distinct live blocks, at most 8 for each selected one. */
+    const uint32_t sel_bound = sel_cap < v->blocks ? sel_cap : v->blocks;
     const uint64_t touched_bound =
-        (uint64_t)sel_cap * 8 < v->blocks ? (uint64_t)sel_cap * 8 : (uint64_t)v->blocks;
-    const uint64_t ncells = (uint64_t)sel_cap * TSDF_BLOCK_VOXELS;
+        (uint64_t)sel_bound * 8 < v->blocks ? (uint64_t)sel_bound * 8 : (uint64_t)v->blocks;
+    const uint64_t ncells = (uint64_t)sel_bound * TSDF_BLOCK_VOXELS;
     if (touched_bound * EDGE_SLOTS > 0xffffffffull || ncells > 0xffffffffull)
         return TSDF_ETOO_LARGE;
     const size_t nwords_bound = (size_t)touched_bound * EDGE_WORDS;
@@ -649,20 +655,20 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
         (rc = scratch_alloc(v, s, (void **)&d_tri_off, (size_t)ncells * sizeof(uint32_t))) !=
             TSDF_OK)
         return rc;
-    if (sel_cap) {
+    if (sel_bound) {
         CUDA_TRY(cudaMemsetAsync(d_bits, 0, nwords_bound * sizeof(uint32_t), v->stream));
         if (v->p.layout == TSDF_LAYOUT_S16)
-            k_cells<TSDF_LAYOUT_S16><<<sel_cap, TSDF_BLOCK_VOXELS, 0, v->stream>>>(
+            k_cells<TSDF_LAYOUT_S16><<<sel_bound, TSDF_BLOCK_VOXELS, 0, v->stream>>>(
                 a.src, d_nbl, d_local, d_bits, d_cube, d_ctr);
         else
-            k_cells<TSDF_LAYOUT_F32><<<sel_cap, TSDF_BLOCK_VOXELS, 0, v->stream>>>(
+            k_cells<TSDF_LAYOUT_F32><<<sel_bound, TSDF_BLOCK_VOXELS, 0, v->stream>>>(
                 a.src, d_nbl, d_local, d_bits, d_cube, d_ctr);
         CUDA_TRY_LAUNCH();
         k_number_edges<<<cuda_grid(nwords_bound, NUMBER_SPAN), NUMBER_CTA, 0, v->stream>>>(
             d_bits, (uint32_t)(nwords_bound / NUMBER_PER_THREAD), d_word_base, d_ctr);
         CUDA_TRY_LAUNCH();
         k_number_tris<<<cuda_grid(ncells, NUMBER_SPAN), NUMBER_CTA, 0, v->stream>>>(
-            d_cube, d_tri_off, d_ctr);
+            d_cube, sel_bound, d_tri_off, d_ctr);
         CUDA_TRY_LAUNCH();
     }
     CUDA_TRY(
@@ -670,6 +676,10 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
     if ((rc = cuda_sync_all(v)) != TSDF_OK)
         return rc;
     const uint32_t nsel = h_ctr[0];
+    /* Only keys listed twice could select more blocks than the bound
+     * (the passes above clamp to it); refuse rather than mesh them. */
+    if (nsel > sel_bound || h_ctr[1] > touched_bound)
+        return TSDF_EINTERNAL;
     const size_t nwords = (size_t)h_ctr[1] * EDGE_WORDS;
     const size_t nverts = h_ctr[2], ntris = h_ctr[3];
 
