@@ -6,6 +6,7 @@
 #include "server.h"
 
 #include "access.h"
+#include "ipc_watch.h"
 #include "log.h"
 #include "tsdf_error.h"
 #include "tsdf_transport.h"
@@ -36,6 +37,15 @@
  * notices a shutdown without the REP socket being closed under it. */
 #define SERVER_RECV_SLICE_MS 200
 
+/* How often each ipc:// listener is probed (ipc_watch.h): a listener nng
+ * stopped is listened on again within two periods. */
+#define SERVER_IPC_PROBE_MS 1000
+
+/* The SP protocol numbers a peer sends in its handshake: REQ0 for the REP
+ * socket, PUSH0 for PULL (nng's headers name only the first). */
+#define SERVER_PEER_REQ0 0x30
+#define SERVER_PEER_PUSH0 0x50
+
 /* How long a reply may wait for room in the peer's pipe. Bounded so that a
  * shutdown, which joins the request threads, never hangs on a stuck peer. */
 #define SERVER_REPLY_SEND_MS 10000
@@ -59,6 +69,7 @@ struct server {
     size_t decoder_count;
     atomic_int stopping; /* server_stop began: request threads exit */
     access_policy *access;
+    ipc_watch *watch;    /* keeps the ipc:// listeners accepting */
     nng_tls_config *tls; /* of the tls+tcp:// listeners; NULL without [tls] */
     /* Pipes refused in ADD_PRE whose REM_POST is still to come: their
      * connection is taken off conns_open at once, so the count is exactly
@@ -187,6 +198,10 @@ static void on_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
     dstats *ds = s->d->stats;
     uint32_t id = nng_pipe_id(p);
     if (ev == NNG_PIPE_EV_ADD_PRE) {
+        /* The watch's own probes are not clients: not counted, not
+         * policed (their REM_POST is left out the same way). */
+        if (ipc_watch_pipe_added(s->watch, p))
+            return;
         unsigned open = atomic_fetch_add(&ds->conns_open, 1) + 1;
         if (open > s->d->cfg->max_connections) {
             atomic_fetch_add(&ds->conns_refused, 1);
@@ -204,6 +219,8 @@ static void on_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
         }
         access_pipe_added(s->access, p);
     } else if (ev == NNG_PIPE_EV_REM_POST) {
+        if (ipc_watch_pipe_removed(s->watch, p))
+            return;
         int counted = 1;
         pthread_mutex_lock(&s->refused_lock);
         for (size_t i = 0; i < s->refused_count; i++) {
@@ -228,12 +245,17 @@ static int watch_pipes(server *s, nng_socket sock)
     return rv;
 }
 
-static int listen_all(nng_socket sock, const char (*urls)[CFG_URL_LEN], size_t n,
-                      const tsdf_listen_opts *opts, char *err, size_t err_len)
+static int listen_all(server *s, nng_socket sock, uint16_t peer_proto,
+                      const char (*urls)[CFG_URL_LEN], size_t n, const tsdf_listen_opts *opts,
+                      char *err, size_t err_len)
 {
     for (size_t i = 0; i < n; i++) {
+        nng_listener l;
         ensure_ipc_dir(urls[i]);
-        int rc = tsdf_transport_listen(sock, urls[i], opts, NULL, err, err_len);
+        int rc = tsdf_transport_listen(sock, urls[i], opts, &l, err, err_len);
+        if (rc == TSDF_OK &&
+            (rc = ipc_watch_add(s->watch, sock, l, urls[i], peer_proto, opts)) != TSDF_OK)
+            snprintf(err, err_len, "%s: too many ipc:// listeners to watch", urls[i]);
         if (rc != TSDF_OK)
             return rc;
         TSDF_LOG(TSDF_LOG_INFO, "listening on %s", urls[i]);
@@ -256,7 +278,8 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
         return TSDF_ENOMEM;
     }
     s->d = d;
-    if ((rc = access_create(cfg, d->stats, &s->access)) != TSDF_OK) {
+    if ((rc = access_create(cfg, d->stats, &s->access)) != TSDF_OK ||
+        (rc = ipc_watch_create(&s->watch)) != TSDF_OK) {
         snprintf(err, err_len, "out of memory");
         goto fail;
     }
@@ -298,12 +321,17 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
              cfg->max_connections, max_recv, (max_recv * cfg->max_connections) >> 20);
 
     tsdf_listen_opts lo = {.tls = s->tls, .ipc_mode = (int)cfg->ipc_mode, .ipc_gid = gid};
-    rc = listen_all(s->rep, cfg->listen, cfg->listen_count, &lo, err, err_len);
+    rc = listen_all(s, s->rep, SERVER_PEER_REQ0, cfg->listen, cfg->listen_count, &lo, err, err_len);
     if (rc != TSDF_OK)
         goto fail;
-    rc = listen_all(s->pull, cfg->frames_listen, cfg->frames_listen_count, &lo, err, err_len);
+    rc = listen_all(s, s->pull, SERVER_PEER_PUSH0, cfg->frames_listen, cfg->frames_listen_count,
+                    &lo, err, err_len);
     if (rc != TSDF_OK)
         goto fail;
+    if ((rc = ipc_watch_start(s->watch, SERVER_IPC_PROBE_MS)) != TSDF_OK) {
+        snprintf(err, err_len, "cannot start the ipc listener watch");
+        goto fail;
+    }
 
     s->reqs = calloc(cfg->request_contexts, sizeof *s->reqs);
     s->decoders = calloc(cfg->decode_threads, sizeof *s->decoders);
@@ -349,6 +377,8 @@ void server_stop(server *s)
 {
     if (s == NULL)
         return;
+    /* No listener restart may race with the closes below. */
+    ipc_watch_stop(s->watch);
     /* Closing the PULL socket ends the decoders' blocking receives with
      * NNG_ECLOSED (no context is involved there). */
     if (s->pull_open)
@@ -379,6 +409,7 @@ void server_stop(server *s)
     }
     /* Both sockets are closed: no pipe callback runs any more. */
     access_destroy(s->access);
+    ipc_watch_destroy(s->watch);
     if (s->tls != NULL)
         nng_tls_config_free(s->tls);
     free(s->reqs);
