@@ -255,18 +255,18 @@ static int encode_msg(const tsdf_request *q, nng_msg **out)
  * *rep is decoded from *reply_msg, which the caller frees after it is done
  * with rep's payload pointers. A daemon error reply returns its status and
  * frees the message. */
-static int call(tsdf_client *c, tsdf_request *q, int timeout_ms, tsdf_reply *rep,
-                nng_msg **reply_msg)
+static int call_once(tsdf_client *c, tsdf_request *q, int64_t deadline, tsdf_reply *rep,
+                     nng_msg **reply_msg, int *recv_rv)
 {
     last_message[0] = '\0';
     *reply_msg = NULL;
+    *recv_rv = 0;
     q->id = atomic_fetch_add(&c->next_id, 1);
     nng_msg *m;
     int rc = encode_msg(q, &m);
     if (rc != TSDF_OK)
         return rc;
 
-    int64_t deadline = now_ms() + effective_timeout(c, timeout_ms);
     nng_ctx ctx;
     nng_aio *aio = NULL;
     int rv = nng_ctx_open(&ctx, c->req);
@@ -298,6 +298,7 @@ static int call(tsdf_client *c, tsdf_request *q, int timeout_ms, tsdf_reply *rep
     nng_aio_wait(aio);
     rv = nng_aio_result(aio);
     if (rv != 0) {
+        *recv_rv = rv;
         rc = nng_fail(rv, "receive");
         goto done;
     }
@@ -326,6 +327,31 @@ static int call(tsdf_client *c, tsdf_request *q, int timeout_ms, tsdf_reply *rep
 done:
     nng_aio_free(aio);
     nng_ctx_close(ctx);
+    return rc;
+}
+
+/* Requests that change nothing, which may be sent again. */
+static int is_query(tsdf_msg_type t)
+{
+    return t == TSDF_MSG_PING || t == TSDF_MSG_STATS || t == TSDF_MSG_MAPS ||
+           t == TSDF_MSG_RAYCAST || t == TSDF_MSG_MESH;
+}
+
+/* call_once, and once more for a query whose connection was reset or shut
+ * before its reply, while time is left: nng does not resend on another
+ * connection (the resend time is off, so that an integrate is never sent
+ * twice), and with nng 1.5 a daemon replaces an ipc:// listener that
+ * stopped handing over connections by closing the connections stuck on
+ * it (daemon/ipc_watch.h). */
+static int call(tsdf_client *c, tsdf_request *q, int timeout_ms, tsdf_reply *rep,
+                nng_msg **reply_msg)
+{
+    const int64_t deadline = now_ms() + effective_timeout(c, timeout_ms);
+    int recv_rv;
+    int rc = call_once(c, q, deadline, rep, reply_msg, &recv_rv);
+    if (rc != TSDF_OK && is_query(q->type) &&
+        (recv_rv == NNG_ECONNRESET || recv_rv == NNG_ECONNSHUT) && deadline - now_ms() > 0)
+        rc = call_once(c, q, deadline, rep, reply_msg, &recv_rv);
     return rc;
 }
 
