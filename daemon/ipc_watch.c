@@ -40,7 +40,7 @@ typedef struct {
 
 struct ipc_watch {
     watched w[IPC_WATCH_MAX];
-    size_t n;
+    _Atomic size_t n; /* published after its entry: the pipe callback reads it */
     unsigned period_ms;
     pthread_t thread;
     int started;
@@ -85,9 +85,10 @@ int ipc_watch_add(ipc_watch *w, nng_socket sock, nng_listener l, const char *url
     if (strlen(url + 6) >= sizeof(((struct sockaddr_un *)0)->sun_path) ||
         strlen(url) >= sizeof w->w[0].url)
         return TSDF_OK;
-    if (w->n == IPC_WATCH_MAX || w->started)
+    const size_t n = atomic_load(&w->n);
+    if (n == IPC_WATCH_MAX || w->started)
         return TSDF_EINVAL;
-    watched *e = &w->w[w->n++];
+    watched *e = &w->w[n];
     memset(e, 0, sizeof *e);
     e->sock = sock;
     strcpy(e->url, url);
@@ -95,6 +96,7 @@ int ipc_watch_add(ipc_watch *w, nng_socket sock, nng_listener l, const char *url
     e->opts = *opts;
     e->listener = l;
     atomic_store(&e->listener_id, (uint32_t)nng_listener_id(l));
+    atomic_store(&w->n, n + 1);
     return TSDF_OK;
 }
 
@@ -122,7 +124,11 @@ static int xfer(int fd, uint8_t *buf, size_t n, int sending)
     return 0;
 }
 
-/* One probe of e: 1 when nng handed the connection to the socket. */
+/* One probe of e: 1 when nng handed the connection to the socket, 0
+ * when the listener did its part of the handshake but nng did not hand
+ * the connection over (what a stopped listener does), -1 when nothing was
+ * learnt (no descriptor, the connection or the handshake did not complete
+ * in time: a busy daemon, not the stopped listener). */
 static int probe(watched *e)
 {
     struct sockaddr_un a;
@@ -131,12 +137,12 @@ static int probe(watched *e)
     strcpy(a.sun_path, e->url + 6);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return 1; /* no descriptor to probe with: nothing learnt */
+        return -1;
     struct timeval tv = {IPC_PROBE_TIMEOUT_MS / 1000, (IPC_PROBE_TIMEOUT_MS % 1000) * 1000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     const uint64_t before = atomic_load(&e->handed_over);
-    int seen = 0;
+    int seen = -1;
     atomic_store(&e->probing, 1);
     if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
         /* The SP handshake of a peer of the socket: "\0SP\0", its
@@ -151,6 +157,7 @@ static int probe(watched *e)
                 struct timespec nap = {0, 2 * 1000 * 1000};
                 nanosleep(&nap, NULL);
             }
+            /* 0 here: the handshake came back, the connection did not. */
         }
     }
     close(fd);
@@ -197,11 +204,12 @@ static void *watch_main(void *arg)
         if (w->stop)
             break;
         pthread_mutex_unlock(&w->lock);
-        for (size_t i = 0; i < w->n; i++) {
+        for (size_t i = 0; i < atomic_load(&w->n); i++) {
             watched *e = &w->w[i];
-            if (probe(e)) {
+            const int r = probe(e);
+            if (r > 0) {
                 e->misses = 0;
-            } else if (++e->misses >= IPC_PROBE_MISSES) {
+            } else if (r == 0 && ++e->misses >= IPC_PROBE_MISSES) {
                 restart(w, e);
                 e->misses = 0;
             }
@@ -214,7 +222,7 @@ static void *watch_main(void *arg)
 
 int ipc_watch_start(ipc_watch *w, unsigned period_ms)
 {
-    if (w->n == 0)
+    if (atomic_load(&w->n) == 0)
         return TSDF_OK;
     w->period_ms = period_ms ? period_ms : 1;
     if (pthread_create(&w->thread, NULL, watch_main, w) != 0)
@@ -231,11 +239,12 @@ static int is_own_probe(nng_pipe p)
 
 int ipc_watch_pipe_added(ipc_watch *w, nng_pipe p)
 {
-    if (w == NULL || w->n == 0)
+    const size_t n = w == NULL ? 0 : atomic_load(&w->n);
+    if (n == 0)
         return 0;
     const uint32_t lid = (uint32_t)nng_listener_id(nng_pipe_listener(p));
     int probing = 0;
-    for (size_t i = 0; i < w->n; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (atomic_load(&w->w[i].listener_id) == lid) {
             atomic_fetch_add(&w->w[i].handed_over, 1);
             probing = atomic_load(&w->w[i].probing);
@@ -256,7 +265,7 @@ int ipc_watch_pipe_added(ipc_watch *w, nng_pipe p)
 
 int ipc_watch_pipe_removed(ipc_watch *w, nng_pipe p)
 {
-    if (w == NULL || w->n == 0)
+    if (w == NULL || atomic_load(&w->n) == 0)
         return 0;
     const uint32_t id = nng_pipe_id(p);
     int found = 0;
