@@ -263,6 +263,7 @@ static int cuda_create_impl(struct cuda_volume *v)
     CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, v->device));
     if (sms < 1)
         sms = 1;
+    v->sm_count = (unsigned)sms;
     v->update_grid = (unsigned)sms * 4;
     v->insert_grid = (unsigned)sms * 8;
     int rc = create_events(v);

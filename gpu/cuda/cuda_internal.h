@@ -198,6 +198,7 @@ struct cuda_volume {
     cudaEvent_t counted;
     unsigned insert_grid;
     unsigned update_grid;
+    unsigned sm_count; /* the device's multiprocessors */
     uint64_t peak_missing;
 
     struct cuda_frame_events timeline[CUDA_TIMELINE_RING];

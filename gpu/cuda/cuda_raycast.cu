@@ -1,39 +1,38 @@
 /*
  * cuda_raycast.cu - the raycast on the GPU, the same code as the CPU
- * reference (gpu/cpu/cpu_raycast.c) in two kernels:
+ * reference (gpu/cpu/cpu_raycast.c) in three kernels:
  *   range    one thread per pool slot projects its block and lowers /
  *            raises the depth bounds of the tiles it may cover
  *            (tsdf_raycast_range.h; atomicMin / atomicMax, so the result
  *            is the CPU's whatever the order);
- *   march    one thread per pixel runs tsdf_ray_pixel_ranged of
- *            tsdf_raycast_march.h (the reference march's answer, marched
- *            over its tile's depth range), with blocks found in the device
- *            hash table.
+ *   march    tsdf_ray_pixel_ranged of tsdf_raycast_march.h per pixel, the
+ *            depth only, over its tile's depth range, with blocks found
+ *            in the device hash table; each warp takes 8 x 4 pixels at a
+ *            time from a counter (see k_raycast);
+ *   surface  the normal and colour of every hit (tsdf_ray_pixel_surface).
  *
  * The backend is compiled with --fmad=false, so a GPU ray evaluates every
  * float expression as the CPU ray does and returns the same depth, normal
  * and colour.
  *
- * The march's samples are called functions that return their values in
- * registers (tsdf_ray_sample_at and its kin in tsdf_raycast_march.h):
- * 0.88 -> 0.71 ms on the H200 (7-Scenes, 450 frames, depth + normals from
- * frame 225, kernel median of 50), the same output checksum.
- *
- * Measured on an H200 (7-Scenes, 100 frames fused at 1 cm, 640x480 depth +
- * normals from frame 50, kernel median of 20) before the range pass, which
- * removed the walk through empty space from the near plane: 1.26 ms.
- * Variants that gathered a cell inside one block with one lookup, kept two
- * cached blocks, consulted a block occupancy grid before the table, or
- * capped registers for occupancy were all slower (1.84 to 2.17 ms): the
- * table is small and L2-resident, so a miss costs little, and every extra
- * register costs occupancy in this latency-bound loop. They were removed.
- *
- * Tried on 2026-12-02 and not kept: the march as a state machine taking at
- * most one sample per turn from one call site, a lane whose pixel was done
- * taking the next pixel of its warp's tile (Nsight Compute shows 13 of 32
- * lanes active in this kernel). It returned the same checksum but needed
- * 96 registers, and fewer warps hid less latency: 0.80 ms with 32 pixels a
- * warp, 1.28 with 64, 2.13 with 128, against 0.65 for this kernel.
+ * What the kernels' shape comes from (H200, 7-Scenes at 1 cm, 640 x 480
+ * depth + normals from frame 225's pose, kernel medians of 50):
+ *   - The march of 2026-12-02 (a cell of 8 voxels at every step, the
+ *     normal's six more inline, one thread per pixel) took 0.654 ms, its
+ *     warps 13 of 32 lanes active and waiting for instruction fetches.
+ *     The march now reads one voxel where it is far from the surface,
+ *     works in voxel units (one floor per axis a step, exits multiplied
+ *     by 1 / d), takes its cell samples from one inlined call site, and
+ *     the normals are a kernel of their own: 0.660 -> 0.403 ms, measured
+ *     in one lease against the old build (301,176 hits against 301,188;
+ *     tests/test_raycast_truth.c measures both against the exact
+ *     surface).
+ *   - Earlier: variants that cached two blocks, consulted a block
+ *     occupancy grid before the table, or capped registers for occupancy
+ *     were slower; the table is small and L2-resident, so a miss costs
+ *     little. A march as a state machine whose lanes took the next pixel
+ *     of their warp's tile when done needed 96 registers and was slower
+ *     (0.80 to 2.13 ms against 0.65).
  */
 #include <math.h>
 #include <stdint.h>
@@ -45,12 +44,24 @@
 #define TSDF_RAY_SOURCE cuda_table_view
 #include "tsdf_raycast_march.h"
 
-static __device__ int32_t tsdf_ray_source_block(const tsdf_ray_volume *vol, int32_t bx, int32_t by,
-                                                int32_t bz)
+/* The table probe, called (one copy of its loop for every call site) with
+ * its arguments by value: a called function that took the volume view by
+ * address made the kernels keep the view in local memory (a 104-byte stack
+ * frame, loaded back at every step). */
+static __device__ __noinline__ int32_t ray_table_find(const uint64_t *keys, const int32_t *vals,
+                                                      uint32_t mask, int32_t bx, int32_t by,
+                                                      int32_t bz)
 {
     if (!tsdf_block_coord_valid(bx, by, bz))
         return -1;
-    return cuda_table_find(vol->src, tsdf_block_key(bx, by, bz));
+    const cuda_table_view t = {keys, vals, mask, NULL, NULL};
+    return cuda_table_find(t, tsdf_block_key(bx, by, bz));
+}
+
+static __device__ __forceinline__ int32_t tsdf_ray_source_block(const tsdf_ray_volume *vol,
+                                                                int32_t bx, int32_t by, int32_t bz)
+{
+    return ray_table_find(vol->src.keys, vol->src.vals, vol->src.mask, bx, by, bz);
 }
 
 struct ray_args {
@@ -63,13 +74,16 @@ struct ray_args {
     uint32_t tiles_x;
 };
 
-static __global__ void k_range_init(uint32_t *lo, uint32_t *hi, uint32_t n)
+/* The tile bounds, and k_raycast's work counter. */
+static __global__ void k_range_init(uint32_t *lo, uint32_t *hi, uint32_t n, uint32_t *next_tile)
 {
     uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < n) {
         lo[t] = TSDF_RANGE_LO_EMPTY;
         hi[t] = 0;
     }
+    if (t == 0)
+        *next_tile = 0;
 }
 
 /* One thread per pool slot: a block's corners bound the tiles it covers. */
@@ -91,14 +105,54 @@ static __global__ void k_range_blocks(tsdf_range_view rv, const uint64_t *block_
     }
 }
 
-/* Outputs and layout are template arguments: the layout set here, in a
- * local copy of the volume view, folds the shared code's switch on it.
- * At most 64 registers (8 CTAs of 128 per SM): with the samples returned
- * in registers the kernel wanted 70, and the cap measured 0.707 against
- * 0.719 ms (H200, one lease, same checksum), with no spills. */
-template <bool NORMALS, bool COLOR, int LAYOUT>
+/* The pixels a warp of k_raycast takes at a time: 8 x 4, so that they
+ * share a tile of the depth range (TSDF_RANGE_TILE_PX) and mostly their
+ * blocks. */
+#define RAY_WARP_W 8
+#define RAY_WARP_H 4
+
+/* The march, depth only (its hits' normals and colours come from
+ * k_ray_surface). Rays differ in length by an order of magnitude (a tile
+ * of sky against a tile of clutter), and with a fixed thread per pixel the
+ * SMs idled for 43% of the kernel's time waiting for the CTAs of the
+ * longest tiles (Nsight Compute, H200, 7-Scenes: 383 k active of 672 k
+ * elapsed cycles). So a grid that just fills the GPU runs, and each warp
+ * takes the next 8 x 4 pixels from a counter until none are left. The
+ * layout is a template argument: set here, in a local copy of the volume
+ * view, it folds the shared code's switch on it. At most 64 registers (8
+ * CTAs of 128 per SM): 80 measured the same (0.402 against 0.403 ms). */
+template <int LAYOUT>
 static __global__ void __launch_bounds__(128, 8)
-    k_raycast(ray_args a, float *depth, float *normals, uint8_t *rgb)
+    k_raycast(ray_args a, float *depth, uint32_t *next_tile)
+{
+    const uint32_t lane = threadIdx.x % 32;
+    const uint32_t tiles_x = (a.width + RAY_WARP_W - 1) / RAY_WARP_W;
+    const uint32_t tiles = tiles_x * ((a.height + RAY_WARP_H - 1) / RAY_WARP_H);
+    tsdf_ray_volume vol = a.vol;
+    vol.layout = (tsdf_layout)LAYOUT;
+    for (;;) {
+        uint32_t t = 0;
+        if (lane == 0)
+            t = atomicAdd(next_tile, 1u);
+        t = __shfl_sync(0xffffffffu, t, 0);
+        if (t >= tiles)
+            return;
+        const uint32_t px = (t % tiles_x) * RAY_WARP_W + lane % RAY_WARP_W;
+        const uint32_t py = (t / tiles_x) * RAY_WARP_H + lane / RAY_WARP_W;
+        if (px < a.width && py < a.height) {
+            tsdf_ray_cache c;
+            tsdf_ray_cache_init(&c);
+            tsdf_ray_pixel_ranged(&vol, &c, a.T_world_cam, &a.K, px, py, a.z_min, a.z_max,
+                                  a.range_lo, a.range_hi, a.tiles_x, (size_t)py * a.width + px,
+                                  depth, NULL, NULL);
+        }
+    }
+}
+
+/* The normals and colours of the march's hits (tsdf_ray_pixel_surface),
+ * one thread per pixel; outputs and layout are template arguments. */
+template <bool NORMALS, bool COLOR, int LAYOUT>
+static __global__ void k_ray_surface(ray_args a, const float *depth, float *normals, uint8_t *rgb)
 {
     uint32_t px = blockIdx.x * blockDim.x + threadIdx.x;
     uint32_t py = blockIdx.y * blockDim.y + threadIdx.y;
@@ -108,10 +162,11 @@ static __global__ void __launch_bounds__(128, 8)
     tsdf_ray_volume vol = a.vol;
     vol.layout = (tsdf_layout)LAYOUT;
     tsdf_ray_cache c;
+    float o[3], d[3];
     tsdf_ray_cache_init(&c);
-    tsdf_ray_pixel_ranged(&vol, &c, a.T_world_cam, &a.K, px, py, a.z_min, a.z_max, a.range_lo,
-                          a.range_hi, a.tiles_x, i, depth, NORMALS ? normals : NULL,
-                          COLOR ? rgb : NULL);
+    tsdf_pixel_ray_world(a.T_world_cam, &a.K, (float)px, (float)py, o, d);
+    tsdf_ray_pixel_surface(&vol, &c, o, d, depth[i], i, NORMALS ? normals : NULL,
+                           COLOR ? rgb : NULL);
 }
 
 int cuda_raycast(struct cuda_volume *v, const tsdf_raycast_params *p, tsdf_raycast_output *out)
@@ -120,8 +175,9 @@ int cuda_raycast(struct cuda_volume *v, const tsdf_raycast_params *p, tsdf_rayca
     tsdf_range_view rv;
     tsdf_range_view_init(&rv, p->T_world_cam, &p->K, p->width, p->height, v->p.voxel_size_m);
     const size_t ntiles = (size_t)rv.tiles_x * rv.tiles_y;
-    /* The tile bounds first (4-byte aligned at the start), then the outputs. */
-    const size_t range_bytes = 2 * ntiles * sizeof(uint32_t);
+    /* The tile bounds and k_raycast's work counter, 4-byte aligned at the
+     * start, then the outputs. */
+    const size_t range_bytes = (2 * ntiles + 1) * sizeof(uint32_t);
     const size_t bytes =
         range_bytes +
         npix * (sizeof(float) + (out->normals ? 3 * sizeof(float) : 0) + (out->rgb ? 3 : 0));
@@ -139,7 +195,8 @@ int cuda_raycast(struct cuda_volume *v, const tsdf_raycast_params *p, tsdf_rayca
         v->ray_cap = bytes;
     }
     uint32_t *d_lo = (uint32_t *)v->d_ray, *d_hi = d_lo + ntiles;
-    float *d_depth = (float *)(d_hi + ntiles);
+    uint32_t *d_next = d_hi + ntiles;
+    float *d_depth = (float *)(d_next + 1);
     float *d_normals = out->normals ? d_depth + npix : NULL;
     uint8_t *d_rgb = (uint8_t *)(d_depth + npix + (out->normals ? 3 * npix : 0));
 
@@ -165,20 +222,33 @@ int cuda_raycast(struct cuda_volume *v, const tsdf_raycast_params *p, tsdf_rayca
     dim3 block(16, 8);
     dim3 grid((p->width + block.x - 1) / block.x, (p->height + block.y - 1) / block.y);
     CUDA_TRY(cudaEventRecord(v->q_start, v->stream));
-    k_range_init<<<cuda_grid(ntiles, 256), 256, 0, v->stream>>>(d_lo, d_hi, (uint32_t)ntiles);
+    k_range_init<<<cuda_grid(ntiles, 256), 256, 0, v->stream>>>(d_lo, d_hi, (uint32_t)ntiles,
+                                                                d_next);
     CUDA_TRY_LAUNCH();
     if (v->used) {
         k_range_blocks<<<cuda_grid(v->used, 128), 128, 0, v->stream>>>(rv, v->d_block_keys, v->used,
                                                                        d_lo, d_hi);
         CUDA_TRY_LAUNCH();
     }
+    /* As many warps as fit on the GPU at once (8 CTAs of 128 threads an
+     * SM), or as there are 8 x 4 tiles. */
+    const size_t warp_tiles = (size_t)((p->width + RAY_WARP_W - 1) / RAY_WARP_W) *
+                              ((p->height + RAY_WARP_H - 1) / RAY_WARP_H);
+    size_t march_ctas = (warp_tiles + 3) / 4;
+    if (march_ctas > (size_t)v->sm_count * 8)
+        march_ctas = (size_t)v->sm_count * 8;
+    if (v->p.layout == TSDF_LAYOUT_S16)
+        k_raycast<TSDF_LAYOUT_S16><<<(unsigned)march_ctas, 128, 0, v->stream>>>(a, d_depth, d_next);
+    else
+        k_raycast<TSDF_LAYOUT_F32><<<(unsigned)march_ctas, 128, 0, v->stream>>>(a, d_depth, d_next);
+    CUDA_TRY_LAUNCH();
 #define LAUNCH(N, C)                                                                               \
     do {                                                                                           \
         if (v->p.layout == TSDF_LAYOUT_S16)                                                        \
-            k_raycast<N, C, TSDF_LAYOUT_S16>                                                       \
+            k_ray_surface<N, C, TSDF_LAYOUT_S16>                                                   \
                 <<<grid, block, 0, v->stream>>>(a, d_depth, d_normals, d_rgb);                     \
         else                                                                                       \
-            k_raycast<N, C, TSDF_LAYOUT_F32>                                                       \
+            k_ray_surface<N, C, TSDF_LAYOUT_F32>                                                   \
                 <<<grid, block, 0, v->stream>>>(a, d_depth, d_normals, d_rgb);                     \
     } while (0)
     if (out->normals && out->rgb)
@@ -187,8 +257,6 @@ int cuda_raycast(struct cuda_volume *v, const tsdf_raycast_params *p, tsdf_rayca
         LAUNCH(true, false);
     else if (out->rgb)
         LAUNCH(false, true);
-    else
-        LAUNCH(false, false);
 #undef LAUNCH
     CUDA_TRY_LAUNCH();
     CUDA_TRY(cudaEventRecord(v->q_end, v->stream));

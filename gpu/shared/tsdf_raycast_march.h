@@ -4,15 +4,18 @@
  *
  * Per pixel: march the ray from min_depth to max_depth (camera z; the end
  * comes sooner on a ray longer than the caps of tsdf_volume.h allow, see
- * TSDF_MAX_RAY_M and tsdf_ray_end_z), skip
- * unallocated space a block at a time (to the block's exit), sample the
- * trilinearly interpolated TSDF (tsdf_trilinear) of the 8 surrounding voxels,
- * step 0.75 sdf (at least half a voxel; past an unobserved voxel at once),
- * and refine the first + to - zero
- * crossing with tsdf_zero_crossing plus one secant step (a crossing whose
- * refinement falls in unobserved space is passed over). Normals are central
- * differences of the interpolated TSDF (the cell's gradient as fallback);
- * colours are the interpolated voxel colours.
+ * TSDF_MAX_RAY_M and tsdf_ray_end_z) in voxel units (tsdf_ray_vox): skip
+ * unallocated space a block at a time (to the block's exit) and
+ * unobserved voxels a voxel at a time; where the voxel that holds the
+ * point is far from the surface (TSDF_RAY_FAR_VOX), step by its sdf after
+ * one load; nearer, sample the trilinearly interpolated TSDF
+ * (tsdf_trilinear) of the 8 surrounding voxels and step 0.75 sdf (at least
+ * half a voxel); refine the first + to - zero crossing with
+ * tsdf_zero_crossing plus one secant step (a crossing whose refinement
+ * falls in unobserved space is passed over). See tsdf_ray_march_span.
+ * Normals are central differences of the interpolated TSDF one voxel
+ * apart (the cell's gradient as fallback), colours the interpolated voxel
+ * colours, both functions of the hit point alone (tsdf_ray_pixel_surface).
  *
  * How a block is found is the including file's business. Before including
  * this header it defines TSDF_RAY_SOURCE, the type of what a lookup needs
@@ -98,162 +101,156 @@ TSDF_LOOKUP_FN int32_t tsdf_ray_block(const tsdf_ray_volume *vol, tsdf_ray_cache
     return c->blk;
 }
 
-/* Corner k of a cell is channel index i: 1 with its sdf when known. */
-TSDF_LOOKUP_INLINE int tsdf_ray_corner(const tsdf_ray_volume *vol, size_t i, int k, float c8[8],
-                                       size_t idx8[8])
-{
-    tsdf_vox vx = tsdf_vox_load(vol->layout, vol->geom, i, vol->quant);
-    if (!tsdf_vox_known(vx))
-        return 0;
-    idx8[k] = i;
-    c8[k] = vx.sdf_m;
-    return 1;
-}
-
-/* The cell gather is the body of every sample. Inlined into the march,
- * its refinement, the normal's six samples and the colour, it made the
- * CUDA kernel 7,416 instructions long, and Nsight Compute showed its warps
- * waiting for an instruction fetch for 64% of their cycles (memory at 9%
- * of peak). Under nvcc the kernels call one copy instead. On the H200
- * (7-Scenes, 450 frames, 640x480 depth + normals, kernel median of 50, two
- * runs, identical output checksums): inlined 1.17 ms, called 1.00 ms, and
- * called without the one-lookup path below 0.88 ms, which the GPU
- * therefore leaves out; on the CPU that path pays. The called functions
- * are tsdf_ray_sample_at, tsdf_ray_grad_at and tsdf_ray_color_at: each
- * inlines the gather's body and returns what its callers need by value
- * (0.88 -> 0.71 ms, see tsdf_ray_sample_at). */
+/* The cell gather and the functions around it, inlined everywhere. Each
+ * kernel calls them at one place: the march's one cell sample
+ * (tsdf_ray_march_span), the surface's normal and colour. Inlined at every
+ * sample site of the earlier march it made the CUDA kernel 7,416
+ * instructions long (Nsight Compute showed its warps waiting for an
+ * instruction fetch for 64% of their cycles); called, the volume view and
+ * the cache whose addresses it took lived in local memory. On the host
+ * through TSDF_LOOKUP_FN, which cpu_raycast.c forces inline. */
 #ifdef __CUDACC__
-#define TSDF_RAY_GATHER_FN static __device__ __noinline__
 #define TSDF_RAY_BODY_FN static __device__ __forceinline__
 #else
-#define TSDF_RAY_GATHER_FN TSDF_LOOKUP_FN
 #define TSDF_RAY_BODY_FN TSDF_LOOKUP_FN
 #endif
 
-/* The 8 voxels around world point p (the cell whose corners are the voxel
- * centres around it). Returns 1 with the sdf values in c8, the corner
- * voxels' channel indices in idx8 and the position inside the cell in frac
- * when all 8 are known, else 0. The body, inlined into the three
- * functions below that the march calls; on the host through
- * TSDF_LOOKUP_FN, which cpu_raycast.c forces inline (left to gcc as a
- * plain static inline it was called, and the CPU raycast took 9% more). */
+/* The 8 voxels around the point pv given in voxel units (world / voxel
+ * size: the cell whose corners are the voxel centres around it). Returns
+ * 1 with the sdf values in c8, the corner voxels' channel indices in idx8
+ * and the position inside the cell in frac when all 8 are known, else 0.
+ * The corners' blocks are found first (one lookup for the 343 cells of a
+ * block's 512 that lie inside it, else one per block the cell reaches),
+ * then the 8 voxels are loaded together and checked together: no load
+ * waits for the check of the one before, so on the GPU the eight are in
+ * flight at once. */
 TSDF_RAY_BODY_FN int tsdf_ray_gather_body(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                          const float p[3], float c8[8], size_t idx8[8],
+                                          const float pv[3], float c8[8], size_t idx8[8],
                                           float frac[3])
 {
     int32_t base[3];
     for (int i = 0; i < 3; i++) {
-        float f = p[i] * vol->inv_voxel_size - 0.5f;
+        float f = pv[i] - 0.5f;
         float fl = floorf(f);
         if (!(fl >= -TSDF_VOXEL_COORD_LIMIT && fl < TSDF_VOXEL_COORD_LIMIT))
             return 0;
         base[i] = (int32_t)fl;
         frac[i] = f - fl;
     }
-    /* A cell whose corners are all in one block (343 of a block's 512):
-     * one lookup for the eight; the same voxels, so the same result. CPU
-     * only: on the GPU the extra code costs more than the lookups (see
-     * TSDF_RAY_GATHER_FN). */
-#ifndef __CUDACC__
-    if ((base[0] & 7) != 7 && (base[1] & 7) != 7 && (base[2] & 7) != 7) {
-        int32_t b = tsdf_ray_block(vol, c, tsdf_floor_div8(base[0]), tsdf_floor_div8(base[1]),
-                                   tsdf_floor_div8(base[2]));
-        if (b < 0)
+    const int32_t gb[3] = {tsdf_floor_div8(base[0]), tsdf_floor_div8(base[1]),
+                           tsdf_floor_div8(base[2])};
+    /* Bit a: the cell reaches into the next block along axis a. */
+    const int straddle =
+        ((base[0] & 7) == 7) | (((base[1] & 7) == 7) << 1) | (((base[2] & 7) == 7) << 2);
+    const int32_t b0 = tsdf_ray_block(vol, c, gb[0], gb[1], gb[2]);
+    if (straddle == 0) {
+        if (b0 < 0)
             return 0;
-        const size_t i0 = (size_t)b * TSDF_BLOCK_VOXELS +
+        const size_t i0 = (size_t)b0 * TSDF_BLOCK_VOXELS +
                           (size_t)tsdf_voxel_index(base[0] & 7, base[1] & 7, base[2] & 7);
         TSDF_UNROLL
+        for (int k = 0; k < 8; k++)
+            idx8[k] = i0 + (size_t)((k & 1) + TSDF_BLOCK_DIM * ((k >> 1) & 1) +
+                                    TSDF_BLOCK_DIM * TSDF_BLOCK_DIM * ((k >> 2) & 1));
+    } else {
+        /* The blocks beyond base's go through a cache of their own, so
+         * that the ray's stays on base's block. */
+        tsdf_ray_cache other;
+        tsdf_ray_cache_init(&other);
+        TSDF_UNROLL
         for (int k = 0; k < 8; k++) {
-            size_t i = i0 + (size_t)((k & 1) + TSDF_BLOCK_DIM * ((k >> 1) & 1) +
-                                     TSDF_BLOCK_DIM * TSDF_BLOCK_DIM * ((k >> 2) & 1));
-            if (!tsdf_ray_corner(vol, i, k, c8, idx8))
+            const int h = k & straddle;
+            const int32_t b = h == 0
+                                  ? b0
+                                  : tsdf_ray_block(vol, &other, gb[0] + (h & 1),
+                                                   gb[1] + ((h >> 1) & 1), gb[2] + ((h >> 2) & 1));
+            if (b < 0)
                 return 0;
+            idx8[k] =
+                (size_t)b * TSDF_BLOCK_VOXELS +
+                (size_t)tsdf_voxel_index((base[0] + (k & 1)) & 7, (base[1] + ((k >> 1) & 1)) & 7,
+                                         (base[2] + ((k >> 2) & 1)) & 7);
         }
-        return 1;
     }
-#endif
+    int known = 1;
     TSDF_UNROLL
     for (int k = 0; k < 8; k++) {
-        int32_t x = base[0] + (k & 1), y = base[1] + ((k >> 1) & 1), z = base[2] + ((k >> 2) & 1);
-        int32_t b =
-            tsdf_ray_block(vol, c, tsdf_floor_div8(x), tsdf_floor_div8(y), tsdf_floor_div8(z));
-        if (b < 0)
-            return 0;
-        size_t i = (size_t)b * TSDF_BLOCK_VOXELS + (size_t)tsdf_voxel_index(x & 7, y & 7, z & 7);
-        if (!tsdf_ray_corner(vol, i, k, c8, idx8))
-            return 0;
+        tsdf_vox vx = tsdf_vox_load_ro(vol->layout, vol->geom, idx8[k], vol->quant);
+        c8[k] = vx.sdf_m;
+        known &= tsdf_vox_known(vx);
     }
-    return 1;
+    return known;
 }
 
-/* The interpolated sdf at p and whether all 8 corners are known: every
- * sample of the march, its refinement and the normal's differences. */
+/* The interpolated sdf at the voxel-space point (x, y, z) (world / voxel
+ * size) and whether all 8 corners are known: every cell sample of the
+ * march and of its refinement. */
 typedef struct {
     float sdf;
     int ok;
 } tsdf_ray_sample;
 
-/* Under nvcc a called function whose results come back through pointers
- * keeps them, and the caller's arrays, in local memory: the earlier form
- * (the gather called, its c8 / idx8 / frac arrays returned) had a stack
- * frame of 256-368 bytes and its warps stalled on the loads 36% of their
- * cycles (Nsight Compute, H200). This one takes the point by value, works
- * on a register copy of the cache and returns two words, so the cell stays
- * in registers and idx8, which no sample reads, is never formed: 104
- * bytes of stack frame (the volume view and the cache), and the kernel
- * 0.88 -> 0.71 ms (H200, 7-Scenes, 450 frames, depth + normals, kernel
- * median of 50, the same output checksum). */
-TSDF_RAY_GATHER_FN tsdf_ray_sample tsdf_ray_sample_at(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                                      float x, float y, float z)
+/* The march's cell sample, inlined at its one call site (see
+ * tsdf_ray_march_span). */
+TSDF_LOOKUP_INLINE tsdf_ray_sample tsdf_ray_cell_sample(const tsdf_ray_volume *vol,
+                                                        tsdf_ray_cache *c, const float pv[3])
 {
-    tsdf_ray_cache lc = *c;
-    const float p[3] = {x, y, z};
     float c8[8], frac[3];
     size_t idx8[8];
     tsdf_ray_sample r;
-    r.ok = tsdf_ray_gather_body(vol, &lc, p, c8, idx8, frac);
+    r.ok = tsdf_ray_gather_body(vol, c, pv, c8, idx8, frac);
     r.sdf = r.ok ? tsdf_trilinear(c8, frac[0], frac[1], frac[2]) : 0.0f;
-    *c = lc;
     return r;
 }
 
-/* The gradient of the cell at p (the normal's fallback), ok when all 8
- * corners are known. */
+/* A gradient (per voxel), ok when every voxel it needs is known. */
 typedef struct {
     float g[3];
     int ok;
 } tsdf_ray_grad;
 
-TSDF_RAY_GATHER_FN tsdf_ray_grad tsdf_ray_grad_at(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                                  float x, float y, float z)
+/* The interpolated sdf at the voxel-space point (x, y, z) and its gradient
+ * (per voxel, the gradient of the cell's trilinear interpolant), ok when
+ * all 8 corners are known: the normal where central differences cannot
+ * be taken. */
+typedef struct {
+    float sdf;
+    float g[3];
+    int ok;
+} tsdf_ray_cell;
+
+TSDF_RAY_BODY_FN tsdf_ray_cell tsdf_ray_cell_at(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                                float x, float y, float z)
 {
     tsdf_ray_cache lc = *c;
-    const float p[3] = {x, y, z};
+    const float pv[3] = {x, y, z};
     float c8[8], frac[3];
     size_t idx8[8];
-    tsdf_ray_grad r = {{0.0f, 0.0f, 0.0f}, 0};
-    r.ok = tsdf_ray_gather_body(vol, &lc, p, c8, idx8, frac);
-    if (r.ok)
+    tsdf_ray_cell r = {0.0f, {0.0f, 0.0f, 0.0f}, 0};
+    r.ok = tsdf_ray_gather_body(vol, &lc, pv, c8, idx8, frac);
+    if (r.ok) {
+        r.sdf = tsdf_trilinear(c8, frac[0], frac[1], frac[2]);
         tsdf_trilinear_grad(c8, frac[0], frac[1], frac[2], r.g);
+    }
     *c = lc;
     return r;
 }
 
-/* The interpolated colour at p of a volume with colour, black where the
- * cell is not known. */
+/* The interpolated colour at the voxel-space point (x, y, z) of a volume
+ * with colour, black where the cell is not known. */
 typedef struct {
     uint8_t rgb[3];
 } tsdf_ray_rgb;
 
-TSDF_RAY_GATHER_FN tsdf_ray_rgb tsdf_ray_color_at(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                                  float x, float y, float z)
+TSDF_RAY_BODY_FN tsdf_ray_rgb tsdf_ray_color_at(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                                float x, float y, float z)
 {
     tsdf_ray_cache lc = *c;
-    const float p[3] = {x, y, z};
+    const float pv[3] = {x, y, z};
     float c8[8], frac[3];
     size_t idx8[8];
     tsdf_ray_rgb r = {{0, 0, 0}};
-    if (tsdf_ray_gather_body(vol, &lc, p, c8, idx8, frac)) {
+    if (tsdf_ray_gather_body(vol, &lc, pv, c8, idx8, frac)) {
         for (int ch = 0; ch < 3; ch++) {
             float col[8];
             for (int k = 0; k < 8; k++)
@@ -266,15 +263,6 @@ TSDF_RAY_GATHER_FN tsdf_ray_rgb tsdf_ray_color_at(const tsdf_ray_volume *vol, ts
     return r;
 }
 
-TSDF_LOOKUP_FN int tsdf_ray_sample_sdf(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                       const float p[3], float *sdf)
-{
-    tsdf_ray_sample r = tsdf_ray_sample_at(vol, c, p[0], p[1], p[2]);
-    if (r.ok)
-        *sdf = r.sdf;
-    return r.ok;
-}
-
 TSDF_LOOKUP_INLINE void tsdf_ray_point(const float o[3], const float d[3], float z, float p[3])
 {
     p[0] = o[0] + z * d[0];
@@ -282,17 +270,59 @@ TSDF_LOOKUP_INLINE void tsdf_ray_point(const float o[3], const float d[3], float
     p[2] = o[2] + z * d[2];
 }
 
-/* The camera depth at which the ray leaves block b. */
-TSDF_LOOKUP_FN float tsdf_ray_block_exit_z(const float o[3], const float d[3], const int32_t b[3],
-                                           float block_m)
+/* A ray in voxel units, set up once per ray: the point at camera depth z
+ * is ov + z dv (world / voxel size), and inv_dv is 1 / dv per axis (0
+ * where dv is 0). The march steps, finds voxels and blocks and leaves them
+ * in these units: the voxel that holds a point is one floor per axis, its
+ * block a shift of that, and a cube's exit is a multiplication by inv_dv
+ * where it was a division per axis (under nvcc each IEEE division is a
+ * call-sized sequence of instructions, and the march's code size is what
+ * bounds it: see cuda_raycast.cu). */
+typedef struct {
+    float ov[3], dv[3], inv_dv[3];
+} tsdf_ray_vox;
+
+TSDF_LOOKUP_INLINE void tsdf_ray_vox_init(const tsdf_ray_volume *vol, const float o[3],
+                                          const float d[3], tsdf_ray_vox *r)
+{
+    for (int i = 0; i < 3; i++) {
+        r->ov[i] = o[i] * vol->inv_voxel_size;
+        r->dv[i] = d[i] * vol->inv_voxel_size;
+        r->inv_dv[i] = r->dv[i] != 0.0f ? 1.0f / r->dv[i] : 0.0f;
+    }
+}
+
+TSDF_LOOKUP_INLINE void tsdf_ray_vox_point(const tsdf_ray_vox *r, float z, float pv[3])
+{
+    pv[0] = r->ov[0] + z * r->dv[0];
+    pv[1] = r->ov[1] + z * r->dv[1];
+    pv[2] = r->ov[2] + z * r->dv[2];
+}
+
+/* The voxel that holds voxel-space point pv; 0 outside the coordinate
+ * range (or NaN). */
+TSDF_LOOKUP_INLINE int tsdf_ray_vox_cell(const float pv[3], int32_t vx[3])
+{
+    for (int i = 0; i < 3; i++) {
+        float fl = floorf(pv[i]);
+        if (!(fl >= -TSDF_VOXEL_COORD_LIMIT && fl < TSDF_VOXEL_COORD_LIMIT))
+            return 0;
+        vx[i] = (int32_t)fl;
+    }
+    return 1;
+}
+
+/* The camera depth at which the ray leaves the cube of side `size` voxels
+ * whose lowest voxel is lo (a block: size 8; a voxel: size 1). */
+TSDF_LOOKUP_FN float tsdf_ray_cube_exit_z(const tsdf_ray_vox *r, const int32_t lo[3], int32_t size)
 {
     float z_exit = INFINITY;
     for (int i = 0; i < 3; i++) {
         float t;
-        if (d[i] > 0.0f)
-            t = ((float)(b[i] + 1) * block_m - o[i]) / d[i];
-        else if (d[i] < 0.0f)
-            t = ((float)b[i] * block_m - o[i]) / d[i];
+        if (r->dv[i] > 0.0f)
+            t = ((float)(lo[i] + size) - r->ov[i]) * r->inv_dv[i];
+        else if (r->dv[i] < 0.0f)
+            t = ((float)lo[i] - r->ov[i]) * r->inv_dv[i];
         else
             continue;
         if (t < z_exit)
@@ -301,57 +331,172 @@ TSDF_LOOKUP_FN float tsdf_ray_block_exit_z(const float o[3], const float d[3], c
     return z_exit;
 }
 
-/* Where a march goes on from camera depth z (point p) after a sample that
- * found an unobserved corner. Every point of the voxel around p has that
- * voxel among its cell's corners, so when it is the unobserved one no
- * sample inside it can succeed: go on at its exit (or half a voxel on,
- * what the march always stepped, when that is further). */
-TSDF_LOOKUP_FN float tsdf_ray_after_unknown(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                            const float o[3], const float d[3], const float p[3],
-                                            float z, float min_step_z, float eps_z)
+/* The camera depth at which the ray enters that cube (the latest of its
+ * three entry planes): only compared against margins, never a result. */
+TSDF_LOOKUP_FN float tsdf_ray_cube_entry_z(const tsdf_ray_vox *r, const int32_t lo[3], int32_t size)
 {
-    int32_t vx[3];
+    float z_in = -INFINITY;
     for (int i = 0; i < 3; i++) {
-        float fl = floorf(p[i] * vol->inv_voxel_size);
-        if (!(fl >= -TSDF_VOXEL_COORD_LIMIT && fl < TSDF_VOXEL_COORD_LIMIT))
-            return z + min_step_z;
-        vx[i] = (int32_t)fl;
+        float t;
+        if (r->dv[i] > 0.0f)
+            t = ((float)lo[i] - r->ov[i]) * r->inv_dv[i];
+        else if (r->dv[i] < 0.0f)
+            t = ((float)(lo[i] + size) - r->ov[i]) * r->inv_dv[i];
+        else
+            continue;
+        if (t > z_in)
+            z_in = t;
     }
-    int32_t b = tsdf_ray_block(vol, c, tsdf_floor_div8(vx[0]), tsdf_floor_div8(vx[1]),
-                               tsdf_floor_div8(vx[2]));
-    if (b >= 0) {
-        size_t i = (size_t)b * TSDF_BLOCK_VOXELS +
-                   (size_t)tsdf_voxel_index(vx[0] & 7, vx[1] & 7, vx[2] & 7);
-        if (tsdf_vox_known(tsdf_vox_load(vol->layout, vol->geom, i, vol->quant)))
-            return z + min_step_z;
-    }
-    float z_exit = tsdf_ray_block_exit_z(o, d, vx, vol->voxel_size_m) + eps_z;
-    return z_exit > z + min_step_z ? z_exit : z + min_step_z;
+    return z_in;
 }
 
-/* The surface normal at p: central differences of the interpolated sdf one
- * voxel apart, or the gradient of the cell at p where a neighbour is
- * unknown. 0 when neither gives a direction. */
+/* The voxels of a stencil around a cell: offsets -1..2 from the cell's
+ * base voxel on each axis. On an axis those four voxels lie in at most two
+ * blocks (the offsets from upper_from[a] on are in the upper one), so the
+ * stencil in at most eight, looked up once each. The eight are picked by
+ * selects, never by an index computed at run time: under nvcc that keeps
+ * them in registers, where an indexed array went to local memory. */
+typedef struct {
+    int32_t base[3];
+    int32_t upper_from[3]; /* the first offset (-1..2) in the upper block, 3: none */
+    int32_t blk[8];        /* pool index of the block (upper bits x | y << 1 | z << 2), -1 */
+} tsdf_ray_stencil;
+
+TSDF_LOOKUP_INLINE void tsdf_ray_stencil_init(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                              tsdf_ray_stencil *st, const int32_t base[3])
+{
+    int32_t lo[3];
+    TSDF_UNROLL
+    for (int a = 0; a < 3; a++) {
+        st->base[a] = base[a];
+        lo[a] = tsdf_floor_div8(base[a] - 1);
+        /* (base - 1) & 7 == 7 - k puts the block boundary before offset
+         * k - 1 + 1 = k; beyond 2, the four share lo's block. */
+        int32_t k = 8 - ((base[a] - 1) & 7);
+        st->upper_from[a] = k <= 3 ? k - 1 : 3;
+    }
+    TSDF_UNROLL
+    for (int h = 0; h < 8; h++) {
+        st->blk[h] = -1;
+        /* Only the combinations some voxel of the stencil is in. */
+        if (((h & 1) && st->upper_from[0] == 3) || ((h & 2) && st->upper_from[1] == 3) ||
+            ((h & 4) && st->upper_from[2] == 3))
+            continue;
+        st->blk[h] =
+            tsdf_ray_block(vol, c, lo[0] + (h & 1), lo[1] + ((h >> 1) & 1), lo[2] + ((h >> 2) & 1));
+    }
+}
+
+/* Voxel base + (dx, dy, dz) of the stencil (offsets -1..2): 1 with its sdf
+ * when known (else 0, and 0 for the sdf). */
+TSDF_LOOKUP_INLINE int tsdf_ray_stencil_voxel(const tsdf_ray_volume *vol,
+                                              const tsdf_ray_stencil *st, int dx, int dy, int dz,
+                                              float *sdf)
+{
+    const int ux = dx >= st->upper_from[0], uy = dy >= st->upper_from[1],
+              uz = dz >= st->upper_from[2];
+    const int32_t *bl = st->blk;
+    const int32_t y0 = uy ? (ux ? bl[3] : bl[2]) : (ux ? bl[1] : bl[0]);
+    const int32_t y1 = uy ? (ux ? bl[7] : bl[6]) : (ux ? bl[5] : bl[4]);
+    const int32_t b = uz ? y1 : y0;
+    if (b < 0) {
+        *sdf = 0.0f;
+        return 0;
+    }
+    const size_t i = (size_t)b * TSDF_BLOCK_VOXELS +
+                     (size_t)tsdf_voxel_index((st->base[0] + dx) & 7, (st->base[1] + dy) & 7,
+                                              (st->base[2] + dz) & 7);
+    tsdf_vox v = tsdf_vox_load_ro(vol->layout, vol->geom, i, vol->quant);
+    *sdf = v.sdf_m;
+    return tsdf_vox_known(v);
+}
+
+/* The central differences one voxel apart of the interpolated sdf around
+ * p, per axis a: the cell at p moved one voxel up a, minus the one moved
+ * one voxel down, both interpolated at p's position in its cell. The two
+ * share 4 corners each with p's own cell, so the six samples need only 32
+ * voxels: p's cell and the 4 voxels beyond each of its 6 faces (six
+ * gathers of 8 read 48), in at most 8 blocks looked up once each. ok when
+ * all 32 are known. */
+TSDF_LOOKUP_INLINE tsdf_ray_grad tsdf_ray_central_diff_at(const tsdf_ray_volume *vol,
+                                                          tsdf_ray_cache *c, float x, float y,
+                                                          float z)
+{
+    tsdf_ray_cache lc = *c;
+    const float p[3] = {x, y, z};
+    tsdf_ray_grad r = {{0.0f, 0.0f, 0.0f}, 0};
+    tsdf_ray_stencil st;
+    int32_t base[3];
+    float frac[3], c8[8];
+    for (int i = 0; i < 3; i++) {
+        float f = p[i] * vol->inv_voxel_size - 0.5f;
+        float fl = floorf(f);
+        /* One voxel of room on either side for the stencil. */
+        if (!(fl >= -TSDF_VOXEL_COORD_LIMIT + 1.0f && fl < TSDF_VOXEL_COORD_LIMIT - 2.0f))
+            return r;
+        base[i] = (int32_t)fl;
+        frac[i] = f - fl;
+    }
+    tsdf_ray_stencil_init(vol, &lc, &st, base);
+    /* Every load first, the checks after: no load waits for the one
+     * before (on the GPU all 32 are in flight together). */
+    int known = 1;
+    float up[3][8], down[3][8];
+    TSDF_UNROLL
+    for (int k = 0; k < 8; k++)
+        known &= tsdf_ray_stencil_voxel(vol, &st, k & 1, (k >> 1) & 1, (k >> 2) & 1, &c8[k]);
+    TSDF_UNROLL
+    for (int a = 0; a < 3; a++) {
+        const int bit = 1 << a;
+        TSDF_UNROLL
+        for (int k = 0; k < 8; k++) {
+            /* Corner k moved one voxel along a: beyond the cell's upper
+             * face for an upper corner, else the cell's own corner; and
+             * the other way round down. */
+            int q[3] = {k & 1, (k >> 1) & 1, (k >> 2) & 1};
+            if (k & bit) {
+                q[a] += 1;
+                known &= tsdf_ray_stencil_voxel(vol, &st, q[0], q[1], q[2], &up[a][k]);
+                down[a][k] = c8[k & ~bit];
+            } else {
+                q[a] -= 1;
+                known &= tsdf_ray_stencil_voxel(vol, &st, q[0], q[1], q[2], &down[a][k]);
+                up[a][k] = c8[k | bit];
+            }
+        }
+    }
+    if (!known)
+        return r;
+    TSDF_UNROLL
+    for (int a = 0; a < 3; a++) {
+        r.g[a] = tsdf_trilinear(up[a], frac[0], frac[1], frac[2]) -
+                 tsdf_trilinear(down[a], frac[0], frac[1], frac[2]);
+    }
+    r.ok = 1;
+    *c = lc;
+    return r;
+}
+
+/* The surface normal at p: central differences of the interpolated sdf
+ * one voxel apart (tsdf_ray_central_diff_at), or the gradient of the cell
+ * at p where a voxel of those is unknown. 0 when neither gives a
+ * direction. */
 TSDF_LOOKUP_FN int tsdf_ray_surface_normal(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
                                            const float p[3], float n[3])
 {
-    const float h = vol->voxel_size_m;
-    int ok = 1;
-    for (int a = 0; a < 3 && ok; a++) {
-        float pp[3] = {p[0], p[1], p[2]}, pm[3] = {p[0], p[1], p[2]}, sp = 0.0f, sm = 0.0f;
-        pp[a] += h;
-        pm[a] -= h;
-        ok = tsdf_ray_sample_sdf(vol, c, pp, &sp) && tsdf_ray_sample_sdf(vol, c, pm, &sm);
-        n[a] = sp - sm;
-    }
-    if (ok && tsdf_normalize3(n))
-        return 1;
-    tsdf_ray_grad g = tsdf_ray_grad_at(vol, c, p[0], p[1], p[2]);
-    if (!g.ok)
-        return 0;
+    tsdf_ray_grad g = tsdf_ray_central_diff_at(vol, c, p[0], p[1], p[2]);
     n[0] = g.g[0];
     n[1] = g.g[1];
     n[2] = g.g[2];
+    if (g.ok && tsdf_normalize3(n))
+        return 1;
+    tsdf_ray_cell cg = tsdf_ray_cell_at(vol, c, p[0] * vol->inv_voxel_size,
+                                        p[1] * vol->inv_voxel_size, p[2] * vol->inv_voxel_size);
+    if (!cg.ok)
+        return 0;
+    n[0] = cg.g[0];
+    n[1] = cg.g[1];
+    n[2] = cg.g[2];
     return tsdf_normalize3(n);
 }
 
@@ -362,7 +507,8 @@ TSDF_LOOKUP_FN void tsdf_ray_surface_color(const tsdf_ray_volume *vol, tsdf_ray_
 {
     tsdf_ray_rgb m = {{0, 0, 0}};
     if (vol->rgb != NULL)
-        m = tsdf_ray_color_at(vol, c, p[0], p[1], p[2]);
+        m = tsdf_ray_color_at(vol, c, p[0] * vol->inv_voxel_size, p[1] * vol->inv_voxel_size,
+                              p[2] * vol->inv_voxel_size);
     rgb[0] = m.rgb[0];
     rgb[1] = m.rgb[1];
     rgb[2] = m.rgb[2];
@@ -403,6 +549,16 @@ TSDF_LOOKUP_INLINE uint32_t tsdf_ray_max_iterations(float z_min, float z_end, fl
     return n > 0.0f ? (n < 4.0e9f ? (uint32_t)n : 4000000000u) : 0u;
 }
 
+/* Far from the surface the march reads one voxel, not a cell of eight:
+ * where the voxel holding the point has |sdf| >= TSDF_RAY_FAR_VOX voxels,
+ * no zero crossing is near, and the step is 0.75 of |sdf| less
+ * TSDF_RAY_FAR_MARGIN_VOX voxels (the point may lie up to sqrt(3) / 2 of
+ * a voxel from that voxel's centre, where the sdf was measured). Nearer,
+ * it samples the interpolated sdf of the cell and steps 0.75 sdf, at
+ * least half a voxel, as the march always did. */
+#define TSDF_RAY_FAR_VOX 2.0f
+#define TSDF_RAY_FAR_MARGIN_VOX 0.875f
+
 /* tsdf_ray_march resumed at camera depth z_from, in empty space (no
  * sample before it counts), and given up past z_stop. A caller that knows
  * two things about the ray may skip what the full march would do there
@@ -411,73 +567,177 @@ TSDF_LOOKUP_INLINE uint32_t tsdf_ray_max_iterations(float z_min, float z_end, fl
  * see cpu_raycast.c), and that past z_stop the ray meets no allocated
  * block (where the full march would only skip on to its end and return
  * 0). The step sizes and the iteration bound are those of the full march
- * from z_min. tsdf_ray_march is the span (z_min, INFINITY). */
+ * from z_min. tsdf_ray_march is the span (z_min, INFINITY).
+ *
+ * Per step, at the point p of depth z:
+ *   - p's block is not allocated: on to the block's exit;
+ *   - p's voxel is unobserved: on to the voxel's exit (no cell around any
+ *     point of that voxel is known), at least half a voxel;
+ *   - p's voxel is known and far from the surface (TSDF_RAY_FAR_VOX): one
+ *     load, a long step, 0.75 of the sdf less the margin;
+ *   - else the cell's interpolated sdf (8 loads). A + to - crossing
+ *     between two such samples is refined (tsdf_zero_crossing, one secant
+ *     step) and returned. When the
+ *     first point after a far step out of free space is already behind a
+ *     surface (its voxel or its cell <= 0), the far step's start closes
+ *     the bracket, so that a crossing the step passed over (the
+ *     projective sdf overstates the distance at grazing angles) is still
+ *     found.
+ * So a ray reads one voxel per step in the free space in front of a
+ * surface and a full cell only in the last voxel or two. */
 TSDF_LOOKUP_FN int tsdf_ray_march_span(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
                                        const float o[3], const float d[3], float z_min, float z_max,
                                        float z_from, float z_stop, float *z_hit)
 {
+    /* What the cell sample of a turn of the loop is for. */
+    enum { STEP, AT_Z, BRACKET, REFINE, HIT };
     const float s = vol->voxel_size_m;
-    const float block_m = (float)TSDF_BLOCK_DIM * s;
     const float dir_len = sqrtf(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
     /* Distances along the ray are dir_len per unit of camera depth. */
     const float min_step_z = 0.5f * s / dir_len;
     const float eps_z = 0.01f * s / dir_len;
+    /* Steps multiply by it: no division in the loop. */
+    const float inv_len = 1.0f / dir_len;
+    const float far_m = TSDF_RAY_FAR_VOX * s;
+    const float margin_m = TSDF_RAY_FAR_MARGIN_VOX * s;
     const float z_end = tsdf_ray_end_z(z_max, dir_len, s);
     /* An integer counter: it costs fewer GPU registers than a double. */
     const uint32_t max_it = tsdf_ray_max_iterations(z_min, z_end, dir_len, s);
-    float z = z_from, prev_z = 0.0f, prev_s = 0.0f;
-    int prev_known = 0;
+    float z = z_from, prev_z = 0.0f, prev_s = 0.0f, far_z = 0.0f, far_s = 0.0f;
+    /* The pending cell sample's depth, and the crossing's first estimate
+     * and the sample at z while a bracket or refinement is under way. */
+    float q_z = 0.0f, zc = 0.0f, sdf = 0.0f;
+    int prev_known = 0, after_far = 0, phase = STEP;
+    uint32_t it = 0;
+    tsdf_ray_vox r;
+    tsdf_ray_vox_init(vol, o, d, &r);
 
-    for (uint32_t it = 0; z <= z_end && it < max_it; it++) {
-        float p[3], sdf;
-        int32_t b[3];
-        if (z > z_stop)
-            return 0;
-        tsdf_ray_point(o, d, z, p);
-        if (!tsdf_world_to_block(p, vol->inv_block_size, b))
-            return 0;
-        if (tsdf_ray_block(vol, c, b[0], b[1], b[2]) < 0) {
-            float z_next = tsdf_ray_block_exit_z(o, d, b, block_m) + eps_z;
-            prev_known = 0;
-            z = z_next > z + eps_z ? z_next : z + eps_z;
-            continue;
-        }
-        if (!tsdf_ray_sample_sdf(vol, c, p, &sdf)) {
-            prev_known = 0;
-            z = tsdf_ray_after_unknown(vol, c, o, d, p, z, min_step_z, eps_z);
-            continue;
-        }
-        if (prev_known && prev_s > 0.0f && sdf <= 0.0f) {
-            float zc = tsdf_zero_crossing(prev_z, prev_s, z, sdf), pc[3], sc;
-            /* One secant refinement on the side that still brackets the
-             * root: the sdf is only piecewise linear along the ray. */
-            tsdf_ray_point(o, d, zc, pc);
-            if (tsdf_ray_sample_sdf(vol, c, pc, &sc)) {
-                float z2 = zc, p2[3], s2;
-                if (sc > 0.0f)
-                    z2 = tsdf_zero_crossing(zc, sc, z, sdf);
-                else if (sc < 0.0f)
-                    z2 = tsdf_zero_crossing(prev_z, prev_s, zc, sc);
-                /* The hit must lie in a known cell (its normal and colour
-                 * come from there); keep the first estimate otherwise. */
-                tsdf_ray_point(o, d, z2, p2);
-                *z_hit = tsdf_ray_sample_sdf(vol, c, p2, &s2) ? z2 : zc;
-                return 1;
+    /* One turn is a step, or one cell sample (at z, or for a bracket or
+     * the refinement): so the gather is inlined at one place, and a lane
+     * whose ray refines does not make its warp run the march twice over.
+     * Only steps count against max_it; at most three samples follow one. */
+    while (z <= z_end && it < max_it) {
+        float pv[3];
+        if (phase == STEP) {
+            int32_t vx[3];
+            it++;
+            if (z > z_stop)
+                return 0;
+            tsdf_ray_vox_point(&r, z, pv);
+            if (!tsdf_ray_vox_cell(pv, vx))
+                return 0;
+            const int32_t b[3] = {tsdf_floor_div8(vx[0]), tsdf_floor_div8(vx[1]),
+                                  tsdf_floor_div8(vx[2])};
+            const int32_t blk = tsdf_ray_block(vol, c, b[0], b[1], b[2]);
+            if (blk < 0) {
+                const int32_t lo[3] = {b[0] * TSDF_BLOCK_DIM, b[1] * TSDF_BLOCK_DIM,
+                                       b[2] * TSDF_BLOCK_DIM};
+                float z_next = tsdf_ray_cube_exit_z(&r, lo, TSDF_BLOCK_DIM) + eps_z;
+                prev_known = after_far = 0;
+                z = z_next > z + eps_z ? z_next : z + eps_z;
+                continue;
             }
-            /* Both samples are known but the segment between them passes
-             * a cell with an unobserved corner (at the rim of what was
-             * seen): no crossing through unknown space; march on. */
-            prev_known = 0;
-            z += min_step_z;
+            /* The voxel that holds the point, read alone. */
+            const tsdf_vox v =
+                tsdf_vox_load_ro(vol->layout, vol->geom,
+                                 (size_t)blk * TSDF_BLOCK_VOXELS +
+                                     (size_t)tsdf_voxel_index(vx[0] & 7, vx[1] & 7, vx[2] & 7),
+                                 vol->quant);
+            if (!tsdf_vox_known(v)) {
+                /* Every cell around a point of this voxel has it as a
+                 * corner: none is known until the ray leaves it. */
+                float z_next = tsdf_ray_cube_exit_z(&r, vx, 1) + eps_z;
+                prev_known = after_far = 0;
+                z = z_next > z + min_step_z ? z_next : z + min_step_z;
+                continue;
+            }
+            /* A far step; but not behind a surface (sdf < 0) where the
+             * point before was in front of one (a far step out of free
+             * space, or a positive sample): a crossing lies between, to
+             * be bracketed. */
+            if (fabsf(v.sdf_m) >= far_m &&
+                (v.sdf_m > 0.0f || !(after_far || (prev_known && prev_s > 0.0f)))) {
+                float step = 0.75f * (fabsf(v.sdf_m) - margin_m) * inv_len;
+                prev_known = 0;
+                /* Only a step out of free space can pass over a + to -
+                 * crossing. */
+                after_far = v.sdf_m > 0.0f;
+                far_z = z;
+                far_s = v.sdf_m;
+                z += step > min_step_z ? step : min_step_z;
+                continue;
+            }
+            phase = AT_Z;
+            q_z = z;
+        } else {
+            tsdf_ray_vox_point(&r, q_z, pv);
+        }
+        const tsdf_ray_sample cs = tsdf_ray_cell_sample(vol, c, pv);
+        if (phase == AT_Z) {
+            if (!cs.ok) {
+                /* The point's voxel is known, a corner of its cell is not. */
+                prev_known = after_far = 0;
+                z += min_step_z;
+                phase = STEP;
+                continue;
+            }
+            sdf = cs.sdf;
+            if (sdf <= 0.0f && after_far) {
+                /* The bracket's near end: the far step's start, sampled as
+                 * a cell where it can be (else its one voxel's sdf,
+                 * positive). */
+                phase = BRACKET;
+                q_z = far_z;
+                continue;
+            }
+        } else if (phase == BRACKET) {
+            prev_known = 1;
+            prev_z = far_z;
+            prev_s = cs.ok && cs.sdf > 0.0f ? cs.sdf : far_s;
+        } else if (phase == REFINE) {
+            if (!cs.ok) {
+                /* Both samples are known but the segment between them
+                 * passes a cell with an unobserved corner (at the rim of
+                 * what was seen): no crossing through unknown space;
+                 * march on. */
+                prev_known = 0;
+                z += min_step_z;
+                phase = STEP;
+                continue;
+            }
+            /* One secant refinement on the side that still brackets the
+             * root: the sdf is only piecewise linear along the ray. The
+             * hit must lie in a known cell (its normal and colour come
+             * from there): its sample decides. */
+            q_z = zc;
+            if (cs.sdf > 0.0f)
+                q_z = tsdf_zero_crossing(zc, cs.sdf, z, sdf);
+            else if (cs.sdf < 0.0f)
+                q_z = tsdf_zero_crossing(prev_z, prev_s, zc, cs.sdf);
+            phase = HIT;
+            continue;
+        } else {
+            /* HIT: keep the first estimate where the second's cell is not
+             * known. */
+            *z_hit = cs.ok ? q_z : zc;
+            return 1;
+        }
+        /* A cell sample at z (after its bracket, if it needed one). */
+        after_far = 0;
+        if (prev_known && prev_s > 0.0f && sdf <= 0.0f) {
+            zc = tsdf_zero_crossing(prev_z, prev_s, z, sdf);
+            q_z = zc;
+            phase = REFINE;
             continue;
         }
         prev_known = 1;
         prev_z = z;
         prev_s = sdf;
         {
-            float step = sdf > 0.0f ? 0.75f * sdf / dir_len : 0.0f;
+            float step = sdf > 0.0f ? 0.75f * sdf * inv_len : 0.0f;
             z += step > min_step_z ? step : min_step_z;
         }
+        phase = STEP;
     }
     return 0;
 }
@@ -493,23 +753,21 @@ TSDF_LOOKUP_INLINE int tsdf_ray_march(const tsdf_ray_volume *vol, tsdf_ray_cache
     return tsdf_ray_march_span(vol, c, o, d, z_min, z_max, z_min, INFINITY, z_hit);
 }
 
-/* The whole of one ray o + z d: the march, and entry i of the
- * outputs. depth[i] gets the hit's camera depth or NaN; normals[3i..3i+2]
- * (normals may be NULL) the unit normal or NaNs; rgb[3i..3i+2] (may be NULL)
- * the colour or black. Inlined, so that a constant NULL drops the work it
- * would feed; the outputs are indexed here, late, because addresses formed
- * by the caller would stay live in GPU registers through the march. The
- * march is tsdf_ray_march_span from z_from to z_stop (see there). */
-TSDF_LOOKUP_INLINE void tsdf_ray_pixel_od(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                          const float o[3], const float d[3], float z_min,
-                                          float z_max, float z_from, float z_stop, size_t i,
-                                          float *depth, float *normals, uint8_t *rgb)
+/* Entry i of the normal and colour outputs of a ray o + z d whose march
+ * returned depth z (NaN: none): normals[3i..3i+2] (normals may be NULL) the
+ * unit normal at the hit (tsdf_ray_surface_normal) or NaNs; rgb[3i..3i+2]
+ * (may be NULL) the colour or black. A function of the hit point alone,
+ * so the CUDA backend runs it as a kernel of its own after the march's
+ * (the march's code then is smaller and its warps do not wait for the
+ * lanes that compute normals) and gets the bits the CPU gets by calling it
+ * right after the march. */
+TSDF_LOOKUP_INLINE void tsdf_ray_pixel_surface(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                               const float o[3], const float d[3], float z,
+                                               size_t i, float *normals, uint8_t *rgb)
 {
-    float z;
-    if (tsdf_ray_march_span(vol, c, o, d, z_min, z_max, z_from, z_stop, &z)) {
+    if (!isnan(z)) {
         float hit[3];
         tsdf_ray_point(o, d, z, hit);
-        depth[i] = z;
         if (normals != NULL) {
             float n[3];
             if (!tsdf_ray_surface_normal(vol, c, hit, n))
@@ -521,12 +779,31 @@ TSDF_LOOKUP_INLINE void tsdf_ray_pixel_od(const tsdf_ray_volume *vol, tsdf_ray_c
         if (rgb != NULL)
             tsdf_ray_surface_color(vol, c, hit, &rgb[3 * i]);
     } else {
-        depth[i] = NAN;
         if (normals != NULL)
             normals[3 * i] = normals[3 * i + 1] = normals[3 * i + 2] = NAN;
         if (rgb != NULL)
             rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = 0;
     }
+}
+
+/* The whole of one ray o + z d: the march (tsdf_ray_march_span from z_from
+ * to z_stop, see there), and entry i of the outputs. depth[i] gets the
+ * hit's camera depth or NaN, normals and rgb (either may be NULL) what
+ * tsdf_ray_pixel_surface gives. Inlined, so that a constant NULL drops the
+ * work it would feed; the outputs are indexed here, late, because
+ * addresses formed by the caller would stay live in GPU registers through
+ * the march. */
+TSDF_LOOKUP_INLINE void tsdf_ray_pixel_od(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
+                                          const float o[3], const float d[3], float z_min,
+                                          float z_max, float z_from, float z_stop, size_t i,
+                                          float *depth, float *normals, uint8_t *rgb)
+{
+    float z;
+    if (!tsdf_ray_march_span(vol, c, o, d, z_min, z_max, z_from, z_stop, &z))
+        z = NAN;
+    depth[i] = z;
+    if (normals != NULL || rgb != NULL)
+        tsdf_ray_pixel_surface(vol, c, o, d, z, i, normals, rgb);
 }
 
 /* tsdf_ray_pixel_od of the ray of pixel (px, py). */
@@ -539,26 +816,6 @@ TSDF_LOOKUP_INLINE void tsdf_ray_pixel_span(const tsdf_ray_volume *vol, tsdf_ray
     float o[3], d[3];
     tsdf_pixel_ray_world(T_world_cam, K, (float)px, (float)py, o, d);
     tsdf_ray_pixel_od(vol, c, o, d, z_min, z_max, z_from, z_stop, i, depth, normals, rgb);
-}
-
-/* The depth at which the ray o + z d enters block b (the latest of its
- * three entry planes): only compared against margins, never a result. */
-TSDF_LOOKUP_FN float tsdf_ray_block_entry_z(const float o[3], const float d[3], const int32_t b[3],
-                                            float block_m)
-{
-    float z_in = -INFINITY;
-    for (int i = 0; i < 3; i++) {
-        float t;
-        if (d[i] > 0.0f)
-            t = ((float)b[i] * block_m - o[i]) / d[i];
-        else if (d[i] < 0.0f)
-            t = ((float)(b[i] + 1) * block_m - o[i]) / d[i];
-        else
-            continue;
-        if (t > z_in)
-            z_in = t;
-    }
-    return z_in;
 }
 
 /* A depth where the reference march from z_min is, with no sample taken,
@@ -576,30 +833,36 @@ TSDF_LOOKUP_FN float tsdf_ray_resume_z(const tsdf_ray_volume *vol, const float o
                                        const float d[3], float z_min, float near)
 {
     const float s = vol->voxel_size_m;
-    const float block_m = (float)TSDF_BLOCK_DIM * s;
     const float dir_len = sqrtf(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
     const float eps_z = 0.01f * s / dir_len;
     float zc = near - 4.0f * eps_z;
+    tsdf_ray_vox r;
+    tsdf_ray_vox_init(vol, o, d, &r);
 
     /* The block before near, or the one before that when the ray only
-     * clips it. */
+     * clips it. Blocks are found as the march finds them: the voxel of the
+     * point, shifted. */
     for (int tries = 0; tries < 3 && zc > z_min; tries++) {
-        float p[3];
-        int32_t b[3];
-        tsdf_ray_point(o, d, zc, p);
-        if (!tsdf_world_to_block(p, vol->inv_block_size, b))
+        float pv[3];
+        int32_t vx[3], lo[3];
+        tsdf_ray_vox_point(&r, zc, pv);
+        if (!tsdf_ray_vox_cell(pv, vx))
             return z_min;
-        float z_out = tsdf_ray_block_exit_z(o, d, b, block_m);
-        float z_in = tsdf_ray_block_entry_z(o, d, b, block_m);
-        float lo = z_in > z_min ? z_in : z_min;
-        if (z_out - lo > 8.0f * eps_z && z_out - zc > 2.0f * eps_z) {
+        for (int i = 0; i < 3; i++)
+            lo[i] = tsdf_floor_div8(vx[i]) * TSDF_BLOCK_DIM;
+        float z_out = tsdf_ray_cube_exit_z(&r, lo, TSDF_BLOCK_DIM);
+        float z_in = tsdf_ray_cube_entry_z(&r, lo, TSDF_BLOCK_DIM);
+        float zlo = z_in > z_min ? z_in : z_min;
+        if (z_out - zlo > 8.0f * eps_z && z_out - zc > 2.0f * eps_z) {
             if (z_in <= z_min) {
-                /* The march starts inside b: only if z_min is in b. */
-                int32_t b0[3];
-                tsdf_ray_point(o, d, z_min, p);
-                if (!tsdf_world_to_block(p, vol->inv_block_size, b0) || b0[0] != b[0] ||
-                    b0[1] != b[1] || b0[2] != b[2])
+                /* The march starts inside the block: only if z_min is in it. */
+                int32_t v0[3];
+                tsdf_ray_vox_point(&r, z_min, pv);
+                if (!tsdf_ray_vox_cell(pv, v0))
                     return z_min;
+                for (int i = 0; i < 3; i++)
+                    if (tsdf_floor_div8(v0[i]) * TSDF_BLOCK_DIM != lo[i])
+                        return z_min;
             }
             return z_out + eps_z;
         }
