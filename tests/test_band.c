@@ -302,6 +302,64 @@ static void test_straight_walk_is_the_dda(void **state)
     assert_true(straight > 50000);
 }
 
+/* tsdf_band_walk walks exactly the blocks of tsdf_block_dda_init_units /
+ * _next, in the same order, for every kind of segment: within one block,
+ * along one axis, one block on two or three axes (with boundary
+ * crossings at equal t, where the DDA's tie rule decides), and long ones
+ * that need the DDA itself. */
+static void test_band_walk_is_the_dda(void **state)
+{
+    uint64_t seed = 11;
+    int modes[3] = {0, 0, 0}, ties = 0;
+    (void)state;
+    for (int trial = 0; trial < 300000; trial++) {
+        float A[3], B[3];
+        int32_t got[3], want[3];
+        tsdf_block_dda s;
+        tsdf_band_walk w;
+        memset(&s, 0, sizeof s);
+        memset(&w, 0, sizeof w);
+        for (int i = 0; i < 3; i++) {
+            A[i] = uniform(&seed, -5.0f, 5.0f);
+            B[i] = A[i] + uniform(&seed, -1.0f, 1.0f) * (trial % 10 == 0 ? 3.0f : 1.0f);
+        }
+        if (trial % 5 == 0)
+            B[trial % 3] = A[trial % 3];
+        if (trial % 7 == 0) {
+            /* A diagonal through a block corner: equal t on two or three
+             * axes. */
+            float c = floorf(A[0]) + 0.5f, h = uniform(&seed, 0.1f, 0.9f);
+            for (int i = 0; i < 3; i++) {
+                A[i] = c - h + (float)(i % 2) * 4.0f;
+                B[i] = c + h + (float)(i % 2) * 4.0f;
+            }
+            ties++;
+        }
+        int ok_dda = tsdf_block_dda_init_units(&s, A, B);
+        assert_int_equal(tsdf_band_walk_init(&w, A, B), ok_dda);
+        if (!ok_dda)
+            continue;
+        modes[w.mode]++;
+        if (w.mode == TSDF_WALK_DDA) {
+            /* Left to the DDA: walking the band would yield nothing. */
+            assert_false(tsdf_band_walk_next(&w, got));
+            continue;
+        }
+        for (;;) {
+            int more = tsdf_block_dda_next(&s, want);
+            assert_int_equal(tsdf_band_walk_next(&w, got), more);
+            if (!more)
+                break;
+            assert_memory_equal(got, want, sizeof got);
+        }
+    }
+    /* Every mode was exercised, and often. */
+    assert_true(modes[TSDF_WALK_LINE] > 10000);
+    assert_true(modes[TSDF_WALK_STEPS] > 10000);
+    assert_true(modes[TSDF_WALK_DDA] > 1000);
+    assert_true(ties > 10000);
+}
+
 /* The factored per-voxel step (tsdf_depth_usable_m, tsdf_block_cam_*,
  * tsdf_voxel_sample_cam) is tsdf_voxel_sample, bit for bit, on random
  * poses, blocks and depth images with holes and edges. */
@@ -402,6 +460,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_band_along_the_ray),
         cmocka_unit_test(test_straight_walk_is_the_dda),
+        cmocka_unit_test(test_band_walk_is_the_dda),
         cmocka_unit_test(test_factored_sample_is_the_sample),
         cmocka_unit_test(test_intrinsics_check),
         cmocka_unit_test(test_tiny_focal_frame_refused),

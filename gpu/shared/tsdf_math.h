@@ -365,19 +365,28 @@ typedef struct {
     int32_t remaining; /* blocks still to yield, cur included */
 } tsdf_block_dda;
 
-/* Returns 0 (nothing to walk) when a or b is not finite or outside the key
- * range. inv_block_size = 1 / (8 voxel_size). */
-TSDF_HD int tsdf_block_dda_init(tsdf_block_dda *s, const float a[3], const float b[3],
-                                float inv_block_size)
+/* The block of a point given in block units (world / block size): its
+ * floor, as tsdf_world_to_block computes it; 0 when outside the key range
+ * or not finite. */
+TSDF_HD int tsdf_block_of_units(const float P[3], int32_t b[3])
 {
-    float A[3], B[3];
-    int32_t total = 1;
     for (int i = 0; i < 3; i++) {
-        A[i] = a[i] * inv_block_size;
-        B[i] = b[i] * inv_block_size;
+        float f = floorf(P[i]);
+        if (!(f >= (float)TSDF_BLOCK_COORD_MIN && f <= (float)TSDF_BLOCK_COORD_MAX))
+            return 0;
     }
-    if (!tsdf_world_to_block(a, inv_block_size, s->cur) ||
-        !tsdf_world_to_block(b, inv_block_size, s->end))
+    for (int i = 0; i < 3; i++)
+        b[i] = (int32_t)floorf(P[i]);
+    return 1;
+}
+
+/* tsdf_block_dda_init from the ends in block units: A = a * inv_block_size
+ * and B likewise, the products tsdf_block_dda_init forms. */
+TSDF_HD int tsdf_block_dda_init_units(tsdf_block_dda *s, const float A[3], const float B[3])
+{
+    int32_t total = 1;
+    s->remaining = 0;
+    if (!tsdf_block_of_units(A, s->cur) || !tsdf_block_of_units(B, s->end))
         return 0;
     for (int i = 0; i < 3; i++) {
         float d = B[i] - A[i];
@@ -399,6 +408,19 @@ TSDF_HD int tsdf_block_dda_init(tsdf_block_dda *s, const float a[3], const float
     }
     s->remaining = total;
     return 1;
+}
+
+/* Returns 0 (nothing to walk) when a or b is not finite or outside the key
+ * range. inv_block_size = 1 / (8 voxel_size). */
+TSDF_HD int tsdf_block_dda_init(tsdf_block_dda *s, const float a[3], const float b[3],
+                                float inv_block_size)
+{
+    float A[3], B[3];
+    for (int i = 0; i < 3; i++) {
+        A[i] = a[i] * inv_block_size;
+        B[i] = b[i] * inv_block_size;
+    }
+    return tsdf_block_dda_init_units(s, A, B);
 }
 
 /* Writes the next block to b and returns 1, or returns 0 when done. */
@@ -502,6 +524,132 @@ TSDF_HD int tsdf_block_dda_straight(const float a[3], const float b[3], float in
         }
     }
     return differ <= 1;
+}
+
+/* The walk of tsdf_block_dda_init_units(A, B) / tsdf_block_dda_next, the
+ * same blocks in the same order, with fewer divisions where the segment is
+ * short, as a band (2 trunc_m, a block at 4 voxels of truncation) almost
+ * always is. Where the end blocks differ on one axis at most (a little
+ * over half of a 7-Scenes frame's pixels) the walk is a line along it and
+ * needs none (tsdf_block_dda_straight); where they differ by one block on
+ * two or three axes (the rest, nearly) each of those axes is stepped once,
+ * in the order of its boundary's t_max (the DDA's expression, so its
+ * order, ties to the lower axis as tsdf_block_dda_next breaks them), one
+ * division an axis where the DDA's init takes two; anything longer is
+ * left to the DDA itself (TSDF_WALK_DDA). A CUDA thread keeps it in
+ * registers. */
+typedef struct {
+    /* In scalars rather than arrays indexed at run time, which nvcc would
+     * keep in local memory: */
+    int32_t cx, cy, cz; /* the next block to yield */
+    int32_t sx, sy, sz; /* the step per axis: -1, 0 or +1 */
+    int32_t o0, o1, o2; /* the axes in the order they are stepped */
+    int32_t remaining;  /* blocks still to yield */
+    int32_t next;       /* steps mode: how many steps were taken */
+    int32_t mode;
+} tsdf_band_walk;
+
+#define TSDF_WALK_LINE 0  /* one axis, any number of blocks */
+#define TSDF_WALK_STEPS 1 /* two or three axes, one block each */
+#define TSDF_WALK_DDA 2   /* longer: the caller walks tsdf_block_dda */
+
+/* Returns 0 (nothing to walk) where tsdf_block_dda_init_units does, else
+ * 1 with w->mode: TSDF_WALK_DDA leaves the walk to the caller
+ * (tsdf_block_dda_init_units(A, B) and _next, in a loop of its own: a
+ * tsdf_block_dda kept in this struct went to local memory under nvcc);
+ * the other modes are walked with tsdf_band_walk_next. */
+TSDF_HD int tsdf_band_walk_init(tsdf_band_walk *w, const float A[3], const float B[3])
+{
+    int32_t cur[3], end[3], step[3];
+    int differ = 0, far = 0, axis = 0;
+    w->remaining = w->next = 0;
+    w->mode = TSDF_WALK_LINE;
+    if (!tsdf_block_of_units(A, cur) || !tsdf_block_of_units(B, end))
+        return 0;
+    for (int i = 0; i < 3; i++) {
+        int32_t dd = end[i] - cur[i];
+        step[i] = dd > 0 ? 1 : (dd < 0 ? -1 : 0);
+        if (dd != 0) {
+            differ++;
+            axis = i;
+        }
+        far |= dd > 1 || dd < -1;
+    }
+    w->cx = cur[0];
+    w->cy = cur[1];
+    w->cz = cur[2];
+    w->sx = step[0];
+    w->sy = step[1];
+    w->sz = step[2];
+    if (differ <= 1) {
+        const int32_t n =
+            axis == 0 ? end[0] - cur[0] : (axis == 1 ? end[1] - cur[1] : end[2] - cur[2]);
+        w->mode = TSDF_WALK_LINE;
+        w->o0 = w->o1 = w->o2 = axis;
+        w->remaining = 1 + (n < 0 ? -n : n);
+        return 1;
+    }
+    if (far) {
+        w->mode = TSDF_WALK_DDA;
+        return 1;
+    }
+    /* t_max as tsdf_block_dda_init_units computes it, for the axes that
+     * step; the others never do (t = +inf sorts them last). */
+    float t[3];
+    for (int i = 0; i < 3; i++) {
+        float d = B[i] - A[i];
+        if (step[i] > 0)
+            t[i] = ((float)(cur[i] + 1) - A[i]) / d;
+        else if (step[i] < 0)
+            t[i] = ((float)cur[i] - A[i]) / d;
+        else
+            t[i] = INFINITY;
+    }
+    /* Sort the three axes by (t, axis): the DDA steps, among the axes not
+     * at their end, the one of least t_max, the lowest of equal ones. An
+     * insertion sort from the order 0, 1, 2 that moves an axis only past a
+     * strictly greater t keeps equal ones in axis order. */
+    int32_t o0 = 0, o1 = 1, o2 = 2;
+    float t0 = t[0], t1 = t[1];
+    if (t[1] < t[0]) {
+        o0 = 1;
+        o1 = 0;
+        t0 = t[1];
+        t1 = t[0];
+    }
+    if (t[2] < t1) {
+        o2 = o1;
+        o1 = 2;
+        if (t[2] < t0) {
+            o1 = o0;
+            o0 = 2;
+        }
+    }
+    w->o0 = o0;
+    w->o1 = o1;
+    w->o2 = o2;
+    w->mode = TSDF_WALK_STEPS;
+    w->remaining = 1 + differ;
+    return 1;
+}
+
+/* Writes the next block to b and returns 1, or returns 0 when done (at
+ * once in mode TSDF_WALK_DDA). */
+TSDF_HD int tsdf_band_walk_next(tsdf_band_walk *w, int32_t b[3])
+{
+    if (w->remaining <= 0)
+        return 0;
+    b[0] = w->cx;
+    b[1] = w->cy;
+    b[2] = w->cz;
+    if (--w->remaining > 0) {
+        const int32_t a = w->next == 0 ? w->o0 : (w->next == 1 ? w->o1 : w->o2);
+        w->next += w->mode == TSDF_WALK_STEPS;
+        w->cx += a == 0 ? w->sx : 0;
+        w->cy += a == 1 ? w->sy : 0;
+        w->cz += a == 2 ? w->sz : 0;
+    }
+    return 1;
 }
 
 /* 1 when pixel (u, v) of depth d_m sits on a depth edge: a 4-neighbour
