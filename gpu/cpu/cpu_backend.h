@@ -32,12 +32,18 @@ typedef struct {
     float *alloc_depth_m; /* per pixel: its sample in metres, 0 for none */
     float *usable_m;      /* per pixel: tsdf_depth_usable_m */
     size_t pix_cap;
-    float *ray_cols; /* per column u: T_world_cam[4r] * (u - cx) / fx, r = 0..2 */
+    /* Per row r = 0..2 of T_world_cam, per column u (cols_cap a row):
+     * T_world_cam[4r] * (u - cx) / fx at ray_cols[r * cols_cap + u]. */
+    float *ray_cols;
     size_t cols_cap;
     cpu_key_list *bands; /* per band of rows: its blocks in first-seen order */
     size_t bands_cap;
     cpu_hash *sets; /* per pool thread: a band's dedupe table */
     unsigned nsets;
+    /* Per pool thread, a row's band ends (collect_band): 6 rows of floats
+     * a column, the block coordinates of the two ends. */
+    float *row_ends;
+    size_t row_ends_cols;
 } cpu_frame_scratch;
 
 void cpu_frame_scratch_fini(cpu_frame_scratch *s);

@@ -17,8 +17,12 @@
  * The allocation itself (the cap check and the new slots) stays on the
  * calling thread: it changes the table.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE4_1__
+#include <smmintrin.h>
+#endif
 
 #include "cpu_backend.h"
 #include "tsdf_math.h"
@@ -95,6 +99,13 @@ static int scratch_reserve(cpu_volume *v, uint32_t w, uint32_t h)
         s->bands = b;
         s->bands_cap = nbands;
     }
+    if ((size_t)w > s->row_ends_cols) {
+        float *e = realloc(s->row_ends, (size_t)threads * 6 * (size_t)w * sizeof(*e));
+        if (e == NULL)
+            return TSDF_ENOMEM;
+        s->row_ends = e;
+        s->row_ends_cols = w;
+    }
     if (s->sets == NULL) {
         if ((s->sets = calloc(threads, sizeof(*s->sets))) == NULL)
             return TSDF_ENOMEM;
@@ -113,6 +124,7 @@ void cpu_frame_scratch_fini(cpu_frame_scratch *s)
     free(s->alloc_depth_m);
     free(s->usable_m);
     free(s->ray_cols);
+    free(s->row_ends);
     for (size_t i = 0; i < s->bands_cap; i++)
         free(s->bands[i].keys);
     free(s->bands);
@@ -167,6 +179,97 @@ static int band_add(cpu_key_list *list, cpu_hash *seen, uint64_t key)
     return TSDF_OK;
 }
 
+/* One pixel of band_ends_kernel: tsdf_band_segment's expressions, in its
+ * order, then the ends in block units as tsdf_block_dda_init forms them. */
+static inline void band_ends_pixel(const float c[11], float dm, float c0, float c1, float c2,
+                                   float e[6])
+{
+    float d0 = (c0 + c[0]) + c[3];
+    float d1 = (c1 + c[1]) + c[4];
+    float d2 = (c2 + c[2]) + c[5];
+    float dir_len = sqrtf(d0 * d0 + d1 * d1 + d2 * d2);
+    float half_z = c[9] / dir_len;
+    float z0 = dm - half_z, z1 = dm + half_z;
+    z0 = z0 < 0.0f ? 0.0f : z0;
+    /* No band (tsdf_band_segment's 0): NaN, which no range check passes. */
+    float none = dm > 0.0f && half_z > 0.0f ? 0.0f : NAN;
+    e[0] = (c[6] + z0 * d0) * c[10] + none;
+    e[1] = (c[7] + z0 * d1) * c[10] + none;
+    e[2] = (c[8] + z0 * d2) * c[10] + none;
+    e[3] = (c[6] + z1 * d0) * c[10] + none;
+    e[4] = (c[7] + z1 * d1) * c[10] + none;
+    e[5] = (c[8] + z1 * d2) * c[10] + none;
+}
+
+/* row_band_ends' loop. c: the row's three y terms, T[2], T[6], T[10], the
+ * origin, trunc_m and 1 / block size. With SSE4.1, four pixels at a time:
+ * sqrtps, divps and roundps round exactly as sqrtss, divss and roundss
+ * do, and every expression keeps band_ends_pixel's order, so the ends are
+ * the same bits. */
+static void band_ends_kernel(size_t w, const float c[11], const float *depth, const float *cols,
+                             size_t cols_stride, float *ends)
+{
+    const float *c0 = cols, *c1 = cols + cols_stride, *c2 = cols + 2 * cols_stride;
+    size_t px = 0;
+#ifdef __SSE4_1__
+    const __m128 r0 = _mm_set1_ps(c[0]), r1 = _mm_set1_ps(c[1]), r2 = _mm_set1_ps(c[2]);
+    const __m128 t0 = _mm_set1_ps(c[3]), t1 = _mm_set1_ps(c[4]), t2 = _mm_set1_ps(c[5]);
+    const __m128 o0 = _mm_set1_ps(c[6]), o1 = _mm_set1_ps(c[7]), o2 = _mm_set1_ps(c[8]);
+    const __m128 trunc_m = _mm_set1_ps(c[9]), inv_b = _mm_set1_ps(c[10]);
+    const __m128 zero = _mm_setzero_ps(), nan = _mm_set1_ps(NAN);
+    for (; px + 4 <= w; px += 4) {
+        __m128 d0 = _mm_add_ps(_mm_add_ps(_mm_loadu_ps(c0 + px), r0), t0);
+        __m128 d1 = _mm_add_ps(_mm_add_ps(_mm_loadu_ps(c1 + px), r1), t1);
+        __m128 d2 = _mm_add_ps(_mm_add_ps(_mm_loadu_ps(c2 + px), r2), t2);
+        __m128 dm = _mm_loadu_ps(depth + px);
+        __m128 len2 =
+            _mm_add_ps(_mm_add_ps(_mm_mul_ps(d0, d0), _mm_mul_ps(d1, d1)), _mm_mul_ps(d2, d2));
+        __m128 half_z = _mm_div_ps(trunc_m, _mm_sqrt_ps(len2));
+        __m128 z0 = _mm_max_ps(_mm_sub_ps(dm, half_z), zero);
+        __m128 z1 = _mm_add_ps(dm, half_z);
+        /* maxps(z0, 0) is z0 < 0 ? 0 : z0 but for the sign of a zero
+         * (maxps returns its second operand when both are zero, or either
+         * is NaN, and a NaN z0 makes `none` NaN anyway): +0 for -0, which
+         * nothing after can tell apart (o + 0 d, floors, differences). */
+        __m128 ok = _mm_and_ps(_mm_cmpgt_ps(dm, zero), _mm_cmpgt_ps(half_z, zero));
+        __m128 none = _mm_andnot_ps(ok, nan);
+#define BAND_END(o, z, d, dst)                                                                     \
+    _mm_storeu_ps((dst) + px, _mm_add_ps(_mm_mul_ps(_mm_add_ps(o, _mm_mul_ps(z, d)), inv_b), none))
+        BAND_END(o0, z0, d0, ends);
+        BAND_END(o1, z0, d1, ends + w);
+        BAND_END(o2, z0, d2, ends + 2 * w);
+        BAND_END(o0, z1, d0, ends + 3 * w);
+        BAND_END(o1, z1, d1, ends + 4 * w);
+        BAND_END(o2, z1, d2, ends + 5 * w);
+#undef BAND_END
+    }
+#endif
+    for (; px < w; px++) {
+        float e[6];
+        band_ends_pixel(c, depth[px], c0[px], c1[px], c2[px], e);
+        for (int k = 0; k < 6; k++)
+            ends[(size_t)k * w + px] = e[k];
+    }
+}
+
+/* The two ends of the allocation band of every pixel of row py in block
+ * units (ends[k w + px], k = 0..5: A's x, y, z then B's, w the row's
+ * width; tsdf_band_segment, then the products tsdf_block_dda_init forms),
+ * NaN for a pixel without a band: in a loop without branches, four pixels
+ * at a time (band_ends_kernel). collect_band walks them with
+ * tsdf_band_walk, which needs no division for most of them. */
+static void row_band_ends(const frame_job *j, uint32_t py, const float rows[3], float *ends)
+{
+    const tsdf_frame *f = j->f;
+    const cpu_volume *v = j->v;
+    const cpu_frame_scratch *s = &v->scratch;
+    const float *T = f->T_world_cam;
+    const size_t w = f->width;
+    const float c[11] = {rows[0], rows[1],    rows[2],          T[2], T[6], T[10], T[3], T[7],
+                         T[11],   v->trunc_m, v->inv_block_size};
+    band_ends_kernel(w, c, &s->alloc_depth_m[(size_t)py * w], s->ray_cols, s->cols_cap, ends);
+}
+
 /* Job 2: the blocks of the bands of rows [b, e) (band = b / COLLECT_ROWS),
  * each in the order one thread walking its rows first meets them. */
 static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
@@ -176,9 +279,9 @@ static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
     const cpu_volume *v = j->v;
     const cpu_frame_scratch *s = &v->scratch;
     const float *T = f->T_world_cam;
-    const float origin[3] = {T[3], T[7], T[11]};
     cpu_key_list *list = &s->bands[b / COLLECT_ROWS];
     cpu_hash *seen = &s->sets[worker];
+    float *ends = &s->row_ends[(size_t)worker * 6 * f->width];
     uint64_t last_keys[4] = {TSDF_KEY_EMPTY, TSDF_KEY_EMPTY, TSDF_KEY_EMPTY, TSDF_KEY_EMPTY};
     unsigned last_pos = 0;
     int rc;
@@ -192,28 +295,19 @@ static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
         float ry = ((float)py - f->K.cy) / f->K.fy, rows[3];
         for (int r = 0; r < 3; r++)
             rows[r] = T[4 * r + 1] * ry;
+        row_band_ends(j, py, rows, ends);
         for (uint32_t px = 0; px < f->width; px++) {
-            float d = s->alloc_depth_m[(size_t)py * f->width + px], dir[3], a[3], bb[3];
-            int32_t cur[3], end[3], blk[3];
-            int axis;
-            if (d == 0.0f)
+            const size_t w = f->width;
+            const float A[3] = {ends[px], ends[w + px], ends[2 * w + px]};
+            const float B[3] = {ends[3 * w + px], ends[4 * w + px], ends[5 * w + px]};
+            int32_t blk[3];
+            tsdf_band_walk walk;
+            tsdf_block_dda dda = {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, 0};
+            if (!tsdf_band_walk_init(&walk, A, B) ||
+                (walk.mode == TSDF_WALK_DDA && !tsdf_block_dda_init_units(&dda, A, B)))
                 continue;
-            for (int r = 0; r < 3; r++)
-                dir[r] = (s->ray_cols[3 * px + r] + rows[r]) + T[4 * r + 2];
-            if (!tsdf_band_segment(origin, dir, d, v->trunc_m, a, bb))
-                continue;
-            tsdf_block_dda dda;
-            int straight = tsdf_block_dda_straight(a, bb, v->inv_block_size, cur, end, &axis);
-            if (!straight && !tsdf_block_dda_init(&dda, a, bb, v->inv_block_size))
-                continue;
-            for (;;) {
-                if (straight) {
-                    blk[0] = cur[0];
-                    blk[1] = cur[1];
-                    blk[2] = cur[2];
-                } else if (!tsdf_block_dda_next(&dda, blk)) {
-                    break;
-                }
+            while (walk.mode == TSDF_WALK_DDA ? tsdf_block_dda_next(&dda, blk)
+                                              : tsdf_band_walk_next(&walk, blk)) {
                 uint64_t key = tsdf_block_key(blk[0], blk[1], blk[2]);
                 /* Neighbouring rays mostly walk the same blocks; a tiny
                  * cache of recent keys saves most hash probes. */
@@ -222,11 +316,6 @@ static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
                     last_keys[last_pos++ & 3] = key;
                     if ((rc = band_add(list, seen, key)) != TSDF_OK)
                         return rc;
-                }
-                if (straight) {
-                    if (cur[axis] == end[axis])
-                        break;
-                    cur[axis] += cur[axis] < end[axis] ? 1 : -1;
                 }
             }
         }
@@ -247,7 +336,7 @@ static int collect_frame_blocks(cpu_volume *v, frame_job *j)
     for (uint32_t px = 0; px < f->width; px++) {
         float rx = ((float)px - f->K.cx) / f->K.fx;
         for (int r = 0; r < 3; r++)
-            s->ray_cols[3 * px + r] = f->T_world_cam[4 * r] * rx;
+            s->ray_cols[r * s->cols_cap + px] = f->T_world_cam[4 * r] * rx;
     }
     if ((rc = cpu_pool_run(v->pool, f->height, PREPARE_ROWS, sample_rows, j)) != TSDF_OK ||
         (rc = cpu_pool_run(v->pool, f->height, PREPARE_ROWS, usable_rows, j)) != TSDF_OK ||
