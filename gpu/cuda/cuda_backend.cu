@@ -178,6 +178,7 @@ static void free_staging(struct cuda_volume *v)
             (void)cudaFreeHost(s->h_rgb);
         cuda_dev_free(v, s->d_depth, s->depth_cap);
         cuda_dev_free(v, s->d_rgb, s->rgb_cap);
+        cuda_dev_free(v, s->d_usable, s->usable_cap);
         if (s->uploaded)
             (void)cudaEventDestroy(s->uploaded);
         if (s->consumed)

@@ -5,15 +5,18 @@
  *   upload  (upload stream) the frame, staged through one half of a pinned
  *           double buffer, so the upload of frame N+1 can run while the
  *           update of frame N is still on the compute stream;
- *   collect    one thread per pixel walks the shared allocation band
- *           (tsdf_band_dda_* of tsdf_math.h, the CPU's own code) and puts
+ *   collect    one thread per pixel writes its usable depth (depth edges
+ *           zeroed, as the CPU's own tsdf_depth_usable_from_m), walks the
+ *           shared allocation band (tsdf_band_walk of tsdf_math.h, the
+ *           CPU's own code) and puts
  *           every block key into a per-frame set (CAS); the thread that
  *           adds a key first lists it as distinct, looks it up in the table
  *           (read-only during this kernel) and lists it as missing if absent;
  *           the update kernel empties the set again for the next frame;
  *   insert     the missing keys (CAS) as new pool blocks;
  *   update     one thread per voxel of every block of the frame
- *           (tsdf_integrate_voxel, the CPU's own code), specialised per depth
+ *           (tsdf_voxel_sample_cam on the usable depth and
+ *           tsdf_integrate_sample, the CPU's own code), specialised per depth
  *           format and colour so the hot loop has no mode branches.
  * integrate returns after queueing the update; every later call on the
  * volume is ordered after it on the compute stream.
@@ -157,24 +160,48 @@ static __device__ __forceinline__ void set_insert(const frame_lists &L, uint64_t
     atomicAdd(&counters[CUDA_CTR_SET_OVERFLOW], 1u);
 }
 
+/* One thread per pixel: its usable depth for the update (the depth, or 0
+ * on a depth edge: tsdf_depth_usable_m, so the update reads one value
+ * where it took five samples and four comparisons per voxel), and the
+ * blocks of its allocation band into the set. The band is walked with
+ * tsdf_band_walk, the DDA's blocks in the DDA's order with fewer
+ * divisions. */
 template <int FMT> static __global__ void k_enumerate(frame_args a, frame_lists L)
 {
     uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x;
     uint32_t npix = a.f.width * a.f.height;
     if (idx >= npix)
         return;
+    tsdf_frame f = a.f;
+    f.depth_format = (tsdf_depth_format)FMT;
+    uint32_t u = idx % a.f.width, v = idx / a.f.width;
     float d = tsdf_depth_sample_m((tsdf_depth_format)FMT, a.f.depth, idx, a.f.depth_scale,
                                   a.f.min_depth_m, a.f.max_depth_m);
+    a.usable[idx] = d > 0.0f && tsdf_depth_edge(&f, u, v, d, a.trunc_m) ? 0.0f : d;
     if (!(d > 0.0f))
         return;
-    uint32_t u = idx % a.f.width, v = idx / a.f.width;
-    float origin[3], dir[3];
+    float origin[3], dir[3], pa[3], pb[3];
     tsdf_pixel_ray_world(a.f.T_world_cam, &a.f.K, (float)u, (float)v, origin, dir);
-    tsdf_block_dda s;
-    if (!tsdf_band_dda_init(&s, origin, dir, d, a.trunc_m, a.inv_block_size))
+    if (!tsdf_band_segment(origin, dir, d, a.trunc_m, pa, pb))
         return;
+    /* The ends in block units, as tsdf_block_dda_init forms them. */
+    const float A[3] = {pa[0] * a.inv_block_size, pa[1] * a.inv_block_size,
+                        pa[2] * a.inv_block_size};
+    const float B[3] = {pb[0] * a.inv_block_size, pb[1] * a.inv_block_size,
+                        pb[2] * a.inv_block_size};
+    tsdf_band_walk w;
     int32_t b[3];
-    while (tsdf_block_dda_next(&s, b))
+    if (!tsdf_band_walk_init(&w, A, B))
+        return;
+    if (w.mode == TSDF_WALK_DDA) {
+        tsdf_block_dda s;
+        if (!tsdf_block_dda_init_units(&s, A, B))
+            return;
+        while (tsdf_block_dda_next(&s, b))
+            set_insert(L, tsdf_block_key(b[0], b[1], b[2]));
+        return;
+    }
+    while (tsdf_band_walk_next(&w, b))
         set_insert(L, tsdf_block_key(b[0], b[1], b[2]));
 }
 
@@ -225,11 +252,18 @@ static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
         uint64_t key = block_keys[b];
         int32_t bc[3];
         tsdf_block_key_unpack(key, &bc[0], &bc[1], &bc[2]);
-        float p[3];
+        float p[3], pc[3], sdf;
+        uint32_t pixel;
         tsdf_block_voxel_center(bc, x, y, z, a.voxel_size, p);
-        int changed = tsdf_integrate_voxel((tsdf_layout)LAYOUT, geom, COLOR ? rgb : NULL,
-                                           (size_t)b * TSDF_BLOCK_VOXELS + threadIdx.x, p,
-                                           a.T_cam_world, &f, a.trunc_m, a.max_weight, a.quant);
+        tsdf_transform_point(a.T_cam_world, p, pc);
+        /* tsdf_integrate_voxel, with the usable depth k_enumerate wrote
+         * (the same result: tests/test_band.c). */
+        int changed =
+            tsdf_voxel_sample_cam(pc, &f.K, f.width, f.height, a.usable, a.trunc_m, &sdf, &pixel);
+        if (changed)
+            tsdf_integrate_sample((tsdf_layout)LAYOUT, geom, COLOR ? rgb : NULL,
+                                  (size_t)b * TSDF_BLOCK_VOXELS + threadIdx.x, sdf, pixel, &f,
+                                  a.max_weight, a.quant);
         if (__syncthreads_or(changed) && threadIdx.x == 0)
             block_versions[b] = version;
     }
@@ -262,7 +296,7 @@ static int grow_staging_pair(struct cuda_volume *v, void **h, void **d, size_t *
 }
 
 static int ensure_staging(struct cuda_volume *v, struct cuda_staging *s, size_t depth_bytes,
-                          size_t rgb_bytes)
+                          size_t rgb_bytes, size_t usable_bytes)
 {
     void *h_rgb = s->h_rgb, *d_rgb = s->d_rgb;
     int rc = grow_staging_pair(v, &s->h_depth, &s->d_depth, &s->depth_cap, depth_bytes);
@@ -271,7 +305,18 @@ static int ensure_staging(struct cuda_volume *v, struct cuda_staging *s, size_t 
     rc = grow_staging_pair(v, &h_rgb, &d_rgb, &s->rgb_cap, rgb_bytes);
     s->h_rgb = (uint8_t *)h_rgb;
     s->d_rgb = (uint8_t *)d_rgb;
-    return rc;
+    if (rc != TSDF_OK || usable_bytes <= s->usable_cap)
+        return rc;
+    cuda_dev_free(v, s->d_usable, s->usable_cap);
+    s->d_usable = NULL;
+    s->usable_cap = 0;
+    void *d = NULL;
+    rc = cuda_dev_alloc(v, &d, usable_bytes);
+    if (rc != TSDF_OK)
+        return rc;
+    s->d_usable = (float *)d;
+    s->usable_cap = usable_bytes;
+    return TSDF_OK;
 }
 
 static frame_lists lists_of(struct cuda_volume *v)
@@ -625,7 +670,7 @@ int cuda_integrate(struct cuda_volume *v, const tsdf_frame *f)
     /* This half was last read by the update two frames ago. */
     if (s->used)
         CUDA_TRY(cudaEventSynchronize(s->consumed));
-    rc = ensure_staging(v, s, depth_bytes, rgb_bytes);
+    rc = ensure_staging(v, s, depth_bytes, rgb_bytes, npix * sizeof(float));
     if (rc != TSDF_OK)
         return rc;
     memcpy(s->h_depth, f->depth, depth_bytes);
@@ -675,6 +720,7 @@ int cuda_integrate(struct cuda_volume *v, const tsdf_frame *f)
     a.f = *f;
     a.f.depth = s->d_depth;
     a.f.rgb = rgb_bytes ? s->d_rgb : NULL;
+    a.usable = s->d_usable;
     tsdf_rigid_inverse(f->T_world_cam, a.T_cam_world);
     /* The same expressions as the CPU backend (cpu_backend.c), so both
      * sides feed bit-identical constants into the shared maths. */

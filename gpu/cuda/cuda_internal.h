@@ -80,6 +80,10 @@ struct cuda_staging {
     uint8_t *d_rgb;
     size_t depth_cap; /* bytes of h_depth and d_depth */
     size_t rgb_cap;   /* bytes of h_rgb and d_rgb */
+    /* Device only: the frame's usable depth per pixel (tsdf_depth_usable_m),
+     * written by the collect kernel and read by the update. */
+    float *d_usable;
+    size_t usable_cap; /* bytes of d_usable */
     cudaEvent_t uploaded;
     cudaEvent_t consumed;
     int used; /* consumed has been recorded at least once */
@@ -95,6 +99,7 @@ struct cuda_frame_events {
  * f point at the device half of the frame's staging. */
 struct frame_args {
     tsdf_frame f;
+    float *usable; /* the staging half's d_usable */
     float T_cam_world[16];
     float trunc_m;
     float inv_block_size;
