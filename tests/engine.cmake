@@ -18,7 +18,7 @@ tsdf_add_test(NAME ray_fast SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ray_fast.c
               LIBS tsdf_volume_testlib tsdf_engine_internals tsdf_scenes TIMEOUT 300)
 # The CPU raycast against the exact geometry, from poses never fused.
 tsdf_add_test(NAME raycast_truth SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_raycast_truth.c
-              LIBS tsdf_engine tsdf_scenes TIMEOUT 120)
+              LIBS tsdf_volume_testlib tsdf_engine tsdf_scenes TIMEOUT 120)
 tsdf_add_test(NAME raycast_march SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_raycast_march.c
               LIBS tsdf_engine TIMEOUT 60)
 tsdf_add_test(NAME mesh SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_mesh.c

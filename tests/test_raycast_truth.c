@@ -22,11 +22,10 @@
 #include "tsdf_math.h"
 #include "tsdf_synth.h"
 #include "tsdf_volume.h"
+#include "volume_testlib.h"
 
 #define VOXEL_M 0.01f
 #define PI 3.14159265358979323846
-#define W 160
-#define H 120
 
 static const tsdf_intrinsics K_CAM = {150.0f, 150.0f, 79.5f, 59.5f};
 
@@ -36,15 +35,12 @@ static int cmp_float(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* A CPU volume of 1 cm voxels with the default weight cap and table. */
 static tsdf_volume *new_volume(void)
 {
     tsdf_volume_params p;
-    tsdf_volume *v = NULL;
     tsdf_volume_params_default(&p);
-    p.backend = TSDF_BACKEND_CPU;
-    p.voxel_size_m = VOXEL_M;
-    assert_int_equal(tsdf_volume_create(&p, &v), TSDF_OK);
-    return v;
+    return make_volume(VOXEL_M, p.max_weight, 0, p.initial_capacity_blocks);
 }
 
 static void look_at(float ex, float ey, float ez, const float target[3], float T[16])
