@@ -182,8 +182,10 @@ uint64_t tsdf_volume_memory_bytes(const tsdf_volume *v);
 int tsdf_cuda_device_memory(int cuda_device, uint64_t *total_bytes);
 
 /* Renders the fused surface seen from a pose: marches each ray through
- * allocated blocks, skipping unallocated space block by block, and finds the
- * zero crossing by trilinear interpolation. Checks its parameters like
+ * allocated blocks, skipping unallocated space block by block and free
+ * space by the sdf of the voxel it is in, and finds the zero crossing by
+ * trilinear interpolation (gpu/shared/tsdf_raycast_march.h). Normals are
+ * central differences of the interpolated TSDF one voxel apart. Checks its parameters like
  * tsdf_frame_check (intrinsics with tsdf_intrinsics_check for the output's
  * size), and refuses a max_depth_m beyond TSDF_MAX_RAY_M with
  * TSDF_EBAD_DEPTH_RANGE. TSDF_ETIMEOUT when params.cancel stopped it. Does
