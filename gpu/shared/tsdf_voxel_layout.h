@@ -125,31 +125,26 @@ TSDF_LAYOUT_HD tsdf_vox tsdf_vox_load(tsdf_layout l, const void *geom, size_t i,
 /* tsdf_vox_load for code that only reads the channel while nothing writes
  * it (a raycast, a mesh): on the GPU through the read-only data cache
  * (__ldg), and an s16 voxel as one 32-bit load where the struct's two
- * fields were two 16-bit ones. The same values as tsdf_vox_load. */
+ * fields were two 16-bit ones. The same values as tsdf_vox_load, which is
+ * what the host runs. */
 TSDF_LAYOUT_HD tsdf_vox tsdf_vox_load_ro(tsdf_layout l, const void *geom, size_t i, tsdf_quant q)
 {
+#ifdef __CUDA_ARCH__
     tsdf_vox v;
     if (l == TSDF_LAYOUT_S16) {
-#ifdef __CUDA_ARCH__
         uint32_t w = __ldg((const unsigned int *)geom + i);
-#else
-        uint32_t w = ((const uint32_t *)geom)[i];
-#endif
         /* Little-endian (checked above): the sdf is the low half. */
         v.sdf_m = (float)(int16_t)(uint16_t)(w & 0xffffu) * q.unit_m;
         v.weight = (float)(w >> 16);
     } else {
-#ifdef __CUDA_ARCH__
         float2 g = __ldg((const float2 *)geom + i);
         v.sdf_m = g.x;
         v.weight = g.y;
-#else
-        tsdf_geom_f32 g = ((const tsdf_geom_f32 *)geom)[i];
-        v.sdf_m = g.sdf_m;
-        v.weight = g.weight;
-#endif
     }
     return v;
+#else
+    return tsdf_vox_load(l, geom, i, q);
+#endif
 }
 
 /* Only the weight of voxel i: what "is this voxel known" needs. */
