@@ -262,46 +262,6 @@ static float uniform(uint64_t *seed, float lo, float hi)
     return lo + (hi - lo) * (float)((double)(*seed >> 11) / 9007199254740992.0);
 }
 
-/* tsdf_block_dda_straight, where it applies, walks exactly the blocks of
- * tsdf_block_dda_init / _next, in the same order. */
-static void test_straight_walk_is_the_dda(void **state)
-{
-    uint64_t seed = 7;
-    int straight = 0;
-    (void)state;
-    for (int trial = 0; trial < 200000; trial++) {
-        float a[3], b[3];
-        int32_t cur[3], end[3], blk[3], want[3];
-        int axis;
-        tsdf_block_dda s;
-        memset(&s, 0, sizeof s);
-        for (int i = 0; i < 3; i++) {
-            a[i] = uniform(&seed, -3.0f, 3.0f);
-            /* Mostly band-like segments, a few long ones. */
-            b[i] = a[i] + uniform(&seed, -1.0f, 1.0f) * (trial % 10 == 0 ? 1.0f : 0.1f);
-        }
-        /* Segments along an axis, or nearly, are the common case in a
-         * frame; make a share of them. */
-        if (trial % 3 == 0)
-            b[trial % 2] = a[trial % 2];
-        if (!tsdf_block_dda_straight(a, b, 1.0f / BLOCK_M, cur, end, &axis))
-            continue;
-        straight++;
-        assert_true(tsdf_block_dda_init(&s, a, b, 1.0f / BLOCK_M));
-        for (;;) {
-            int more = tsdf_block_dda_next(&s, want);
-            assert_true(more);
-            memcpy(blk, cur, sizeof blk);
-            assert_memory_equal(blk, want, sizeof blk);
-            if (cur[axis] == end[axis])
-                break;
-            cur[axis] += cur[axis] < end[axis] ? 1 : -1;
-        }
-        assert_false(tsdf_block_dda_next(&s, want));
-    }
-    assert_true(straight > 50000);
-}
-
 /* tsdf_band_walk walks exactly the blocks of tsdf_block_dda_init_units /
  * _next, in the same order, for every kind of segment: within one block,
  * along one axis, one block on two or three axes (with boundary
@@ -459,7 +419,6 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_band_along_the_ray),
-        cmocka_unit_test(test_straight_walk_is_the_dda),
         cmocka_unit_test(test_band_walk_is_the_dda),
         cmocka_unit_test(test_factored_sample_is_the_sample),
         cmocka_unit_test(test_intrinsics_check),

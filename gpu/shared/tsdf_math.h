@@ -248,19 +248,27 @@ TSDF_HD int tsdf_world_to_voxel(const float p[3], float inv_voxel_size, int32_t 
     return 1;
 }
 
+/* The block of a point P given in block units (world / block size): its
+ * floor. Returns 0 when P is not finite or the block is outside the key
+ * range. */
+TSDF_HD int tsdf_block_of_units(const float P[3], int32_t b[3])
+{
+    for (int i = 0; i < 3; i++) {
+        float f = floorf(P[i]);
+        if (!(f >= (float)TSDF_BLOCK_COORD_MIN && f <= (float)TSDF_BLOCK_COORD_MAX))
+            return 0;
+    }
+    for (int i = 0; i < 3; i++)
+        b[i] = (int32_t)floorf(P[i]);
+    return 1;
+}
+
 /* The block that contains world point p (inv_block_size = 1 / (8 s)).
  * Returns 0 when p is not finite or the block is outside the key range. */
 TSDF_HD int tsdf_world_to_block(const float p[3], float inv_block_size, int32_t b[3])
 {
-    float f[3];
-    for (int i = 0; i < 3; i++) {
-        f[i] = floorf(p[i] * inv_block_size);
-        if (!(f[i] >= (float)TSDF_BLOCK_COORD_MIN && f[i] <= (float)TSDF_BLOCK_COORD_MAX))
-            return 0;
-    }
-    for (int i = 0; i < 3; i++)
-        b[i] = (int32_t)f[i];
-    return 1;
+    const float P[3] = {p[0] * inv_block_size, p[1] * inv_block_size, p[2] * inv_block_size};
+    return tsdf_block_of_units(P, b);
 }
 
 /* World position of the centre of local voxel (x, y, z) of block b. */
@@ -365,21 +373,6 @@ typedef struct {
     int32_t remaining; /* blocks still to yield, cur included */
 } tsdf_block_dda;
 
-/* The block of a point given in block units (world / block size): its
- * floor, as tsdf_world_to_block computes it; 0 when outside the key range
- * or not finite. */
-TSDF_HD int tsdf_block_of_units(const float P[3], int32_t b[3])
-{
-    for (int i = 0; i < 3; i++) {
-        float f = floorf(P[i]);
-        if (!(f >= (float)TSDF_BLOCK_COORD_MIN && f <= (float)TSDF_BLOCK_COORD_MAX))
-            return 0;
-    }
-    for (int i = 0; i < 3; i++)
-        b[i] = (int32_t)floorf(P[i]);
-    return 1;
-}
-
 /* tsdf_block_dda_init from the ends in block units: A = a * inv_block_size
  * and B likewise, the products tsdf_block_dda_init forms. */
 TSDF_HD int tsdf_block_dda_init_units(tsdf_block_dda *s, const float A[3], const float B[3])
@@ -471,7 +464,7 @@ TSDF_HD int tsdf_block_dda_next(tsdf_block_dda *s, int32_t b[3])
  * segment leaves the key range (the sample then allocates nothing).
  * tsdf_band_segment gives the segment a..b that tsdf_band_dda_init walks
  * (0: none), so that a caller may look at its end blocks first
- * (tsdf_block_dda_straight). */
+ * (tsdf_band_walk, in block units). */
 TSDF_HD int tsdf_band_segment(const float origin[3], const float dir[3], float depth_m,
                               float trunc_m, float a[3], float b[3])
 {
@@ -502,36 +495,13 @@ TSDF_HD int tsdf_band_dda_init(tsdf_block_dda *s, const float origin[3], const f
     return tsdf_block_dda_init(s, a, b, inv_block_size);
 }
 
-/* The walk of tsdf_block_dda_init(a, b) without its divisions, where that
- * walk is a straight line: when the end blocks cur and end (those of a and
- * b) differ on at most one axis, every step of tsdf_block_dda_next moves
- * that axis (the only one not at its end block), so the walk is cur, then
- * one block at a time along `axis` to end. Returns 1 with cur, end and
- * axis (0 when they are the same block) for such a segment, 0 when the
- * segment is outside the key range or needs the full walk. */
-TSDF_HD int tsdf_block_dda_straight(const float a[3], const float b[3], float inv_block_size,
-                                    int32_t cur[3], int32_t end[3], int *axis)
-{
-    int differ = 0;
-    if (!tsdf_world_to_block(a, inv_block_size, cur) ||
-        !tsdf_world_to_block(b, inv_block_size, end))
-        return 0;
-    *axis = 0;
-    for (int i = 0; i < 3; i++) {
-        if (cur[i] != end[i]) {
-            differ++;
-            *axis = i;
-        }
-    }
-    return differ <= 1;
-}
-
 /* The walk of tsdf_block_dda_init_units(A, B) / tsdf_block_dda_next, the
  * same blocks in the same order, with fewer divisions where the segment is
  * short, as a band (2 trunc_m, a block at 4 voxels of truncation) almost
  * always is. Where the end blocks differ on one axis at most (a little
- * over half of a 7-Scenes frame's pixels) the walk is a line along it and
- * needs none (tsdf_block_dda_straight); where they differ by one block on
+ * over half of a 7-Scenes frame's pixels) the walk is a line along it
+ * (each DDA step moves that axis, the only one not at its end) and needs
+ * none; where they differ by one block on
  * two or three axes (the rest, nearly) each of those axes is stepped once,
  * in the order of its boundary's t_max (the DDA's expression, so its
  * order, ties to the lower axis as tsdf_block_dda_next breaks them), one
