@@ -179,33 +179,30 @@ static int band_add(cpu_key_list *list, cpu_hash *seen, uint64_t key)
     return TSDF_OK;
 }
 
-/* One pixel of band_ends_kernel: tsdf_band_segment's expressions, in its
- * order, then the ends in block units as tsdf_block_dda_init forms them. */
+/* One pixel of band_ends_kernel: tsdf_band_segment, then the ends in
+ * block units as tsdf_block_dda_init forms them; NaN for no band. */
 static inline void band_ends_pixel(const float c[11], float dm, float c0, float c1, float c2,
                                    float e[6])
 {
-    float d0 = (c0 + c[0]) + c[3];
-    float d1 = (c1 + c[1]) + c[4];
-    float d2 = (c2 + c[2]) + c[5];
-    float dir_len = sqrtf(d0 * d0 + d1 * d1 + d2 * d2);
-    float half_z = c[9] / dir_len;
-    float z0 = dm - half_z, z1 = dm + half_z;
-    z0 = z0 < 0.0f ? 0.0f : z0;
-    /* No band (tsdf_band_segment's 0): NaN, which no range check passes. */
-    float none = dm > 0.0f && half_z > 0.0f ? 0.0f : NAN;
-    e[0] = (c[6] + z0 * d0) * c[10] + none;
-    e[1] = (c[7] + z0 * d1) * c[10] + none;
-    e[2] = (c[8] + z0 * d2) * c[10] + none;
-    e[3] = (c[6] + z1 * d0) * c[10] + none;
-    e[4] = (c[7] + z1 * d1) * c[10] + none;
-    e[5] = (c[8] + z1 * d2) * c[10] + none;
+    const float origin[3] = {c[6], c[7], c[8]};
+    const float dir[3] = {(c0 + c[0]) + c[3], (c1 + c[1]) + c[4], (c2 + c[2]) + c[5]};
+    float a[3], b[3];
+    if (!tsdf_band_segment(origin, dir, dm, c[9], a, b)) {
+        for (int k = 0; k < 6; k++)
+            e[k] = NAN;
+        return;
+    }
+    for (int k = 0; k < 3; k++) {
+        e[k] = a[k] * c[10];
+        e[3 + k] = b[k] * c[10];
+    }
 }
 
 /* row_band_ends' loop. c: the row's three y terms, T[2], T[6], T[10], the
  * origin, trunc_m and 1 / block size. With SSE4.1, four pixels at a time:
- * sqrtps, divps and roundps round exactly as sqrtss, divss and roundss
- * do, and every expression keeps band_ends_pixel's order, so the ends are
- * the same bits. */
+ * sqrtps and divps round exactly as sqrtss and divss do, and every
+ * expression keeps tsdf_band_segment's order, so the ends are the same
+ * bits but for the sign of a zero (see below). */
 static void band_ends_kernel(size_t w, const float c[11], const float *depth, const float *cols,
                              size_t cols_stride, float *ends)
 {
@@ -270,6 +267,26 @@ static void row_band_ends(const frame_job *j, uint32_t py, const float rows[3], 
     band_ends_kernel(w, c, &s->alloc_depth_m[(size_t)py * w], s->ray_cols, s->cols_cap, ends);
 }
 
+/* A band of rows' blocks as collect_band meets them. */
+typedef struct {
+    cpu_key_list *list;
+    cpu_hash *seen; /* the keys of list */
+    uint64_t last_keys[4];
+    unsigned last_pos;
+} band_collector;
+
+/* Adds block blk unless the band has it. Neighbouring rays mostly walk the
+ * same blocks; a tiny cache of recent keys saves most hash probes. */
+static inline int band_collect(band_collector *bc, const int32_t blk[3])
+{
+    uint64_t key = tsdf_block_key(blk[0], blk[1], blk[2]);
+    if (key == bc->last_keys[0] || key == bc->last_keys[1] || key == bc->last_keys[2] ||
+        key == bc->last_keys[3])
+        return TSDF_OK;
+    bc->last_keys[bc->last_pos++ & 3] = key;
+    return band_add(bc->list, bc->seen, key);
+}
+
 /* Job 2: the blocks of the bands of rows [b, e) (band = b / COLLECT_ROWS),
  * each in the order one thread walking its rows first meets them. */
 static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
@@ -279,15 +296,15 @@ static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
     const cpu_volume *v = j->v;
     const cpu_frame_scratch *s = &v->scratch;
     const float *T = f->T_world_cam;
-    cpu_key_list *list = &s->bands[b / COLLECT_ROWS];
-    cpu_hash *seen = &s->sets[worker];
     float *ends = &s->row_ends[(size_t)worker * 6 * f->width];
-    uint64_t last_keys[4] = {TSDF_KEY_EMPTY, TSDF_KEY_EMPTY, TSDF_KEY_EMPTY, TSDF_KEY_EMPTY};
-    unsigned last_pos = 0;
+    band_collector bc = {&s->bands[b / COLLECT_ROWS],
+                         &s->sets[worker],
+                         {TSDF_KEY_EMPTY, TSDF_KEY_EMPTY, TSDF_KEY_EMPTY, TSDF_KEY_EMPTY},
+                         0};
     int rc;
 
-    list->n = 0;
-    cpu_hash_clear(seen);
+    bc.list->n = 0;
+    cpu_hash_clear(bc.seen);
     for (uint32_t py = (uint32_t)b; py < (uint32_t)e; py++) {
         /* tsdf_pixel_ray_world's dir, row r: (T[4r] x + T[4r+1] y) + T[4r+2] * 1
          * with x, y the camera ray's; T * 1 is T exactly, and the x terms are
@@ -302,22 +319,20 @@ static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
             const float B[3] = {ends[3 * w + px], ends[4 * w + px], ends[5 * w + px]};
             int32_t blk[3];
             tsdf_band_walk walk;
-            tsdf_block_dda dda = {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, 0};
-            if (!tsdf_band_walk_init(&walk, A, B) ||
-                (walk.mode == TSDF_WALK_DDA && !tsdf_block_dda_init_units(&dda, A, B)))
+            if (!tsdf_band_walk_init(&walk, A, B))
                 continue;
-            while (walk.mode == TSDF_WALK_DDA ? tsdf_block_dda_next(&dda, blk)
-                                              : tsdf_band_walk_next(&walk, blk)) {
-                uint64_t key = tsdf_block_key(blk[0], blk[1], blk[2]);
-                /* Neighbouring rays mostly walk the same blocks; a tiny
-                 * cache of recent keys saves most hash probes. */
-                if (key != last_keys[0] && key != last_keys[1] && key != last_keys[2] &&
-                    key != last_keys[3]) {
-                    last_keys[last_pos++ & 3] = key;
-                    if ((rc = band_add(list, seen, key)) != TSDF_OK)
+            if (walk.mode == TSDF_WALK_DDA) {
+                tsdf_block_dda dda;
+                if (!tsdf_block_dda_init_units(&dda, A, B))
+                    continue;
+                while (tsdf_block_dda_next(&dda, blk))
+                    if ((rc = band_collect(&bc, blk)) != TSDF_OK)
                         return rc;
-                }
+                continue;
             }
+            while (tsdf_band_walk_next(&walk, blk))
+                if ((rc = band_collect(&bc, blk)) != TSDF_OK)
+                    return rc;
         }
     }
     return TSDF_OK;
