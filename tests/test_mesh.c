@@ -393,36 +393,36 @@ static int cmp_float(const void *a, const void *b)
  * central differences); -1 where the truth has no clear direction: within
  * two voxels of another surface or an edge, where the true sdf's gradient
  * turns. */
-static float normal_error_deg(const tsdf_scene *sc, const tsdf_raycast_params *rp, uint32_t u,
-                              uint32_t v, float z, const float n[3])
+/* The unit gradient of the scene's exact sdf at p, by central
+ * differences a quarter voxel apart; 0 where it has no direction. */
+static int true_normal(const tsdf_scene *sc, const float p[3], float g[3])
 {
-    float o[3], d[3], p[3], g[3];
     const float h = 0.25f * VOXEL_M;
-    tsdf_pixel_ray_world(rp->T_world_cam, &rp->K, (float)u, (float)v, o, d);
-    for (int a = 0; a < 3; a++)
-        p[a] = o[a] + z * d[a];
     for (int a = 0; a < 3; a++) {
         float pp[3] = {p[0], p[1], p[2]}, pm[3] = {p[0], p[1], p[2]};
         pp[a] += h;
         pm[a] -= h;
         g[a] = tsdf_scene_sdf(sc, pp) - tsdf_scene_sdf(sc, pm);
     }
-    if (!tsdf_normalize3(g))
+    return tsdf_normalize3(g);
+}
+
+static float normal_error_deg(const tsdf_scene *sc, const tsdf_raycast_params *rp, uint32_t u,
+                              uint32_t v, float z, const float n[3])
+{
+    float o[3], d[3], p[3], g[3];
+    tsdf_pixel_ray_world(rp->T_world_cam, &rp->K, (float)u, (float)v, o, d);
+    for (int a = 0; a < 3; a++)
+        p[a] = o[a] + z * d[a];
+    if (!true_normal(sc, p, g))
         return -1.0f;
     /* The gradient two voxels on must agree: else a second surface or an
      * edge is near, and "the" normal is not defined at voxel resolution. */
     for (int s = -1; s <= 1; s += 2) {
-        float q[3], gq[3];
         for (int ax = 0; ax < 3; ax++) {
-            for (int a = 0; a < 3; a++)
-                q[a] = p[a] + (float)s * 2.0f * VOXEL_M * (a == ax ? 1.0f : 0.0f);
-            for (int a = 0; a < 3; a++) {
-                float pp[3] = {q[0], q[1], q[2]}, pm[3] = {q[0], q[1], q[2]};
-                pp[a] += h;
-                pm[a] -= h;
-                gq[a] = tsdf_scene_sdf(sc, pp) - tsdf_scene_sdf(sc, pm);
-            }
-            if (!tsdf_normalize3(gq) || g[0] * gq[0] + g[1] * gq[1] + g[2] * gq[2] < 0.999f)
+            float q[3] = {p[0], p[1], p[2]}, gq[3];
+            q[ax] += (float)s * 2.0f * VOXEL_M;
+            if (!true_normal(sc, q, gq) || g[0] * gq[0] + g[1] * gq[1] + g[2] * gq[2] < 0.999f)
                 return -1.0f;
         }
     }
