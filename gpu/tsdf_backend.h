@@ -111,6 +111,10 @@ extern const tsdf_backend_ops tsdf_cuda_ops;
 int tsdf_cuda_probe(int ordinal);
 /* tsdf_cuda_device_memory of the CUDA backend. */
 int tsdf_cuda_total_memory(int ordinal, uint64_t *total_bytes);
+/* Page-locked host memory for tsdf_host_alloc (cudaHostAlloc, portable);
+ * TSDF_ENOMEM when the driver refuses. */
+int tsdf_cuda_host_alloc(size_t bytes, void **out);
+void tsdf_cuda_host_free(void *p);
 #endif
 
 #ifdef __cplusplus

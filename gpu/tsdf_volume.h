@@ -63,6 +63,20 @@ int tsdf_backend_parse(const char *name, tsdf_backend *out);
 /* 1 if this binary has the CUDA backend and a usable device is present. */
 int tsdf_cuda_available(void);
 
+/* Host memory for frames' images that the CUDA backend's copy engines read
+ * directly (page-locked when tsdf_cuda_available(), ordinary memory
+ * otherwise). A frame whose depth (or colour) lies in it is uploaded from
+ * it, skipping the host copy into the volume's staging buffer (614 KB for
+ * a 640x480 16-bit depth image); tsdf_volume_integrate then returns once
+ * the upload has read it, so the caller may refill it at once, as with any
+ * memory. Any other page-locked memory (cudaHostAlloc, cudaHostRegister)
+ * takes the same path. Page-locking is slow: allocate once and reuse.
+ * The memory is 64-byte aligned. TSDF_EINVAL for a NULL out or 0 bytes,
+ * TSDF_ENOMEM when it cannot be had. Free with tsdf_host_free (NULL is
+ * ignored), never with free(). */
+int tsdf_host_alloc(size_t bytes, void **out);
+void tsdf_host_free(void *p);
+
 typedef struct {
     float voxel_size_m;               /* edge of one voxel; default 0.01 */
     float trunc_vox;                  /* truncation distance in voxels; default 4 */

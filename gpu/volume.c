@@ -9,6 +9,7 @@
  * never reaches (or changes) the volume.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,59 @@ int tsdf_cuda_available(void)
 #else
     return 0;
 #endif
+}
+
+/* ---- host memory for frames ------------------------------------------------ */
+
+/* tsdf_host_alloc's header, in front of the bytes it hands out (64 bytes,
+ * so that they stay 64-byte aligned): which allocator to free them with. */
+#define HOST_MEM_HEADER 64u
+#define HOST_MEM_MAGIC 0x74686d31u /* "thm1" */
+
+typedef struct {
+    uint32_t magic;
+    uint32_t page_locked;
+} host_mem_header;
+
+int tsdf_host_alloc(size_t bytes, void **out)
+{
+    if (out == NULL)
+        return TSDF_EINVAL;
+    *out = NULL;
+    if (bytes == 0 || bytes > SIZE_MAX - 2 * HOST_MEM_HEADER)
+        return TSDF_EINVAL;
+    size_t total =
+        (bytes + HOST_MEM_HEADER + HOST_MEM_HEADER - 1) / HOST_MEM_HEADER * HOST_MEM_HEADER;
+    void *base = NULL;
+    int page_locked = 0;
+#ifdef TSDF_HAVE_CUDA
+    if (tsdf_cuda_available() && tsdf_cuda_host_alloc(total, &base) == TSDF_OK)
+        page_locked = 1;
+#endif
+    if (base == NULL && (base = aligned_alloc(HOST_MEM_HEADER, total)) == NULL)
+        return TSDF_ENOMEM;
+    host_mem_header *h = (host_mem_header *)base;
+    h->magic = HOST_MEM_MAGIC;
+    h->page_locked = (uint32_t)page_locked;
+    *out = (char *)base + HOST_MEM_HEADER;
+    return TSDF_OK;
+}
+
+void tsdf_host_free(void *p)
+{
+    if (p == NULL)
+        return;
+    host_mem_header *h = (host_mem_header *)((char *)p - HOST_MEM_HEADER);
+    if (h->magic != HOST_MEM_MAGIC)
+        abort(); /* not tsdf_host_alloc's: freeing it would corrupt a heap */
+    h->magic = 0;
+#ifdef TSDF_HAVE_CUDA
+    if (h->page_locked) {
+        tsdf_cuda_host_free(h);
+        return;
+    }
+#endif
+    free(h);
 }
 
 /* ---- parameters ------------------------------------------------------------ */

@@ -14,7 +14,9 @@
  *   - eviction (a radius about a point) removes the same blocks, copies
  *     out the same voxels, and an incremental mesh then reports the same
  *     removed blocks; writing the blocks back restores both volumes; meshes
- *     by block come in the same parts.
+ *     by block come in the same parts;
+ *   - frames in page-locked memory (tsdf_host_alloc, uploaded without the
+ *     staging copy) give the same volume as from ordinary memory.
  * On synthetic sequences (scenes/tsdf_synth.h: float and uint16 depth, with
  * colour) and on the first 100 frames of 7-Scenes (1 cm voxels, 4 cm
  * truncation, depth <= 4 m), which also prints the GPU timings.
@@ -421,6 +423,39 @@ static void compare_eviction(tsdf_volume *cpu, tsdf_volume *gpu, const float cen
 
 /* ---- synthetic sequences ------------------------------------------------------ */
 
+/* Exports of two volumes of the same backend: the same bits. */
+static void assert_same_volume(tsdf_volume *a, tsdf_volume *b)
+{
+    tsdf_block_set x, y;
+    tsdf_block_set_init(&x);
+    tsdf_block_set_init(&y);
+    assert_int_equal(tsdf_volume_export_blocks(a, &x), TSDF_OK);
+    assert_int_equal(tsdf_volume_export_blocks(b, &y), TSDF_OK);
+    assert_true(x.count > 0);
+    assert_int_equal(x.count, y.count);
+    assert_memory_equal(x.coords, y.coords, 3 * x.count * sizeof(int32_t));
+    assert_memory_equal(x.geom, y.geom, tsdf_block_set_geom_bytes(&x));
+    assert_int_equal(x.rgb != NULL, y.rgb != NULL);
+    if (x.rgb != NULL)
+        assert_memory_equal(x.rgb, y.rgb, x.count * TSDF_BLOCK_RGB_BYTES);
+    tsdf_block_set_fini(&x);
+    tsdf_block_set_fini(&y);
+}
+
+/* Frame i of seq into *f: float depth, or 16-bit millimetres in mm when
+ * mm is not NULL; colour into rgb when it is not NULL. */
+static void synth_frame(const tsdf_synth_sequence *seq, uint32_t i, float *depth, uint16_t *mm,
+                        uint8_t *rgb, tsdf_frame *f)
+{
+    assert_int_equal(tsdf_synth_sequence_frame(seq, i, depth, rgb, f), TSDF_OK);
+    if (mm == NULL)
+        return;
+    tsdf_depth_m_to_mm(depth, (size_t)seq->width * seq->height, mm);
+    f->depth_format = TSDF_DEPTH_U16;
+    f->depth = mm;
+    f->depth_scale = 0.001f;
+}
+
 static void fuse_synth(const char *name, int u16, int color, float voxel, tsdf_layout layout)
 {
     tsdf_synth_sequence seq;
@@ -436,14 +471,7 @@ static void fuse_synth(const char *name, int u16, int color, float voxel, tsdf_l
     tsdf_volume *gpu = make_volume(TSDF_BACKEND_CUDA, voxel, 4.0f, layout);
     for (uint32_t i = 0; i < seq.frame_count; i++) {
         tsdf_frame f;
-        assert_int_equal(tsdf_synth_sequence_frame(&seq, i, depth, color ? rgb : NULL, &f),
-                         TSDF_OK);
-        if (u16) {
-            tsdf_depth_m_to_mm(depth, n, mm);
-            f.depth_format = TSDF_DEPTH_U16;
-            f.depth = mm;
-            f.depth_scale = 0.001f;
-        }
+        synth_frame(&seq, i, depth, u16 ? mm : NULL, color ? rgb : NULL, &f);
         assert_int_equal(tsdf_volume_integrate(cpu, &f), TSDF_OK);
         assert_int_equal(tsdf_volume_integrate(gpu, &f), TSDF_OK);
     }
@@ -497,17 +525,8 @@ static void fuse_synth(const char *name, int u16, int color, float voxel, tsdf_l
     assert_int_equal(tsdf_volume_export_blocks(gpu, &bs), TSDF_OK);
     tsdf_volume *gpu2 = make_volume(TSDF_BACKEND_CUDA, voxel, 4.0f, layout);
     assert_int_equal(tsdf_volume_import_blocks(gpu2, &bs), TSDF_OK);
-    tsdf_block_set bs2;
-    tsdf_block_set_init(&bs2);
-    assert_int_equal(tsdf_volume_export_blocks(gpu2, &bs2), TSDF_OK);
-    assert_int_equal(bs.count, bs2.count);
-    assert_memory_equal(bs.coords, bs2.coords, 3 * bs.count * sizeof(int32_t));
-    assert_memory_equal(bs.geom, bs2.geom, tsdf_block_set_geom_bytes(&bs));
-    assert_int_equal(bs.rgb != NULL, bs2.rgb != NULL);
-    if (bs.rgb != NULL)
-        assert_memory_equal(bs.rgb, bs2.rgb, bs.count * TSDF_BLOCK_RGB_BYTES);
     tsdf_block_set_fini(&bs);
-    tsdf_block_set_fini(&bs2);
+    assert_same_volume(gpu, gpu2);
     tsdf_volume_destroy(gpu2);
 
     tsdf_volume_destroy(cpu);
@@ -540,6 +559,64 @@ static void test_demo_f32_rgb(void **state)
     (void)state;
     fuse_synth("demo", 0, 1, 0.01f, TSDF_LAYOUT_S16);
     fuse_synth("demo", 0, 1, 0.01f, TSDF_LAYOUT_F32);
+}
+
+/* ---- frames in page-locked memory ------------------------------------------ */
+
+/* Frames whose depth and colour are in tsdf_host_alloc memory are uploaded
+ * from it (no staging copy) and give the volume that the same frames from
+ * ordinary memory give, on the synchronous (memory cap) and the
+ * asynchronous path; the caller's buffers are free once integrate returns:
+ * they are overwritten with garbage right after each call. */
+static void test_page_locked_frames(void **state)
+{
+    (void)state;
+    tsdf_synth_sequence seq;
+    assert_int_equal(tsdf_synth_sequence_init(&seq, "room"), TSDF_OK);
+    size_t n = (size_t)seq.width * seq.height;
+    float *depth = malloc(n * sizeof(float));
+    uint16_t *mm = malloc(n * sizeof(uint16_t));
+    uint8_t *rgb = malloc(3 * n);
+    uint16_t *mm_pl = NULL;
+    uint8_t *rgb_pl = NULL;
+    assert_non_null(depth);
+    assert_non_null(mm);
+    assert_non_null(rgb);
+    assert_int_equal(tsdf_host_alloc(n * sizeof(uint16_t), (void **)&mm_pl), TSDF_OK);
+    assert_int_equal(tsdf_host_alloc(3 * n, (void **)&rgb_pl), TSDF_OK);
+    for (int capped = 0; capped < 2; capped++) {
+        tsdf_volume *cpu = make_volume(TSDF_BACKEND_CPU, 0.02f, 4.0f, TSDF_LAYOUT_S16);
+        tsdf_volume *ref = make_volume(TSDF_BACKEND_CUDA, 0.02f, 4.0f, TSDF_LAYOUT_S16);
+        tsdf_volume *pl = make_volume(TSDF_BACKEND_CUDA, 0.02f, 4.0f, TSDF_LAYOUT_S16);
+        if (capped)
+            assert_int_equal(tsdf_volume_set_memory_cap(pl, (uint64_t)1 << 32), TSDF_OK);
+        for (uint32_t i = 0; i < seq.frame_count; i++) {
+            tsdf_frame f;
+            synth_frame(&seq, i, depth, mm, rgb, &f);
+            assert_int_equal(tsdf_volume_integrate(cpu, &f), TSDF_OK);
+            assert_int_equal(tsdf_volume_integrate(ref, &f), TSDF_OK);
+            memcpy(mm_pl, mm, n * sizeof(uint16_t));
+            memcpy(rgb_pl, rgb, 3 * n);
+            f.depth = mm_pl;
+            f.rgb = rgb_pl;
+            assert_int_equal(tsdf_volume_integrate(pl, &f), TSDF_OK);
+            /* Near depth everywhere, and another colour: any of it read
+             * after the call would change the volume. */
+            memset(mm_pl, 0x01, n * sizeof(uint16_t));
+            memset(rgb_pl, 0x5a, 3 * n);
+        }
+        assert_int_equal(tsdf_volume_sync(pl), TSDF_OK);
+        assert_same_volume(ref, pl);
+        compare_volumes(cpu, pl, capped ? "page-locked, capped" : "page-locked");
+        tsdf_volume_destroy(cpu);
+        tsdf_volume_destroy(ref);
+        tsdf_volume_destroy(pl);
+    }
+    tsdf_host_free(mm_pl);
+    tsdf_host_free(rgb_pl);
+    free(depth);
+    free(mm);
+    free(rgb);
 }
 
 /* ---- 7-Scenes ----------------------------------------------------------------- */
@@ -698,9 +775,9 @@ int main(void)
     if (!tsdf_cuda_available())
         tsdf_test_skip_program("no usable GPU");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sphere_f32),   cmocka_unit_test(test_sphere_s16),
-        cmocka_unit_test(test_room_u16_rgb), cmocka_unit_test(test_demo_f32_rgb),
-        cmocka_unit_test(test_7scenes),
+        cmocka_unit_test(test_sphere_f32),         cmocka_unit_test(test_sphere_s16),
+        cmocka_unit_test(test_room_u16_rgb),       cmocka_unit_test(test_demo_f32_rgb),
+        cmocka_unit_test(test_page_locked_frames), cmocka_unit_test(test_7scenes),
     };
     /* TSDF_TEST_FILTER="test_7scenes" runs one case (measurements). */
     const char *filter = getenv("TSDF_TEST_FILTER");

@@ -2,12 +2,13 @@
  * test_volume.c - the volume API on the CPU reference backend: names and
  * parameters, the shared per-voxel maths of gpu/shared/tsdf_math.h (block
  * walk, projection), fusion accuracy, u16 against f32 depth, weights and
- * colour. The raycast, the argument checks and memory caps, and reset /
+ * colour, host memory for frames. The raycast, the argument checks and memory caps, and reset /
  * export / import have files of their own (test_volume_*.c).
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -333,6 +334,45 @@ static void test_u16_equals_f32(void **state)
     free(mm);
 }
 
+/* tsdf_host_alloc: its arguments checked, 64-byte aligned memory, and a
+ * frame in it integrates as from any memory (on the CPU backend here; the
+ * CUDA backend's direct upload is test_cuda_volume's). */
+static void test_host_memory(void **state)
+{
+    void *p = (void *)1;
+    (void)state;
+    assert_int_equal(tsdf_host_alloc(0, &p), TSDF_EINVAL);
+    assert_null(p);
+    assert_int_equal(tsdf_host_alloc(16, NULL), TSDF_EINVAL);
+    assert_int_equal(tsdf_host_alloc(SIZE_MAX, &p), TSDF_EINVAL);
+    tsdf_host_free(NULL);
+
+    float *depth = malloc(W * H * sizeof(float)), *pl = NULL;
+    assert_non_null(depth);
+    assert_int_equal(tsdf_host_alloc(W * H * sizeof(float), (void **)&pl), TSDF_OK);
+    assert_int_equal((uintptr_t)pl % 64u, 0);
+    tsdf_volume *a = make_volume(0.02f, 64.0f, 0, 1024), *b = make_volume(0.02f, 64.0f, 0, 1024);
+    tsdf_frame f;
+    plane_frame(&f, depth, 1.25f, 0.0f, 0.0f, 0.0f);
+    assert_int_equal(tsdf_volume_integrate(a, &f), TSDF_OK);
+    memcpy(pl, depth, W * H * sizeof(float));
+    f.depth = pl;
+    assert_int_equal(tsdf_volume_integrate(b, &f), TSDF_OK);
+    tsdf_block_set sa, sb;
+    tsdf_block_set_init(&sa);
+    tsdf_block_set_init(&sb);
+    assert_int_equal(tsdf_volume_export_blocks(a, &sa), TSDF_OK);
+    assert_int_equal(tsdf_volume_export_blocks(b, &sb), TSDF_OK);
+    assert_true(sa.count > 0);
+    assert_sets_equal(&sa, &sb);
+    tsdf_block_set_fini(&sa);
+    tsdf_block_set_fini(&sb);
+    tsdf_volume_destroy(a);
+    tsdf_volume_destroy(b);
+    tsdf_host_free(pl);
+    free(depth);
+}
+
 /* Weights stop at max_weight; the average keeps moving with a fixed
  * window; colour is averaged. */
 static void test_weight_clamp_and_color(void **state)
@@ -406,6 +446,7 @@ int main(void)
         cmocka_unit_test(test_fusion_plane_band_accuracy),
         cmocka_unit_test(test_u16_equals_f32),
         cmocka_unit_test(test_weight_clamp_and_color),
+        cmocka_unit_test(test_host_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -593,6 +593,23 @@ extern "C" int tsdf_cuda_total_memory(int ordinal, uint64_t *total_bytes)
     return TSDF_OK;
 }
 
+extern "C" int tsdf_cuda_host_alloc(size_t bytes, void **out)
+{
+    *out = NULL;
+    if (cudaHostAlloc(out, bytes, cudaHostAllocPortable) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *out = NULL;
+        return TSDF_ENOMEM;
+    }
+    return TSDF_OK;
+}
+
+extern "C" void tsdf_cuda_host_free(void *p)
+{
+    if (cudaFreeHost(p) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
 /* In the order of tsdf_backend_ops (C++ has no designated initialisers
  * for C structs before C++20). */
 extern "C" const tsdf_backend_ops tsdf_cuda_ops = {
