@@ -40,7 +40,11 @@
  *    and one at the end, as the daemon feeds a map; ms a frame is the total
  *    wall over the frames. Its volume must equal the synced run's (the same
  *    blocks, the same checksum of their voxels).
- *  - incremental mesh: a third run, synced, counts the blocks each frame
+ *  - page-locked frames (CUDA backend): the synced and the back-to-back
+ *    runs again with the frames in tsdf_host_alloc memory, which is
+ *    uploaded without the host copy into staging; both volumes must equal
+ *    the synced run's.
+ *  - incremental mesh: a further run, synced, counts the blocks each frame
  *    changes, and after every S-th frame of the second half (--inc-mesh-step,
  *    0 skips it) times the by-block mesh since the version before that
  *    frame. Its parts must be the whole by-block mesh's parts of the same
@@ -422,6 +426,76 @@ out:
     return result;
 }
 
+/* ---- frames in page-locked memory -----------------------------------------
+ * The synced and the back-to-back runs again, with the frames in memory
+ * from tsdf_host_alloc, which the CUDA backend uploads from without its
+ * host copy into the staging buffer (as for a caller that decodes its
+ * frames into such buffers). Each run's volume must equal the first synced
+ * run's (*ref) before its times are printed. CUDA backend only; 0, 1 on a
+ * mismatch, 2 on an error. */
+static int run_page_locked(const bench_opts *o, const bench_frame *frames, uint32_t n, size_t npix,
+                           const bench_digest *ref)
+{
+    if (o->backend != TSDF_BACKEND_CUDA)
+        return 0;
+    uint16_t *pool = NULL;
+    bench_frame *pf = calloc(n, sizeof *pf);
+    double *wall = calloc(n, sizeof *wall);
+    tsdf_volume *v = NULL;
+    int result = 2;
+    if (pf == NULL || wall == NULL ||
+        tsdf_host_alloc((size_t)n * npix * sizeof *pool, (void **)&pool) != TSDF_OK) {
+        fprintf(stderr, "bench_engine: no page-locked memory for %u frames\n", n);
+        goto out;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        pf[i].meta = frames[i].meta;
+        pf[i].depth = pool + (size_t)i * npix;
+        memcpy(pf[i].depth, frames[i].depth, npix * sizeof *pool);
+    }
+    if (make_volume(o, o->backend, &v) != TSDF_OK)
+        goto out;
+    for (uint32_t i = 0; i < n; i++) {
+        double w0 = now_ms();
+        if (integrate_frame(v, o, &pf[i]) != TSDF_OK)
+            goto out;
+        wall[i] = now_ms() - w0;
+    }
+    if ((result = bench_check_digest(v, ref, "page-locked synced", n)) != 0)
+        goto out;
+    printf(" -> PASS\n");
+    tsdf_volume_destroy(v);
+    v = NULL;
+    result = 2;
+    if (make_volume(o, o->backend, &v) != TSDF_OK)
+        goto out;
+    double t0 = now_ms();
+    for (uint32_t i = 0; i < n; i++)
+        if (submit_frame(v, o, &pf[i]) != TSDF_OK)
+            goto out;
+    int rc = tsdf_volume_sync(v);
+    if (rc != TSDF_OK) {
+        fprintf(stderr, "bench_engine: page-locked back to back: sync: %s\n", tsdf_strerror(rc));
+        goto out;
+    }
+    double total_ms = now_ms() - t0;
+    if ((result = bench_check_digest(v, ref, "page-locked back-to-back", n)) != 0)
+        goto out;
+    printf(" -> PASS\n");
+    printf("page-locked frames (tsdf_host_alloc: uploaded without the staging copy):\n");
+    print_series_header();
+    print_series("integrate+sync (wall)", wall, n);
+    printf("  back to back: %u frames in %.1f ms = %.3f ms a frame = %.1f frames/s\n", n, total_ms,
+           total_ms / (double)n, 1e3 * (double)n / total_ms);
+    result = 0;
+out:
+    tsdf_volume_destroy(v);
+    tsdf_host_free(pool);
+    free(pf);
+    free(wall);
+    return result;
+}
+
 /* ---- incremental mesh -----------------------------------------------------
  * What run_incremental measured: the blocks each frame changed, and one
  * sample per incremental mesh it timed. */
@@ -579,7 +653,7 @@ out:
 /* Everything measured after the series above (their format stays as it
  * was: others parse it), against the synced run's volume v; *b holds that
  * run's series, for the bytes per stage. */
-static int run_after_series(const bench_opts *o, const bench_frame *frames, uint32_t n,
+static int run_after_series(const bench_opts *o, const bench_frame *frames, uint32_t n, size_t npix,
                             tsdf_volume *v, bench_stage_bytes *b)
 {
     bench_digest ref;
@@ -590,6 +664,8 @@ static int run_after_series(const bench_opts *o, const bench_frame *frames, uint
         return 2;
     }
     if ((rc = run_back_to_back(o, frames, n, &ref)) != 0)
+        return rc;
+    if ((rc = run_page_locked(o, frames, n, npix, &ref)) != 0)
         return rc;
     if ((rc = run_incremental(o, frames, n, o->inc_mesh_step, &ref, &inc)) == 0) {
         b->block_bytes = ref.block_bytes;
@@ -826,7 +902,7 @@ int main(int argc, char **argv)
                             .mesh_wall_ms = mesh_wall,
                             .mesh_reps = o.mesh_reps,
                             .mesh = &mesh};
-    int after = run_after_series(&o, frames, n, v, &sb);
+    int after = run_after_series(&o, frames, n, npix, v, &sb);
     if (after != 0)
         return after;
 
