@@ -179,8 +179,6 @@ static void free_staging(struct cuda_volume *v)
         cuda_dev_free(v, s->d_depth, s->depth_cap);
         cuda_dev_free(v, s->d_rgb, s->rgb_cap);
         cuda_dev_free(v, s->d_usable, s->usable_cap);
-        if (s->uploaded)
-            (void)cudaEventDestroy(s->uploaded);
         if (s->consumed)
             (void)cudaEventDestroy(s->consumed);
         memset(s, 0, sizeof *s);
@@ -221,8 +219,6 @@ static void cuda_destroy(void *impl)
         for (int e = 0; e < CUDA_EV_COUNT; e++)
             if (v->timeline[i].ev[e])
                 (void)cudaEventDestroy(v->timeline[i].ev[e]);
-    if (v->counted)
-        (void)cudaEventDestroy(v->counted);
     if (v->epoch)
         (void)cudaEventDestroy(v->epoch);
     if (v->q_start)
@@ -241,14 +237,11 @@ static int create_events(struct cuda_volume *v)
     CUDA_TRY(cudaEventCreate(&v->epoch));
     CUDA_TRY(cudaEventCreate(&v->q_start));
     CUDA_TRY(cudaEventCreate(&v->q_end));
-    CUDA_TRY(cudaEventCreateWithFlags(&v->counted, cudaEventDisableTiming));
     for (int i = 0; i < CUDA_TIMELINE_RING; i++)
         for (int e = 0; e < CUDA_EV_COUNT; e++)
             CUDA_TRY(cudaEventCreate(&v->timeline[i].ev[e]));
-    for (int i = 0; i < 2; i++) {
-        CUDA_TRY(cudaEventCreateWithFlags(&v->staging[i].uploaded, cudaEventDisableTiming));
+    for (int i = 0; i < 2; i++)
         CUDA_TRY(cudaEventCreateWithFlags(&v->staging[i].consumed, cudaEventDisableTiming));
-    }
     return TSDF_OK;
 }
 
@@ -415,7 +408,7 @@ static int cuda_stats(void *impl, tsdf_volume_stats *out, int probe)
         if (cudaEventElapsedTime(&ms, fe->ev[CUDA_EV_ALLOC_START], fe->ev[CUDA_EV_ALLOC_END]) ==
             cudaSuccess)
             out->last_alloc_ms = ms;
-        if (cudaEventElapsedTime(&ms, fe->ev[CUDA_EV_UPDATE_START], fe->ev[CUDA_EV_UPDATE_END]) ==
+        if (cudaEventElapsedTime(&ms, fe->ev[CUDA_EV_ALLOC_END], fe->ev[CUDA_EV_UPDATE_END]) ==
             cudaSuccess)
             out->last_update_ms = ms;
         (void)cudaGetLastError();
@@ -449,7 +442,7 @@ int cuda_timeline(struct cuda_volume *v, tsdf_frame_timeline *out, size_t max, s
         out[i].upload_end_ms = t[CUDA_EV_UPLOAD_END];
         out[i].alloc_start_ms = t[CUDA_EV_ALLOC_START];
         out[i].alloc_end_ms = t[CUDA_EV_ALLOC_END];
-        out[i].update_start_ms = t[CUDA_EV_UPDATE_START];
+        out[i].update_start_ms = t[CUDA_EV_ALLOC_END];
         out[i].update_end_ms = t[CUDA_EV_UPDATE_END];
     }
     *n = (size_t)have;

@@ -35,7 +35,7 @@
  * Asynchronous (no memory cap; no host wait in a frame): insert and update
  * run on fixed grids that stride over the counts in device memory; the
  * insert kernel writes the counts into mapped pinned memory (h_counters),
- * followed by an event (`counted`) that nobody waits for yet. Both
+ * followed by the frame's ALLOC_END event, which nobody waits for yet. Both
  * kernels evaluate, on the same counters, the skip condition "the set
  * overflowed, or missing > room", where room is what is left under a HARD
  * limit computed on the host at launch from the exact host mirrors of the
@@ -46,7 +46,7 @@
  * "pending": cuda_settle consumes it at the start of the next integrate
  * (after that call's upload is queued, so the upload still overlaps) or
  * of any other call, before anything else is queued:
- *   - it waits for `counted` and evaluates the same condition on the same
+ *   - it waits for that event and evaluates the same condition on the same
  *     counter values (nothing writes UNIQUE / MISSING / SET_OVERFLOW after
  *     collect), so host and device agree on whether the frame went in;
  *   - went in: the pool's mirrors take the missing blocks (the device put
@@ -481,7 +481,6 @@ static int frame_sync(struct cuda_volume *v, const frame_args &a, struct cuda_st
         return rc2 != TSDF_OK ? rc2 : rc;
     }
     CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_ALLOC_END], v->stream));
-    CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_UPDATE_START], v->stream));
     if (unique > 0) {
         rc = launch_update(v, a, unique, UINT32_MAX);
         if (rc != TSDF_OK)
@@ -541,10 +540,9 @@ static int frame_async(struct cuda_volume *v, const frame_args &a, struct cuda_s
     rc = cuda_insert_frame(v, room);
     if (rc != TSDF_OK)
         return rc;
-    /* The insert kernel wrote the counts into h_counters. */
-    CUDA_TRY(cudaEventRecord(v->counted, v->stream));
+    /* The insert kernel wrote the counts into h_counters: cuda_settle
+     * waits for this event. */
     CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_ALLOC_END], v->stream));
-    CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_UPDATE_START], v->stream));
     rc = launch_update(v, a, 0, room);
     if (rc != TSDF_OK)
         return rc;
@@ -597,7 +595,7 @@ int cuda_settle(struct cuda_volume *v)
         return TSDF_OK;
     struct cuda_pending p = v->pend;
     v->pend.active = 0;
-    cudaError_t err = cudaEventSynchronize(v->counted);
+    cudaError_t err = cudaEventSynchronize(p.fe->ev[CUDA_EV_ALLOC_END]);
     if (err != cudaSuccess) {
         /* A fault in the frame's kernels poisons the context. */
         if (err != cudaErrorMemoryAllocation && err != cudaErrorInvalidValue)
@@ -640,12 +638,13 @@ int cuda_settle(struct cuda_volume *v)
     return TSDF_OK;
 }
 
-/* After a failure once the frame's upload is queued: order its staging
- * half's reuse after the upload, so the host never overwrites pinned memory
- * a copy still reads. */
-static void release_staging(struct cuda_volume *v, struct cuda_staging *s)
+/* After a failure once the frame's upload is queued (fe: its timeline
+ * slot): order its staging half's reuse after the upload, so the host
+ * never overwrites pinned memory a copy still reads. */
+static void release_staging(struct cuda_volume *v, struct cuda_staging *s,
+                            const struct cuda_frame_events *fe)
 {
-    if (cudaStreamWaitEvent(v->stream, s->uploaded, 0) == cudaSuccess &&
+    if (cudaStreamWaitEvent(v->stream, fe->ev[CUDA_EV_UPLOAD_END], 0) == cudaSuccess &&
         cudaEventRecord(s->consumed, v->stream) == cudaSuccess)
         s->used = 1;
     else
@@ -700,21 +699,20 @@ static int integrate_from(struct cuda_volume *v, const tsdf_frame *f, const void
         CUDA_TRY(cudaMemcpyAsync(s->d_rgb, rgb_src, rgb_bytes, cudaMemcpyHostToDevice,
                                  v->upload_stream));
     CUDA_TRY(cudaEventRecord(fe->ev[CUDA_EV_UPLOAD_END], v->upload_stream));
-    CUDA_TRY(cudaEventRecord(s->uploaded, v->upload_stream));
 
     /* The previous frame's counts, while this upload runs: its host
      * mirrors, its re-run if the device deferred it, growth. This frame's
      * kernels are queued only after. */
     rc = cuda_settle(v);
     if (rc != TSDF_OK) {
-        release_staging(v, s);
+        release_staging(v, s, fe);
         return rc;
     }
     /* A failed growth of the per-frame set leaves none (free_scratch). */
     if (v->set_cap == 0) {
         rc = cuda_scratch_reserve(v, 1u << 16);
         if (rc != TSDF_OK) {
-            release_staging(v, s);
+            release_staging(v, s, fe);
             return rc;
         }
     }
@@ -724,11 +722,11 @@ static int integrate_from(struct cuda_volume *v, const tsdf_frame *f, const void
     if (rgb_bytes && v->d_rgb == NULL && v->pool_cap != 0) {
         rc = cuda_reserve(v, 0, 1, 0);
         if (rc != TSDF_OK) {
-            release_staging(v, s);
+            release_staging(v, s, fe);
             return rc;
         }
     }
-    CUDA_TRY(cudaStreamWaitEvent(v->stream, s->uploaded, 0));
+    CUDA_TRY(cudaStreamWaitEvent(v->stream, fe->ev[CUDA_EV_UPLOAD_END], 0));
 
     frame_args a;
     a.f = *f;
@@ -764,7 +762,7 @@ static int integrate_from(struct cuda_volume *v, const tsdf_frame *f, const void
             v->version = saved;
             v->timeline_frames--;
             fe->recorded = 0;
-            release_staging(v, s);
+            release_staging(v, s, fe);
         }
         return rc;
     }

@@ -58,13 +58,16 @@ enum {
     CUDA_CTR_COUNT = 8,
 };
 
-/* The event slots of one frame's timeline. */
+/* The event slots of one frame's timeline. The update starts where the
+ * allocation ends (one event for both); UPLOAD_END also orders the compute
+ * stream after the upload, and ALLOC_END follows the insert kernel's
+ * write of the counts (cuda_settle waits for it). Each record is a
+ * microsecond of host time a frame. */
 enum {
     CUDA_EV_UPLOAD_START = 0,
     CUDA_EV_UPLOAD_END,
     CUDA_EV_ALLOC_START,
     CUDA_EV_ALLOC_END,
-    CUDA_EV_UPDATE_START,
     CUDA_EV_UPDATE_END,
     CUDA_EV_COUNT,
 };
@@ -84,7 +87,6 @@ struct cuda_staging {
      * written by the collect kernel and read by the update. */
     float *d_usable;
     size_t usable_cap; /* bytes of d_usable */
-    cudaEvent_t uploaded;
     cudaEvent_t consumed;
     int used; /* consumed has been recorded at least once */
 };
@@ -195,12 +197,12 @@ struct cuda_volume {
     struct cuda_staging staging[2];
     uint64_t frame_seq; /* frames handed to integrate, successful or not */
 
-    /* The asynchronous frame path: the pending frame, the event recorded
-     * after its counts were copied into h_counters, the fixed grids of the
-     * insert / update kernels (which read their counts on the device) and
-     * the most blocks one frame added (pool headroom). */
+    /* The asynchronous frame path: the pending frame (its timeline's
+     * ALLOC_END is recorded after its counts were written into
+     * h_counters), the fixed grids of the insert / update kernels (which
+     * read their counts on the device) and the most blocks one frame
+     * added (pool headroom). */
     struct cuda_pending pend;
-    cudaEvent_t counted;
     unsigned insert_grid;
     unsigned update_grid;
     unsigned sm_count; /* the device's multiprocessors */
