@@ -229,7 +229,7 @@ static __global__ void k_clear_set(uint64_t *set, const uint32_t *unique_slot, u
 template <int FMT, bool COLOR, int LAYOUT>
 static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
     k_update(frame_args a, const uint32_t *counters, uint32_t unique_cap, uint32_t room,
-             const int32_t *frame_blocks, const uint64_t *block_keys, uint64_t *block_versions,
+             const int32_t *frame_blocks, const uint64_t *unique, uint64_t *block_versions,
              void *geom, uint8_t *rgb, uint64_t version, uint64_t *set, const uint32_t *unique_slot)
 {
     uint32_t n = counters[CUDA_CTR_UNIQUE];
@@ -251,8 +251,14 @@ static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
             set[unique_slot[i]] = TSDF_KEY_EMPTY;
         if (skip)
             continue;
-        int32_t b = frame_blocks[i];
-        uint64_t key = block_keys[b];
+        /* The block and its key side by side (the distinct keys' list,
+         * not the pool's key of the block: one dependent load less), then
+         * the voxel's stored value, loaded before the projection so that
+         * its latency and the usable depth's overlap. */
+        const int32_t b = frame_blocks[i];
+        const uint64_t key = unique[i];
+        const size_t vi = (size_t)b * TSDF_BLOCK_VOXELS + threadIdx.x;
+        const tsdf_vox old = tsdf_vox_load((tsdf_layout)LAYOUT, geom, vi, a.quant);
         int32_t bc[3];
         tsdf_block_key_unpack(key, &bc[0], &bc[1], &bc[2]);
         float p[3], pc[3], sdf;
@@ -264,9 +270,8 @@ static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
         int changed =
             tsdf_voxel_sample_cam(pc, &f.K, f.width, f.height, a.usable, a.trunc_m, &sdf, &pixel);
         if (changed)
-            tsdf_integrate_sample((tsdf_layout)LAYOUT, geom, COLOR ? rgb : NULL,
-                                  (size_t)b * TSDF_BLOCK_VOXELS + threadIdx.x, sdf, pixel, &f,
-                                  a.max_weight, a.quant);
+            tsdf_integrate_loaded((tsdf_layout)LAYOUT, geom, COLOR ? rgb : NULL, vi, old, sdf,
+                                  pixel, &f, a.max_weight, a.quant);
         if (__syncthreads_or(changed) && threadIdx.x == 0)
             block_versions[b] = version;
     }
@@ -394,7 +399,7 @@ static int launch_update(struct cuda_volume *v, const frame_args &a, uint32_t n_
         return TSDF_EINTERNAL;
 #define LAUNCH(FMT, COL, LAY)                                                                      \
     k_update<FMT, COL, LAY><<<grid, TSDF_BLOCK_VOXELS, 0, v->stream>>>(                            \
-        a, v->d_counters, v->unique_cap, room, v->d_frame_blocks, v->d_block_keys,                 \
+        a, v->d_counters, v->unique_cap, room, v->d_frame_blocks, v->d_unique,                     \
         v->d_block_versions, v->d_geom, v->d_rgb, v->version, v->d_set_keys, v->d_set_slot)
 #define LAUNCH_LAYOUT(FMT, COL)                                                                    \
     do {                                                                                           \

@@ -780,17 +780,27 @@ TSDF_HD int tsdf_voxel_sample_cam(const float pc[3], const tsdf_intrinsics *K, u
     return 1;
 }
 
+/* tsdf_integrate_sample of voxel i whose stored value the caller loaded
+ * already (vox): the CUDA update loads it before the projection, so that
+ * the two memory reads of a voxel overlap. */
+TSDF_HD void tsdf_integrate_loaded(tsdf_layout layout, void *geom, uint8_t *rgb, size_t i,
+                                   tsdf_vox vox, float sdf, uint32_t pixel, const tsdf_frame *f,
+                                   float max_weight, tsdf_quant q)
+{
+    if (f->rgb != NULL && rgb != NULL)
+        tsdf_rgb_update(rgb + TSDF_RGB_BYTES * i, vox.weight, f->rgb + 3u * pixel);
+    tsdf_vox_update(&vox, sdf, max_weight);
+    tsdf_vox_store(layout, geom, i, vox, q);
+}
+
 /* The update of voxel i with what tsdf_voxel_sample (or _cam) found: sdf,
  * from pixel `pixel` of f (see tsdf_integrate_voxel). */
 TSDF_HD void tsdf_integrate_sample(tsdf_layout layout, void *geom, uint8_t *rgb, size_t i,
                                    float sdf, uint32_t pixel, const tsdf_frame *f, float max_weight,
                                    tsdf_quant q)
 {
-    tsdf_vox vox = tsdf_vox_load(layout, geom, i, q);
-    if (f->rgb != NULL && rgb != NULL)
-        tsdf_rgb_update(rgb + TSDF_RGB_BYTES * i, vox.weight, f->rgb + 3u * pixel);
-    tsdf_vox_update(&vox, sdf, max_weight);
-    tsdf_vox_store(layout, geom, i, vox, q);
+    tsdf_integrate_loaded(layout, geom, rgb, i, tsdf_vox_load(layout, geom, i, q), sdf, pixel, f,
+                          max_weight, q);
 }
 
 /* Updates voxel i of a geometry channel of `layout` (and its colour in

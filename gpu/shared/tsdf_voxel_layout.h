@@ -106,14 +106,23 @@ TSDF_LAYOUT_HD size_t tsdf_pool_block_bytes(tsdf_layout l, int with_rgb)
            (with_rgb ? TSDF_BLOCK_RGB_BYTES : 0);
 }
 
-/* Voxel i of a geometry channel in layout l. */
+/* Voxel i of a geometry channel in layout l. On the GPU (whose channels
+ * are device pools, 4-byte aligned) an s16 voxel is one 32-bit load where
+ * the struct's two fields were two 16-bit ones; the same values. */
 TSDF_LAYOUT_HD tsdf_vox tsdf_vox_load(tsdf_layout l, const void *geom, size_t i, tsdf_quant q)
 {
     tsdf_vox v;
     if (l == TSDF_LAYOUT_S16) {
+#ifdef __CUDA_ARCH__
+        uint32_t w = ((const uint32_t *)geom)[i];
+        /* Little-endian (checked above): the sdf is the low half. */
+        v.sdf_m = (float)(int16_t)(uint16_t)(w & 0xffffu) * q.unit_m;
+        v.weight = (float)(w >> 16);
+#else
         tsdf_geom_s16 g = ((const tsdf_geom_s16 *)geom)[i];
         v.sdf_m = (float)g.sdf * q.unit_m;
         v.weight = (float)g.weight;
+#endif
     } else {
         tsdf_geom_f32 g = ((const tsdf_geom_f32 *)geom)[i];
         v.sdf_m = g.sdf_m;
@@ -168,7 +177,7 @@ TSDF_LAYOUT_HD float tsdf_layout_round_clamp(float x, float lim)
 
 /* Stores v as voxel i of a geometry channel in layout l: s16 rounds the sdf
  * to the nearest unit (clamped to the representable band) and the weight
- * to the nearest integer. */
+ * to the nearest integer (on the GPU in one 32-bit store, as the load). */
 TSDF_LAYOUT_HD void tsdf_vox_store(tsdf_layout l, void *geom, size_t i, tsdf_vox v, tsdf_quant q)
 {
     if (l == TSDF_LAYOUT_S16) {
@@ -176,7 +185,11 @@ TSDF_LAYOUT_HD void tsdf_vox_store(tsdf_layout l, void *geom, size_t i, tsdf_vox
         g.sdf = (int16_t)tsdf_layout_round_clamp(v.sdf_m * q.inv_unit, (float)TSDF_S16_MAX);
         float w = tsdf_layout_round_clamp(v.weight, TSDF_S16_MAX_WEIGHT);
         g.weight = (uint16_t)(w > 0.0f ? w : 0.0f);
+#ifdef __CUDA_ARCH__
+        ((uint32_t *)geom)[i] = (uint32_t)(uint16_t)g.sdf | ((uint32_t)g.weight << 16);
+#else
         ((tsdf_geom_s16 *)geom)[i] = g;
+#endif
     } else {
         tsdf_geom_f32 g;
         g.sdf_m = v.sdf_m;
