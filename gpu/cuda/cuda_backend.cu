@@ -588,7 +588,6 @@ extern "C" int tsdf_cuda_total_memory(int ordinal, uint64_t *total_bytes)
 
 extern "C" int tsdf_cuda_host_alloc(size_t bytes, void **out)
 {
-    *out = NULL;
     if (cudaHostAlloc(out, bytes, cudaHostAllocPortable) != cudaSuccess) {
         (void)cudaGetLastError();
         *out = NULL;

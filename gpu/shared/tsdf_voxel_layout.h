@@ -106,18 +106,25 @@ TSDF_LAYOUT_HD size_t tsdf_pool_block_bytes(tsdf_layout l, int with_rgb)
            (with_rgb ? TSDF_BLOCK_RGB_BYTES : 0);
 }
 
-/* Voxel i of a geometry channel in layout l. On the GPU (whose channels
- * are device pools, 4-byte aligned) an s16 voxel is one 32-bit load where
- * the struct's two fields were two 16-bit ones; the same values. */
+/* An s16 voxel read as one 32-bit word (the GPU's loads: device pools
+ * are 4-byte aligned): little-endian (checked above), so the sdf is the
+ * low half. The same values as the struct's two fields. */
+TSDF_LAYOUT_HD tsdf_vox tsdf_vox_from_s16_word(uint32_t w, tsdf_quant q)
+{
+    tsdf_vox v;
+    v.sdf_m = (float)(int16_t)(uint16_t)(w & 0xffffu) * q.unit_m;
+    v.weight = (float)(w >> 16);
+    return v;
+}
+
+/* Voxel i of a geometry channel in layout l (on the GPU an s16 voxel is
+ * one 32-bit load, tsdf_vox_from_s16_word). */
 TSDF_LAYOUT_HD tsdf_vox tsdf_vox_load(tsdf_layout l, const void *geom, size_t i, tsdf_quant q)
 {
     tsdf_vox v;
     if (l == TSDF_LAYOUT_S16) {
 #ifdef __CUDA_ARCH__
-        uint32_t w = ((const uint32_t *)geom)[i];
-        /* Little-endian (checked above): the sdf is the low half. */
-        v.sdf_m = (float)(int16_t)(uint16_t)(w & 0xffffu) * q.unit_m;
-        v.weight = (float)(w >> 16);
+        v = tsdf_vox_from_s16_word(((const uint32_t *)geom)[i], q);
 #else
         tsdf_geom_s16 g = ((const tsdf_geom_s16 *)geom)[i];
         v.sdf_m = (float)g.sdf * q.unit_m;
@@ -133,18 +140,14 @@ TSDF_LAYOUT_HD tsdf_vox tsdf_vox_load(tsdf_layout l, const void *geom, size_t i,
 
 /* tsdf_vox_load for code that only reads the channel while nothing writes
  * it (a raycast, a mesh): on the GPU through the read-only data cache
- * (__ldg), and an s16 voxel as one 32-bit load where the struct's two
- * fields were two 16-bit ones. The same values as tsdf_vox_load, which is
- * what the host runs. */
+ * (__ldg). The same values as tsdf_vox_load, which is what the host
+ * runs. */
 TSDF_LAYOUT_HD tsdf_vox tsdf_vox_load_ro(tsdf_layout l, const void *geom, size_t i, tsdf_quant q)
 {
 #ifdef __CUDA_ARCH__
     tsdf_vox v;
     if (l == TSDF_LAYOUT_S16) {
-        uint32_t w = __ldg((const unsigned int *)geom + i);
-        /* Little-endian (checked above): the sdf is the low half. */
-        v.sdf_m = (float)(int16_t)(uint16_t)(w & 0xffffu) * q.unit_m;
-        v.weight = (float)(w >> 16);
+        v = tsdf_vox_from_s16_word(__ldg((const unsigned int *)geom + i), q);
     } else {
         float2 g = __ldg((const float2 *)geom + i);
         v.sdf_m = g.x;
