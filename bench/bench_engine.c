@@ -394,12 +394,12 @@ out:
 
 /* ---- back to back ---------------------------------------------------------
  * Integrates all n frames on a fresh volume with no sync between them (one
- * tsdf_volume_sync at the end), as the daemon feeds a map, and prints the
- * host wall time a frame -- only once the volume it made equals the synced
- * run's (*ref: the same blocks, the same voxels). 0, 1 on a mismatch, 2 on
- * an error. */
-static int run_back_to_back(const bench_opts *o, const bench_frame *frames, uint32_t n,
-                            const bench_digest *ref)
+ * tsdf_volume_sync at the end), as the daemon feeds a map; *total_ms
+ * receives the host wall time of it all, once the volume it made equals
+ * the synced run's (*ref: the same blocks, the same voxels; the check line
+ * names the run `what`). 0, 1 on a mismatch, 2 on an error. */
+static int back_to_back(const bench_opts *o, const bench_frame *frames, uint32_t n,
+                        const bench_digest *ref, const char *what, double *total_ms)
 {
     tsdf_volume *v = NULL;
     int rc, result = 2;
@@ -410,19 +410,26 @@ static int run_back_to_back(const bench_opts *o, const bench_frame *frames, uint
         if (submit_frame(v, o, &frames[i]) != TSDF_OK)
             goto out;
     if ((rc = tsdf_volume_sync(v)) != TSDF_OK) {
-        fprintf(stderr, "bench_engine: back to back: sync: %s\n", tsdf_strerror(rc));
+        fprintf(stderr, "bench_engine: %s: sync: %s\n", what, tsdf_strerror(rc));
         goto out;
     }
-    double total_ms = now_ms() - t0;
-    if ((result = bench_check_digest(v, ref, "back-to-back", n)) != 0)
-        goto out;
-    printf(" -> PASS\n");
-    printf("back-to-back integration (no sync between frames, one at the end): %u frames in %.1f "
-           "ms = %.3f ms a frame = %.1f frames/s\n",
-           n, total_ms, total_ms / (double)n, 1e3 * (double)n / total_ms);
-    result = 0;
+    *total_ms = now_ms() - t0;
+    if ((result = bench_check_digest(v, ref, what, n)) == 0)
+        printf(" -> PASS\n");
 out:
     tsdf_volume_destroy(v);
+    return result;
+}
+
+static int run_back_to_back(const bench_opts *o, const bench_frame *frames, uint32_t n,
+                            const bench_digest *ref)
+{
+    double total_ms;
+    int result = back_to_back(o, frames, n, ref, "back-to-back", &total_ms);
+    if (result == 0)
+        printf("back-to-back integration (no sync between frames, one at the end): %u frames in "
+               "%.1f ms = %.3f ms a frame = %.1f frames/s\n",
+               n, total_ms, total_ms / (double)n, 1e3 * (double)n / total_ms);
     return result;
 }
 
@@ -464,24 +471,9 @@ static int run_page_locked(const bench_opts *o, const bench_frame *frames, uint3
     if ((result = bench_check_digest(v, ref, "page-locked synced", n)) != 0)
         goto out;
     printf(" -> PASS\n");
-    tsdf_volume_destroy(v);
-    v = NULL;
-    result = 2;
-    if (make_volume(o, o->backend, &v) != TSDF_OK)
+    double total_ms;
+    if ((result = back_to_back(o, pf, n, ref, "page-locked back-to-back", &total_ms)) != 0)
         goto out;
-    double t0 = now_ms();
-    for (uint32_t i = 0; i < n; i++)
-        if (submit_frame(v, o, &pf[i]) != TSDF_OK)
-            goto out;
-    int rc = tsdf_volume_sync(v);
-    if (rc != TSDF_OK) {
-        fprintf(stderr, "bench_engine: page-locked back to back: sync: %s\n", tsdf_strerror(rc));
-        goto out;
-    }
-    double total_ms = now_ms() - t0;
-    if ((result = bench_check_digest(v, ref, "page-locked back-to-back", n)) != 0)
-        goto out;
-    printf(" -> PASS\n");
     printf("page-locked frames (tsdf_host_alloc: uploaded without the staging copy):\n");
     print_series_header();
     print_series("integrate+sync (wall)", wall, n);
