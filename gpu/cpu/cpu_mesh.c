@@ -45,10 +45,13 @@ typedef struct {
 #define TSDF_MESH_SOURCE mesh_src
 #include "tsdf_mesh_vertex.h"
 
-/* An edge: the global voxel of its start corner and its axis. */
+/* An edge: the global voxel of its start corner, its axis, and the pool
+ * index of the block that holds that voxel (step 1 knows it, so steps 2
+ * and 3 need no table lookup for it). */
 typedef struct {
     int32_t g[3];
     int32_t axis;
+    int32_t blk;
 } mesh_edge;
 
 /* Step 1's output for a chunk of blocks: the edges of its triangles, three
@@ -65,14 +68,12 @@ typedef struct {
     const uint64_t *keys;
     mesh_chunk *chunks;
 
-    /* step 2: block key -> index of that block's EDGE_SLOTS vertex ids */
-    cpu_hash edge_blocks;
+    /* step 2: pool block -> index of that block's EDGE_SLOTS vertex ids
+     * in edge_ids (-1: none yet) */
+    int32_t *edge_base;
+    uint32_t edge_blocks;
     uint32_t *edge_ids;
     size_t edge_blocks_cap;
-    /* The last block looked up there: a block's edges mostly follow one
-     * another. */
-    uint64_t last_key;
-    uint32_t last_idx;
     mesh_edge *vertex_edges; /* per vertex, the edge it lies on */
 
     /* the mesh being built */
@@ -145,34 +146,49 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem, size_t min_ca
     return TSDF_OK;
 }
 
+/* The voxels a block's cells read: the block and the first layer of its
+ * +x, +y, +z neighbours, 9 per axis. */
+#define CELL_SPAN (TSDF_BLOCK_DIM + 1)
+#define CELL_VOXELS (CELL_SPAN * CELL_SPAN * CELL_SPAN)
+
 /* Step 1 for block b: the edges of its cells' triangles onto ch; *tris gets
- * how many triangles. */
+ * how many triangles. The 9 x 9 x 9 voxels the cells read are loaded once
+ * (each cell reading its 8 corners from the pool loaded every voxel up to
+ * 8 times, through the layout's decoder each time). */
 static int block_edges(const cpu_volume *v, const int32_t b[3], mesh_chunk *ch, uint32_t *tris)
 {
     /* The block and its +x/+y/+z neighbours: nb[dx + 2 dy + 4 dz]. */
     int32_t nb[8];
     for (int k = 0; k < 8; k++)
         nb[k] = cpu_volume_block(v, b[0] + (k & 1), b[1] + ((k >> 1) & 1), b[2] + ((k >> 2) & 1));
+    float sdf[CELL_VOXELS];
+    uint8_t known[CELL_VOXELS];
+    for (int lz = 0, i = 0; lz < CELL_SPAN; lz++)
+        for (int ly = 0; ly < CELL_SPAN; ly++)
+            for (int lx = 0; lx < CELL_SPAN; lx++, i++) {
+                int32_t blk = nb[(lx >> 3) | ((ly >> 3) << 1) | ((lz >> 3) << 2)];
+                known[i] = 0;
+                sdf[i] = 0.0f;
+                if (blk < 0)
+                    continue;
+                tsdf_vox vx = load(v, voxel_at(blk, tsdf_voxel_index(lx & 7, ly & 7, lz & 7)));
+                known[i] = (uint8_t)tsdf_vox_known(vx);
+                sdf[i] = vx.sdf_m;
+            }
 
     *tris = 0;
     for (int z = 0; z < TSDF_BLOCK_DIM; z++) {
         for (int y = 0; y < TSDF_BLOCK_DIM; y++) {
             for (int x = 0; x < TSDF_BLOCK_DIM; x++) {
                 float c8[8];
-                int ok = 1, cube, rc;
-                for (int k = 0; k < 8 && ok; k++) {
-                    int lx = x + (k & 1), ly = y + ((k >> 1) & 1), lz = z + ((k >> 2) & 1);
-                    int bi = (lx >> 3) | ((ly >> 3) << 1) | ((lz >> 3) << 2);
-                    if (nb[bi] < 0) {
-                        ok = 0;
-                        break;
-                    }
-                    tsdf_vox vx =
-                        load(v, voxel_at(nb[bi], tsdf_voxel_index(lx & 7, ly & 7, lz & 7)));
-                    ok = tsdf_vox_known(vx);
-                    c8[k] = vx.sdf_m;
+                int all_known = 1, cube, rc;
+                for (int k = 0; k < 8; k++) {
+                    int j = (x + (k & 1)) +
+                            CELL_SPAN * ((y + ((k >> 1) & 1)) + CELL_SPAN * (z + ((k >> 2) & 1)));
+                    all_known &= known[j];
+                    c8[k] = sdf[j];
                 }
-                if (!ok)
+                if (!all_known)
                     continue;
                 cube = tsdf_mc_cube_index(c8);
                 if (cube == 0 || cube == 255)
@@ -185,10 +201,14 @@ static int block_edges(const cpu_volume *v, const int32_t b[3], mesh_chunk *ch, 
                         int e = tsdf_mc_tri(cube, i + j), off[3];
                         mesh_edge *me = &ch->edges[ch->n++];
                         tsdf_mc_edge_start(e, off);
-                        me->g[0] = b[0] * TSDF_BLOCK_DIM + x + off[0];
-                        me->g[1] = b[1] * TSDF_BLOCK_DIM + y + off[1];
-                        me->g[2] = b[2] * TSDF_BLOCK_DIM + z + off[2];
+                        const int lx = x + off[0], ly = y + off[1], lz = z + off[2];
+                        me->g[0] = b[0] * TSDF_BLOCK_DIM + lx;
+                        me->g[1] = b[1] * TSDF_BLOCK_DIM + ly;
+                        me->g[2] = b[2] * TSDF_BLOCK_DIM + lz;
                         me->axis = tsdf_mc_edge_axis(e);
+                        /* A corner of a cell whose corners are all known:
+                         * its block exists. */
+                        me->blk = nb[(lx >> 3) | ((ly >> 3) << 1) | ((lz >> 3) << 2)];
                     }
                     (*tris)++;
                 }
@@ -220,32 +240,25 @@ static int mesh_chunk_job(void *arg, size_t b, size_t e, unsigned worker)
     return TSDF_OK;
 }
 
-/* The vertex-id slot of edge me. */
+/* The vertex-id slot of edge me: its block's slots, made on first use. */
 static int edge_slot(mesher *m, const mesh_edge *me, uint32_t **slot)
 {
     const int32_t *g = me->g;
-    uint64_t key =
-        tsdf_block_key(tsdf_floor_div8(g[0]), tsdf_floor_div8(g[1]), tsdf_floor_div8(g[2]));
-    if (key != m->last_key) {
-        uint32_t n = (uint32_t)m->edge_blocks.count, idx;
-        int inserted, rc;
-        rc = cpu_hash_insert(&m->edge_blocks, key, n, &idx, &inserted);
+    int32_t idx = m->edge_base[me->blk];
+    if (idx < 0) {
+        size_t cap = m->edge_blocks_cap;
+        uint32_t n = m->edge_blocks;
+        int rc = grow((void **)&m->edge_ids, &cap, (size_t)(n + 1) * EDGE_SLOTS, sizeof(uint32_t),
+                      64 * EDGE_SLOTS);
         if (rc != TSDF_OK)
             return rc;
-        if (inserted) {
-            size_t cap = m->edge_blocks_cap;
-            rc = grow((void **)&m->edge_ids, &cap, (size_t)(n + 1) * EDGE_SLOTS, sizeof(uint32_t),
-                      64 * EDGE_SLOTS);
-            if (rc != TSDF_OK)
-                return rc;
-            m->edge_blocks_cap = cap;
-            memset(m->edge_ids + (size_t)n * EDGE_SLOTS, 0xff, EDGE_SLOTS * sizeof(uint32_t));
-            idx = n;
-        }
-        m->last_key = key;
-        m->last_idx = idx;
+        m->edge_blocks_cap = cap;
+        memset(m->edge_ids + (size_t)n * EDGE_SLOTS, 0xff, EDGE_SLOTS * sizeof(uint32_t));
+        idx = (int32_t)n;
+        m->edge_base[me->blk] = idx;
+        m->edge_blocks = n + 1;
     }
-    *slot = m->edge_ids + (size_t)m->last_idx * EDGE_SLOTS + (size_t)me->axis * TSDF_BLOCK_VOXELS +
+    *slot = m->edge_ids + (size_t)idx * EDGE_SLOTS + (size_t)me->axis * TSDF_BLOCK_VOXELS +
             tsdf_voxel_index(g[0] & 7, g[1] & 7, g[2] & 7);
     return TSDF_OK;
 }
@@ -305,9 +318,10 @@ static int vertex_job(void *arg, size_t b, size_t e, unsigned worker)
         int32_t g1[3] = {me->g[0], me->g[1], me->g[2]};
         g1[me->axis] += 1;
         /* Step 1 read both voxels of the edge, so both exist. */
-        int64_t i0 = src_voxel_index(&src, me->g[0], me->g[1], me->g[2]);
+        int64_t i0 =
+            (int64_t)voxel_at(me->blk, tsdf_voxel_index(me->g[0] & 7, me->g[1] & 7, me->g[2] & 7));
         int64_t i1 = src_voxel_index(&src, g1[0], g1[1], g1[2]);
-        if (i0 < 0 || i1 < 0)
+        if (i1 < 0)
             return TSDF_EINTERNAL;
         tsdf_mesh_edge_vertex(&src, me->g, me->axis, load(v, (size_t)i0), load(v, (size_t)i1),
                               rgb != NULL ? rgb + TSDF_RGB_BYTES * (size_t)i0 : NULL,
@@ -323,7 +337,7 @@ static void mesher_free(mesher *m, size_t nchunks)
     for (size_t c = 0; m->chunks != NULL && c < nchunks; c++)
         free(m->chunks[c].edges);
     free(m->chunks);
-    cpu_hash_fini(&m->edge_blocks);
+    free(m->edge_base);
     free(m->edge_ids);
     free(m->vertex_edges);
     free(m->positions);
@@ -373,9 +387,11 @@ int cpu_mesh(void *impl, const uint64_t *keys, size_t n, tsdf_mesh *out, uint64_
 
     memset(&m, 0, sizeof(m));
     m.v = v;
-    m.last_key = TSDF_KEY_EMPTY;
-    if ((rc = cpu_hash_init(&m.edge_blocks, 1024, 0.5f)) != TSDF_OK)
-        return rc;
+    if (v->store.used != 0) {
+        if ((m.edge_base = malloc((size_t)v->store.used * sizeof(int32_t))) == NULL)
+            return TSDF_ENOMEM;
+        memset(m.edge_base, 0xff, (size_t)v->store.used * sizeof(int32_t));
+    }
     if (keys == NULL) {
         if ((rc = all_keys(&v->store, &all, &n)) != TSDF_OK)
             goto out;
