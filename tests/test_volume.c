@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@
 
 #include "volume_testlib.h"
 #include "tsdf_math.h"
+#include "tsdf_synth.h"
 
 /* ---- names and parameters ------------------------------------------------ */
 
@@ -334,6 +336,126 @@ static void test_u16_equals_f32(void **state)
     free(mm);
 }
 
+/* ---- the integration against the per-voxel reference ----------------------- */
+
+static uint64_t set_key(const tsdf_block_set *s, size_t i)
+{
+    return tsdf_block_key(s->coords[3 * i], s->coords[3 * i + 1], s->coords[3 * i + 2]);
+}
+
+/* The frame that turned `before` into `after` (exports, sorted by key),
+ * voxel by voxel: every block the frame changed (its version is the
+ * volume's) equals its old voxels (none for a new block) updated by
+ * tsdf_integrate_voxel, the shared per-voxel reference that the CPU's
+ * factored, vectorised update must reproduce bit for bit; every other
+ * block is as it was. Returns the voxels the frame changed. */
+static size_t check_frame_voxels(const tsdf_block_set *before, const tsdf_block_set *after,
+                                 const tsdf_frame *f, float voxel, float trunc_m, float max_weight)
+{
+    const size_t bb = tsdf_block_set_geom_bytes(after) / after->count;
+    const tsdf_quant q = tsdf_quant_for(trunc_m);
+    float T_cam_world[16];
+    tsdf_rigid_inverse(f->T_world_cam, T_cam_world);
+    uint8_t *ref = malloc(bb);
+    assert_non_null(ref);
+    size_t j = 0, changed = 0;
+    for (size_t i = 0; i < after->count; i++) {
+        const uint64_t key = set_key(after, i);
+        while (j < before->count && set_key(before, j) < key)
+            j++;
+        const int had = j < before->count && set_key(before, j) == key;
+        if (had)
+            memcpy(ref, (const uint8_t *)before->geom + j * bb, bb);
+        else
+            memset(ref, 0, bb);
+        if (after->versions[i] == after->version) {
+            for (int k = 0; k < TSDF_BLOCK_VOXELS; k++) {
+                int x, y, z;
+                float p[3];
+                tsdf_voxel_index_unpack(k, &x, &y, &z);
+                tsdf_block_voxel_center(&after->coords[3 * i], x, y, z, voxel, p);
+                changed += (size_t)tsdf_integrate_voxel(after->layout, ref, NULL, (size_t)k, p,
+                                                        T_cam_world, f, trunc_m, max_weight, q);
+            }
+        } else {
+            assert_true(had);
+        }
+        assert_memory_equal(ref, (const uint8_t *)after->geom + i * bb, bb);
+    }
+    free(ref);
+    return changed;
+}
+
+/* The CPU backend's integration (its bands of rows, its four-pixel depth
+ * preparation and four-voxel s16 update) against tsdf_integrate_voxel, on
+ * the "room" sequence (depth edges at its objects): u16 and f32 depth, both
+ * layouts, a weight cap the frames reach, and frames three columns
+ * narrower than the camera's, so that no row is a multiple of four. */
+static void test_integrate_is_the_voxel_reference(void **state)
+{
+    (void)state;
+    tsdf_synth_sequence seq;
+    assert_int_equal(tsdf_synth_sequence_init(&seq, "room"), TSDF_OK);
+    const uint32_t W0 = seq.width, H0 = seq.height;
+    float *full = malloc((size_t)W0 * H0 * sizeof(float));
+    float *depth = malloc((size_t)W0 * H0 * sizeof(float));
+    uint16_t *mm = malloc((size_t)W0 * H0 * sizeof(uint16_t));
+    assert_non_null(full);
+    assert_non_null(depth);
+    assert_non_null(mm);
+    for (int variant = 0; variant < 4; variant++) {
+        const tsdf_layout layout = variant & 1 ? TSDF_LAYOUT_F32 : TSDF_LAYOUT_S16;
+        const int u16 = variant < 2;
+        const float voxel = 0.02f, max_weight = 3.0f;
+        tsdf_volume *v = make_volume_as(voxel, max_weight, layout);
+        const float trunc_m = tsdf_volume_get_params(v)->trunc_vox * voxel;
+        size_t changed = 0, edges = 0;
+        tsdf_block_set before, after;
+        tsdf_block_set_init(&before);
+        tsdf_block_set_init(&after);
+        for (uint32_t i = 0; i < 6; i++) {
+            tsdf_frame f;
+            assert_int_equal(tsdf_synth_sequence_frame(&seq, i * 3, full, NULL, &f), TSDF_OK);
+            f.width = W0 - 3;
+            for (uint32_t y = 0; y < H0; y++)
+                memcpy(depth + (size_t)y * f.width, full + (size_t)y * W0, f.width * sizeof(float));
+            f.depth = depth;
+            if (u16) {
+                for (size_t k = 0; k < (size_t)f.width * H0; k++)
+                    mm[k] = depth[k] > 0.0f && depth[k] < 65.0f
+                                ? (uint16_t)lrintf(depth[k] * 1000.0f)
+                                : 0;
+                f.depth_format = TSDF_DEPTH_U16;
+                f.depth = mm;
+                f.depth_scale = 0.001f;
+            }
+            for (uint32_t y = 0; y < H0; y++)
+                for (uint32_t x = 0; x < f.width; x++) {
+                    const float d =
+                        tsdf_depth_sample_m(f.depth_format, f.depth, y * f.width + x, f.depth_scale,
+                                            f.min_depth_m, f.max_depth_m);
+                    edges += d > 0.0f && tsdf_depth_usable_m(&f, x, y, trunc_m) == 0.0f;
+                }
+            assert_int_equal(tsdf_volume_export_blocks(v, &before), TSDF_OK);
+            assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
+            assert_int_equal(tsdf_volume_export_blocks(v, &after), TSDF_OK);
+            changed += check_frame_voxels(&before, &after, &f, voxel, trunc_m, max_weight);
+        }
+        printf("[%s %s] 6 frames %ux%u: %zu voxel updates equal to tsdf_integrate_voxel's, "
+               "%zu pixels on depth edges\n",
+               u16 ? "u16" : "f32", layout == TSDF_LAYOUT_S16 ? "s16" : "f32", W0 - 3, H0, changed,
+               edges);
+        assert_true(changed > 0);
+        assert_true(edges > 0);
+        tsdf_block_set_fini(&before);
+        tsdf_block_set_fini(&after);
+        tsdf_volume_destroy(v);
+    }
+    free(full);
+    free(depth);
+    free(mm);
+}
+
 /* tsdf_host_alloc: its arguments checked, 64-byte aligned memory, and a
  * frame in it integrates as from any memory (on the CPU backend here; the
  * CUDA backend's direct upload is test_cuda_volume's). */
@@ -447,6 +569,7 @@ int main(void)
         cmocka_unit_test(test_u16_equals_f32),
         cmocka_unit_test(test_weight_clamp_and_color),
         cmocka_unit_test(test_host_memory),
+        cmocka_unit_test(test_integrate_is_the_voxel_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,7 +41,9 @@ void plane_frame(tsdf_frame *f, float *depth, float plane_z_m, float tx, float t
     f->rgb = NULL;
 }
 
-tsdf_volume *make_volume(float voxel_m, float max_weight, uint64_t cap_bytes, uint32_t capacity)
+/* A CPU volume of these parameters, the rest default. */
+static tsdf_volume *cpu_volume_with(float voxel_m, float max_weight, tsdf_layout layout,
+                                    uint64_t cap_bytes, uint32_t capacity)
 {
     tsdf_volume_params p;
     tsdf_volume *v = NULL;
@@ -49,12 +51,28 @@ tsdf_volume *make_volume(float voxel_m, float max_weight, uint64_t cap_bytes, ui
     p.backend = TSDF_BACKEND_CPU;
     p.voxel_size_m = voxel_m;
     p.max_weight = max_weight;
+    p.layout = layout;
     p.memory_cap_bytes = cap_bytes;
     p.initial_capacity_blocks = capacity;
     assert_int_equal(tsdf_volume_create(&p, &v), TSDF_OK);
     assert_non_null(v);
     assert_int_equal(tsdf_volume_backend(v), TSDF_BACKEND_CPU);
     return v;
+}
+
+tsdf_volume *make_volume(float voxel_m, float max_weight, uint64_t cap_bytes, uint32_t capacity)
+{
+    tsdf_volume_params d;
+    tsdf_volume_params_default(&d);
+    return cpu_volume_with(voxel_m, max_weight, d.layout, cap_bytes, capacity);
+}
+
+tsdf_volume *make_volume_as(float voxel_m, float max_weight, tsdf_layout layout)
+{
+    tsdf_volume_params d;
+    tsdf_volume_params_default(&d);
+    return cpu_volume_with(voxel_m, max_weight, layout, d.memory_cap_bytes,
+                           d.initial_capacity_blocks);
 }
 
 tsdf_volume_stats get_stats(tsdf_volume *v)

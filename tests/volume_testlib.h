@@ -30,6 +30,8 @@ void plane_frame(tsdf_frame *f, float *depth, float plane_z_m, float tx, float t
 
 /* A CPU volume of these parameters (the rest default). */
 tsdf_volume *make_volume(float voxel_m, float max_weight, uint64_t cap_bytes, uint32_t capacity);
+/* A CPU volume of voxel_m voxels, max_weight and layout, the rest default. */
+tsdf_volume *make_volume_as(float voxel_m, float max_weight, tsdf_layout layout);
 
 tsdf_volume_stats get_stats(tsdf_volume *v);
 
