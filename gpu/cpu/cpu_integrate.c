@@ -140,17 +140,74 @@ typedef struct {
     float T_cam_world[16];
 } frame_job;
 
-/* Job 1a: the samples of rows [b, e) in metres. */
+/* Job 1a: the samples of rows [b, e) in metres. 16-bit samples go four at
+ * a time with SSE4.1: tsdf_depth_sample_m's product and range test, in
+ * the same order and sense (NaN cannot come from a 16-bit sample). */
 static int sample_rows(void *arg, size_t b, size_t e, unsigned worker)
 {
     const frame_job *j = arg;
     const tsdf_frame *f = j->f;
     cpu_frame_scratch *s = &j->v->scratch;
+    size_t i = b * f->width;
+    const size_t end = e * f->width;
     (void)worker;
-    for (size_t i = b * f->width; i < e * f->width; i++)
+#ifdef __SSE4_1__
+    if (f->depth_format == TSDF_DEPTH_U16) {
+        const uint16_t *src = f->depth;
+        const __m128 scale = _mm_set1_ps(f->depth_scale), lo = _mm_set1_ps(f->min_depth_m),
+                     hi = _mm_set1_ps(f->max_depth_m), zero = _mm_setzero_ps();
+        for (; i + 4 <= end; i += 4) {
+            const __m128i raw = _mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)(src + i)));
+            const __m128 d = _mm_mul_ps(_mm_cvtepi32_ps(raw), scale);
+            const __m128 ok = _mm_and_ps(_mm_and_ps(_mm_cmpge_ps(d, lo), _mm_cmple_ps(d, hi)),
+                                         _mm_cmpnle_ps(d, zero));
+            _mm_storeu_ps(s->alloc_depth_m + i, _mm_and_ps(d, ok));
+        }
+    }
+#endif
+    for (; i < end; i++)
         s->alloc_depth_m[i] = tsdf_depth_sample_m(f->depth_format, f->depth, (uint32_t)i,
                                                   f->depth_scale, f->min_depth_m, f->max_depth_m);
     return TSDF_OK;
+}
+
+/* tsdf_depth_usable_from_m of pixels [u0, u1) of row py, which have both
+ * row neighbours (u0 >= 1, u1 <= w - 1), four at a time: the same
+ * comparisons on the same values (fabsf is the sign bit cleared; a NaN
+ * difference fails "> trunc" in both). Returns where it stopped. */
+static uint32_t usable_run(const float *depth_m, uint32_t w, uint32_t h, uint32_t py, uint32_t u0,
+                           uint32_t u1, float trunc_m, float *out)
+{
+    uint32_t u = u0;
+#ifdef __SSE4_1__
+    const float *row = depth_m + (size_t)py * w;
+    const float *up = py > 0 ? row - w : NULL, *down = py + 1 < h ? row + w : NULL;
+    const __m128 zero = _mm_setzero_ps(), trunc = _mm_set1_ps(trunc_m);
+    const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+#define USABLE_EDGE(n)                                                                             \
+    _mm_and_ps(_mm_cmpgt_ps(n, zero), _mm_cmpgt_ps(_mm_and_ps(_mm_sub_ps(n, d), abs_mask), trunc))
+    for (; u + 4 <= u1; u += 4) {
+        const __m128 d = _mm_loadu_ps(row + u);
+        __m128 edge = _mm_or_ps(USABLE_EDGE(_mm_loadu_ps(row + u - 1)),
+                                USABLE_EDGE(_mm_loadu_ps(row + u + 1)));
+        if (up != NULL)
+            edge = _mm_or_ps(edge, USABLE_EDGE(_mm_loadu_ps(up + u)));
+        if (down != NULL)
+            edge = _mm_or_ps(edge, USABLE_EDGE(_mm_loadu_ps(down + u)));
+        /* d > 0 and an edge: 0; else d itself. */
+        _mm_storeu_ps(out + u, _mm_andnot_ps(_mm_and_ps(_mm_cmpgt_ps(d, zero), edge), d));
+    }
+#undef USABLE_EDGE
+#else
+    (void)depth_m;
+    (void)w;
+    (void)h;
+    (void)py;
+    (void)u1;
+    (void)trunc_m;
+    (void)out;
+#endif
+    return u;
 }
 
 /* Job 1b: the usable depths of rows [b, e), from every row's samples. */
@@ -159,11 +216,18 @@ static int usable_rows(void *arg, size_t b, size_t e, unsigned worker)
     const frame_job *j = arg;
     const tsdf_frame *f = j->f;
     cpu_frame_scratch *s = &j->v->scratch;
+    const uint32_t w = f->width, h = f->height;
     (void)worker;
-    for (uint32_t py = (uint32_t)b; py < (uint32_t)e; py++)
-        for (uint32_t px = 0; px < f->width; px++)
-            s->usable_m[(size_t)py * f->width + px] = tsdf_depth_usable_from_m(
-                s->alloc_depth_m, f->width, f->height, px, py, j->v->trunc_m);
+    for (uint32_t py = (uint32_t)b; py < (uint32_t)e; py++) {
+        float *out = s->usable_m + (size_t)py * w;
+        uint32_t px = 0;
+        if (w >= 2) {
+            out[0] = tsdf_depth_usable_from_m(s->alloc_depth_m, w, h, 0, py, j->v->trunc_m);
+            px = usable_run(s->alloc_depth_m, w, h, py, 1, w - 1, j->v->trunc_m, out);
+        }
+        for (; px < w; px++)
+            out[px] = tsdf_depth_usable_from_m(s->alloc_depth_m, w, h, px, py, j->v->trunc_m);
+    }
     return TSDF_OK;
 }
 
@@ -425,6 +489,86 @@ static int allocate_frame_blocks(cpu_volume *v, int with_rgb, uint64_t version)
     return TSDF_OK;
 }
 
+#ifdef __SSE4_1__
+/* The per-voxel half of update_block for one slice of 64 voxels of an
+ * s16 block without colour, four voxels at a time, the same bits as the
+ * scalar loop (tsdf_voxel_sample_uv, then tsdf_integrate_sample): every
+ * test keeps the scalar's sense for NaN (cmpnle / cmpnlt for the
+ * negated ones), floorps / roundps / divps round as floorf / rintf /
+ * divss do, and nothing is fused. The four voxels are contiguous, so
+ * they are loaded and stored as one 16-byte word; a voxel without a
+ * sample is stored back unchanged. Returns 1 when one changed. */
+static int slice_update_s16(void *geom, size_t first, const float *pz, const float *uf,
+                            const float *vf, uint32_t w, uint32_t h, const float *usable,
+                            float trunc_m, float max_weight, tsdf_quant q)
+{
+    const __m128 zero = _mm_setzero_ps(), one = _mm_set1_ps(1.0f);
+    const __m128 wf = _mm_set1_ps((float)w), hf = _mm_set1_ps((float)h);
+    const __m128i wi = _mm_set1_epi32((int32_t)w), hi = _mm_set1_epi32((int32_t)h);
+    const __m128 trunc = _mm_set1_ps(trunc_m), ntrunc = _mm_set1_ps(-trunc_m);
+    const __m128 maxw = _mm_set1_ps(max_weight), unit = _mm_set1_ps(q.unit_m);
+    const __m128 inv_unit = _mm_set1_ps(q.inv_unit);
+    const __m128 slim = _mm_set1_ps((float)TSDF_S16_MAX), nslim = _mm_set1_ps(-(float)TSDF_S16_MAX);
+    const __m128 wlim = _mm_set1_ps(TSDF_S16_MAX_WEIGHT);
+    __m128i *vox = (__m128i *)((tsdf_geom_s16 *)geom + first);
+    int changed = 0;
+    for (int xy = 0; xy < TSDF_BLOCK_DIM * TSDF_BLOCK_DIM; xy += 4) {
+        const __m128 z = _mm_loadu_ps(pz + xy), u = _mm_loadu_ps(uf + xy),
+                     v = _mm_loadu_ps(vf + xy);
+        /* tsdf_project_check */
+        __m128 ok = _mm_and_ps(_mm_cmpgt_ps(z, zero),
+                               _mm_and_ps(_mm_and_ps(_mm_cmpge_ps(u, zero), _mm_cmplt_ps(u, wf)),
+                                          _mm_and_ps(_mm_cmpge_ps(v, zero), _mm_cmplt_ps(v, hf))));
+        if (_mm_movemask_ps(ok) == 0)
+            continue;
+        const __m128i ui = _mm_cvttps_epi32(_mm_floor_ps(u)),
+                      vi = _mm_cvttps_epi32(_mm_floor_ps(v));
+        /* The indices of the lanes that passed are in [0, 2^31). */
+        ok = _mm_and_ps(
+            ok, _mm_castsi128_ps(_mm_and_si128(_mm_cmplt_epi32(ui, wi), _mm_cmplt_epi32(vi, hi))));
+        int m = _mm_movemask_ps(ok);
+        if (m == 0)
+            continue;
+        uint32_t idx[4];
+        _mm_storeu_si128((__m128i *)idx, _mm_and_si128(_mm_add_epi32(_mm_mullo_epi32(vi, wi), ui),
+                                                       _mm_castps_si128(ok)));
+        /* tsdf_projective_sdf */
+        const __m128 d =
+            _mm_setr_ps(usable[idx[0]], usable[idx[1]], usable[idx[2]], usable[idx[3]]);
+        const __m128 sd = _mm_sub_ps(d, z);
+        ok = _mm_and_ps(ok, _mm_and_ps(_mm_cmpnle_ps(d, zero), _mm_cmpnlt_ps(sd, ntrunc)));
+        m = _mm_movemask_ps(ok);
+        if (m == 0)
+            continue;
+        const __m128 sample = _mm_blendv_ps(sd, trunc, _mm_cmpgt_ps(sd, trunc));
+        /* tsdf_vox_load, tsdf_vox_update, tsdf_vox_store */
+        const __m128i old = _mm_loadu_si128(&vox[xy / 4]);
+        const __m128 o_sdf =
+            _mm_mul_ps(_mm_cvtepi32_ps(_mm_srai_epi32(_mm_slli_epi32(old, 16), 16)), unit);
+        const __m128 o_w = _mm_cvtepi32_ps(_mm_srli_epi32(old, 16));
+        const __m128 w1 = _mm_add_ps(o_w, one);
+        const __m128 n_sdf = _mm_div_ps(_mm_add_ps(_mm_mul_ps(o_sdf, o_w), sample), w1);
+        const __m128 n_w = _mm_blendv_ps(maxw, w1, _mm_cmplt_ps(w1, maxw));
+        /* tsdf_layout_round_clamp: NaN and below -lim fail r >= -lim and
+         * become 0 or -lim; above lim becomes lim. */
+        __m128 rs = _mm_round_ps(_mm_mul_ps(n_sdf, inv_unit), _MM_FROUND_TO_NEAREST_INT);
+        rs = _mm_blendv_ps(_mm_and_ps(_mm_cmplt_ps(rs, zero), nslim), rs, _mm_cmpge_ps(rs, nslim));
+        rs = _mm_blendv_ps(rs, slim, _mm_cmpgt_ps(rs, slim));
+        __m128 rw = _mm_round_ps(n_w, _MM_FROUND_TO_NEAREST_INT);
+        rw = _mm_blendv_ps(_mm_and_ps(_mm_cmplt_ps(rw, zero), _mm_set1_ps(-TSDF_S16_MAX_WEIGHT)),
+                           rw, _mm_cmpge_ps(rw, _mm_set1_ps(-TSDF_S16_MAX_WEIGHT)));
+        rw = _mm_blendv_ps(rw, wlim, _mm_cmpgt_ps(rw, wlim));
+        rw = _mm_and_ps(rw, _mm_cmpgt_ps(rw, zero)); /* w > 0 ? w : 0 */
+        const __m128i word =
+            _mm_or_si128(_mm_and_si128(_mm_cvtps_epi32(rs), _mm_set1_epi32(0xffff)),
+                         _mm_slli_epi32(_mm_cvtps_epi32(rw), 16));
+        _mm_storeu_si128(&vox[xy / 4], _mm_blendv_epi8(old, word, _mm_castps_si128(ok)));
+        changed = 1;
+    }
+    return changed;
+}
+#endif
+
 /* Every voxel of block b (pool index idx); 1 when one changed. Inlined
  * into callers with a constant layout and colour flag, so that the
  * layout's switch and the colour test leave the voxel loop, as they do in
@@ -455,6 +599,13 @@ static inline int update_block(const frame_job *j, const int32_t b[3], uint32_t 
             tsdf_project_uv(&f->K, pc, &uf[xy], &vf[xy]);
             pz[xy] = pc[2];
         }
+#ifdef __SSE4_1__
+        if (layout == TSDF_LAYOUT_S16 && !color) {
+            changed |= slice_update_s16(geom, (size_t)(64 * z), pz, uf, vf, f->width, f->height,
+                                        usable, v->trunc_m, v->params.max_weight, st->quant);
+            continue;
+        }
+#endif
         for (int xy = 0; xy < TSDF_BLOCK_DIM * TSDF_BLOCK_DIM; xy++) {
             float sdf;
             uint32_t pixel;
