@@ -41,8 +41,11 @@ typedef struct {
     cpu_hash *sets; /* per pool thread: a band's dedupe table */
     unsigned nsets;
     /* Per pool thread, a row's band ends (collect_band): 6 rows of floats
-     * a column, the block coordinates of the two ends. */
+     * a column, the block coordinates of the two ends, and 6 rows of
+     * int32, the blocks that hold them (TSDF_NO_BLOCK in the first: an end
+     * outside the key range, or no band). */
     float *row_ends;
+    int32_t *row_blocks;
     size_t row_ends_cols;
 } cpu_frame_scratch;
 

@@ -104,6 +104,10 @@ static int scratch_reserve(cpu_volume *v, uint32_t w, uint32_t h)
         if (e == NULL)
             return TSDF_ENOMEM;
         s->row_ends = e;
+        int32_t *bk = realloc(s->row_blocks, (size_t)threads * 6 * (size_t)w * sizeof(*bk));
+        if (bk == NULL)
+            return TSDF_ENOMEM;
+        s->row_blocks = bk;
         s->row_ends_cols = w;
     }
     if (s->sets == NULL) {
@@ -125,6 +129,7 @@ void cpu_frame_scratch_fini(cpu_frame_scratch *s)
     free(s->usable_m);
     free(s->ray_cols);
     free(s->row_ends);
+    free(s->row_blocks);
     for (size_t i = 0; i < s->bands_cap; i++)
         free(s->bands[i].keys);
     free(s->bands);
@@ -262,13 +267,33 @@ static inline void band_ends_pixel(const float c[11], float dm, float c0, float 
     }
 }
 
+/* A row_blocks entry for an end outside the key range (or no band). */
+#define TSDF_NO_BLOCK INT32_MIN
+
+/* The blocks of band ends A (e[0..2]) and B (e[3..5]) into bk[k w]: what
+ * tsdf_band_walk_init takes from them, or TSDF_NO_BLOCK where it returns
+ * 0 (tsdf_block_of_units fails). */
+static inline void band_blocks_pixel(const float e[6], size_t w, int32_t *bk)
+{
+    int32_t cur[3], end[3];
+    if (!tsdf_block_of_units(e, cur) || !tsdf_block_of_units(e + 3, end)) {
+        bk[0] = TSDF_NO_BLOCK;
+        return;
+    }
+    for (int k = 0; k < 3; k++) {
+        bk[(size_t)k * w] = cur[k];
+        bk[(size_t)(3 + k) * w] = end[k];
+    }
+}
+
 /* row_band_ends' loop. c: the row's three y terms, T[2], T[6], T[10], the
  * origin, trunc_m and 1 / block size. With SSE4.1, four pixels at a time:
  * sqrtps and divps round exactly as sqrtss and divss do, and every
  * expression keeps tsdf_band_segment's order, so the ends are the same
- * bits but for the sign of a zero (see below). */
+ * bits but for the sign of a zero (see below); floorps floors as floorf,
+ * so the blocks are tsdf_block_of_units'. */
 static void band_ends_kernel(size_t w, const float c[11], const float *depth, const float *cols,
-                             size_t cols_stride, float *ends)
+                             size_t cols_stride, float *ends, int32_t *blocks)
 {
     const float *c0 = cols, *c1 = cols + cols_stride, *c2 = cols + 2 * cols_stride;
     size_t px = 0;
@@ -278,6 +303,8 @@ static void band_ends_kernel(size_t w, const float c[11], const float *depth, co
     const __m128 o0 = _mm_set1_ps(c[6]), o1 = _mm_set1_ps(c[7]), o2 = _mm_set1_ps(c[8]);
     const __m128 trunc_m = _mm_set1_ps(c[9]), inv_b = _mm_set1_ps(c[10]);
     const __m128 zero = _mm_setzero_ps(), nan = _mm_set1_ps(NAN);
+    const __m128 bmin = _mm_set1_ps((float)TSDF_BLOCK_COORD_MIN),
+                 bmax = _mm_set1_ps((float)TSDF_BLOCK_COORD_MAX);
     for (; px + 4 <= w; px += 4) {
         __m128 d0 = _mm_add_ps(_mm_add_ps(_mm_loadu_ps(c0 + px), r0), t0);
         __m128 d1 = _mm_add_ps(_mm_add_ps(_mm_loadu_ps(c1 + px), r1), t1);
@@ -294,15 +321,26 @@ static void band_ends_kernel(size_t w, const float c[11], const float *depth, co
          * nothing after can tell apart (o + 0 d, floors, differences). */
         __m128 ok = _mm_and_ps(_mm_cmpgt_ps(dm, zero), _mm_cmpgt_ps(half_z, zero));
         __m128 none = _mm_andnot_ps(ok, nan);
-#define BAND_END(o, z, d, dst)                                                                     \
-    _mm_storeu_ps((dst) + px, _mm_add_ps(_mm_mul_ps(_mm_add_ps(o, _mm_mul_ps(z, d)), inv_b), none))
-        BAND_END(o0, z0, d0, ends);
-        BAND_END(o1, z0, d1, ends + w);
-        BAND_END(o2, z0, d2, ends + 2 * w);
-        BAND_END(o0, z1, d0, ends + 3 * w);
-        BAND_END(o1, z1, d1, ends + 4 * w);
-        BAND_END(o2, z1, d2, ends + 5 * w);
-#undef BAND_END
+        const __m128 e[6] = {
+            _mm_add_ps(_mm_mul_ps(_mm_add_ps(o0, _mm_mul_ps(z0, d0)), inv_b), none),
+            _mm_add_ps(_mm_mul_ps(_mm_add_ps(o1, _mm_mul_ps(z0, d1)), inv_b), none),
+            _mm_add_ps(_mm_mul_ps(_mm_add_ps(o2, _mm_mul_ps(z0, d2)), inv_b), none),
+            _mm_add_ps(_mm_mul_ps(_mm_add_ps(o0, _mm_mul_ps(z1, d0)), inv_b), none),
+            _mm_add_ps(_mm_mul_ps(_mm_add_ps(o1, _mm_mul_ps(z1, d1)), inv_b), none),
+            _mm_add_ps(_mm_mul_ps(_mm_add_ps(o2, _mm_mul_ps(z1, d2)), inv_b), none)};
+        /* NaN fails both range tests, as in tsdf_block_of_units. */
+        __m128 in_range = _mm_castsi128_ps(_mm_set1_epi32(-1));
+        __m128i bk[6];
+        for (int k = 0; k < 6; k++) {
+            _mm_storeu_ps(ends + (size_t)k * w + px, e[k]);
+            const __m128 f = _mm_floor_ps(e[k]);
+            in_range =
+                _mm_and_ps(in_range, _mm_and_ps(_mm_cmpge_ps(f, bmin), _mm_cmple_ps(f, bmax)));
+            bk[k] = _mm_cvttps_epi32(f);
+        }
+        bk[0] = _mm_blendv_epi8(_mm_set1_epi32(TSDF_NO_BLOCK), bk[0], _mm_castps_si128(in_range));
+        for (int k = 0; k < 6; k++)
+            _mm_storeu_si128((__m128i *)(blocks + (size_t)k * w + px), bk[k]);
     }
 #endif
     for (; px < w; px++) {
@@ -310,6 +348,7 @@ static void band_ends_kernel(size_t w, const float c[11], const float *depth, co
         band_ends_pixel(c, depth[px], c0[px], c1[px], c2[px], e);
         for (int k = 0; k < 6; k++)
             ends[(size_t)k * w + px] = e[k];
+        band_blocks_pixel(e, w, blocks + px);
     }
 }
 
@@ -319,7 +358,8 @@ static void band_ends_kernel(size_t w, const float c[11], const float *depth, co
  * NaN for a pixel without a band: in a loop without branches, four pixels
  * at a time (band_ends_kernel). collect_band walks them with
  * tsdf_band_walk, which needs no division for most of them. */
-static void row_band_ends(const frame_job *j, uint32_t py, const float rows[3], float *ends)
+static void row_band_ends(const frame_job *j, uint32_t py, const float rows[3], float *ends,
+                          int32_t *blocks)
 {
     const tsdf_frame *f = j->f;
     const cpu_volume *v = j->v;
@@ -328,7 +368,8 @@ static void row_band_ends(const frame_job *j, uint32_t py, const float rows[3], 
     const size_t w = f->width;
     const float c[11] = {rows[0], rows[1],    rows[2],          T[2], T[6], T[10], T[3], T[7],
                          T[11],   v->trunc_m, v->inv_block_size};
-    band_ends_kernel(w, c, &s->alloc_depth_m[(size_t)py * w], s->ray_cols, s->cols_cap, ends);
+    band_ends_kernel(w, c, &s->alloc_depth_m[(size_t)py * w], s->ray_cols, s->cols_cap, ends,
+                     blocks);
 }
 
 /* A band of rows' blocks as collect_band meets them. */
@@ -361,11 +402,14 @@ static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
     const cpu_frame_scratch *s = &v->scratch;
     const float *T = f->T_world_cam;
     float *ends = &s->row_ends[(size_t)worker * 6 * f->width];
+    int32_t *blocks = &s->row_blocks[(size_t)worker * 6 * f->width];
     band_collector bc = {&s->bands[b / COLLECT_ROWS],
                          &s->sets[worker],
                          {TSDF_KEY_EMPTY, TSDF_KEY_EMPTY, TSDF_KEY_EMPTY, TSDF_KEY_EMPTY},
                          0};
-    int rc;
+    /* The end blocks of the band's last line walk (line_valid). */
+    int32_t line[6] = {0, 0, 0, 0, 0, 0};
+    int line_valid = 0, rc;
 
     bc.list->n = 0;
     cpu_hash_clear(bc.seen);
@@ -376,9 +420,21 @@ static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
         float ry = ((float)py - f->K.cy) / f->K.fy, rows[3];
         for (int r = 0; r < 3; r++)
             rows[r] = T[4 * r + 1] * ry;
-        row_band_ends(j, py, rows, ends);
+        row_band_ends(j, py, rows, ends, blocks);
         for (uint32_t px = 0; px < f->width; px++) {
             const size_t w = f->width;
+            /* tsdf_band_walk_init would return 0. */
+            if (blocks[px] == TSDF_NO_BLOCK)
+                continue;
+            const int32_t bk[6] = {blocks[px],         blocks[w + px],     blocks[2 * w + px],
+                                   blocks[3 * w + px], blocks[4 * w + px], blocks[5 * w + px]};
+            /* A line walk (end blocks differing on one axis at most) is
+             * its end blocks' line; the same as the band's last one, it
+             * yields blocks the band has. Neighbouring pixels mostly
+             * repeat it. */
+            if (line_valid && bk[0] == line[0] && bk[1] == line[1] && bk[2] == line[2] &&
+                bk[3] == line[3] && bk[4] == line[4] && bk[5] == line[5])
+                continue;
             const float A[3] = {ends[px], ends[w + px], ends[2 * w + px]};
             const float B[3] = {ends[3 * w + px], ends[4 * w + px], ends[5 * w + px]};
             int32_t blk[3];
@@ -393,6 +449,10 @@ static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
                     if ((rc = band_collect(&bc, blk)) != TSDF_OK)
                         return rc;
                 continue;
+            }
+            if (walk.mode == TSDF_WALK_LINE) {
+                memcpy(line, bk, sizeof(line));
+                line_valid = 1;
             }
             while (tsdf_band_walk_next(&walk, blk))
                 if ((rc = band_collect(&bc, blk)) != TSDF_OK)
