@@ -178,7 +178,8 @@ static void make_replies(void)
     put_reply("integrate", &r);
 
     tsdf_reply_init(&r, TSDF_MSG_RAYCAST, 6);
-    r.u.raycast = (tsdf_rep_raycast){W, H, g_f32, g_normals, g_rgb};
+    r.u.raycast = (tsdf_rep_raycast){
+        .width = W, .height = H, .depth_m = g_f32, .normals = g_normals, .rgb = g_rgb};
     put_reply("raycast-rgb", &r);
 
     proto_sample_mesh_quad(&r, 7);
