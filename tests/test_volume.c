@@ -356,8 +356,9 @@ static size_t check_frame_voxels(const tsdf_block_set *before, const tsdf_block_
     const tsdf_quant q = tsdf_quant_for(trunc_m);
     float T_cam_world[16];
     tsdf_rigid_inverse(f->T_world_cam, T_cam_world);
-    uint8_t *ref = malloc(bb);
+    uint8_t *ref = malloc(bb), ref_rgb[TSDF_BLOCK_RGB_BYTES];
     assert_non_null(ref);
+    assert_int_equal(after->rgb != NULL, f->rgb != NULL);
     size_t j = 0, changed = 0;
     for (size_t i = 0; i < after->count; i++) {
         const uint64_t key = set_key(after, i);
@@ -368,19 +369,27 @@ static size_t check_frame_voxels(const tsdf_block_set *before, const tsdf_block_
             memcpy(ref, (const uint8_t *)before->geom + j * bb, bb);
         else
             memset(ref, 0, bb);
+        if (had && before->rgb != NULL)
+            memcpy(ref_rgb, before->rgb + j * TSDF_BLOCK_RGB_BYTES, TSDF_BLOCK_RGB_BYTES);
+        else
+            memset(ref_rgb, 0, sizeof ref_rgb);
         if (after->versions[i] == after->version) {
             for (int k = 0; k < TSDF_BLOCK_VOXELS; k++) {
                 int x, y, z;
                 float p[3];
                 tsdf_voxel_index_unpack(k, &x, &y, &z);
                 tsdf_block_voxel_center(&after->coords[3 * i], x, y, z, voxel, p);
-                changed += (size_t)tsdf_integrate_voxel(after->layout, ref, NULL, (size_t)k, p,
-                                                        T_cam_world, f, trunc_m, max_weight, q);
+                changed += (size_t)tsdf_integrate_voxel(after->layout, ref,
+                                                        f->rgb != NULL ? ref_rgb : NULL, (size_t)k,
+                                                        p, T_cam_world, f, trunc_m, max_weight, q);
             }
         } else {
             assert_true(had);
         }
         assert_memory_equal(ref, (const uint8_t *)after->geom + i * bb, bb);
+        if (after->rgb != NULL)
+            assert_memory_equal(ref_rgb, after->rgb + i * TSDF_BLOCK_RGB_BYTES,
+                                TSDF_BLOCK_RGB_BYTES);
     }
     free(ref);
     return changed;
@@ -389,8 +398,9 @@ static size_t check_frame_voxels(const tsdf_block_set *before, const tsdf_block_
 /* The CPU backend's integration (its bands of rows, its four-pixel depth
  * preparation and four-voxel s16 update) against tsdf_integrate_voxel, on
  * the "room" sequence (depth edges at its objects): u16 and f32 depth, both
- * layouts, a weight cap the frames reach, and frames three columns
- * narrower than the camera's, so that no row is a multiple of four. */
+ * layouts, with and without colour, a weight cap the frames reach, and
+ * frames three columns narrower than the camera's, so that no row is a
+ * multiple of four. */
 static void test_integrate_is_the_voxel_reference(void **state)
 {
     (void)state;
@@ -400,12 +410,16 @@ static void test_integrate_is_the_voxel_reference(void **state)
     float *full = malloc((size_t)W0 * H0 * sizeof(float));
     float *depth = malloc((size_t)W0 * H0 * sizeof(float));
     uint16_t *mm = malloc((size_t)W0 * H0 * sizeof(uint16_t));
+    uint8_t *full_rgb = malloc((size_t)W0 * H0 * 3), *rgb = malloc((size_t)W0 * H0 * 3);
     assert_non_null(full);
     assert_non_null(depth);
     assert_non_null(mm);
-    for (int variant = 0; variant < 4; variant++) {
+    assert_non_null(full_rgb);
+    assert_non_null(rgb);
+    /* Variants: bit 0 the f32 layout, bit 1 f32 depth, bit 2 colour. */
+    for (int variant = 0; variant < 8; variant++) {
         const tsdf_layout layout = variant & 1 ? TSDF_LAYOUT_F32 : TSDF_LAYOUT_S16;
-        const int u16 = variant < 2;
+        const int u16 = !(variant & 2), color = variant & 4;
         const float voxel = 0.02f, max_weight = 3.0f;
         tsdf_volume *v = make_volume_as(voxel, max_weight, layout);
         const float trunc_m = tsdf_volume_get_params(v)->trunc_vox * voxel;
@@ -415,11 +429,16 @@ static void test_integrate_is_the_voxel_reference(void **state)
         tsdf_block_set_init(&after);
         for (uint32_t i = 0; i < 6; i++) {
             tsdf_frame f;
-            assert_int_equal(tsdf_synth_sequence_frame(&seq, i * 3, full, NULL, &f), TSDF_OK);
+            assert_int_equal(
+                tsdf_synth_sequence_frame(&seq, i * 3, full, color ? full_rgb : NULL, &f), TSDF_OK);
             f.width = W0 - 3;
-            for (uint32_t y = 0; y < H0; y++)
+            for (uint32_t y = 0; y < H0; y++) {
                 memcpy(depth + (size_t)y * f.width, full + (size_t)y * W0, f.width * sizeof(float));
+                memcpy(rgb + (size_t)y * f.width * 3, full_rgb + (size_t)y * W0 * 3,
+                       (size_t)f.width * 3);
+            }
             f.depth = depth;
+            f.rgb = color ? rgb : NULL;
             if (u16) {
                 for (size_t k = 0; k < (size_t)f.width * H0; k++)
                     mm[k] = depth[k] > 0.0f && depth[k] < 65.0f
@@ -441,10 +460,10 @@ static void test_integrate_is_the_voxel_reference(void **state)
             assert_int_equal(tsdf_volume_export_blocks(v, &after), TSDF_OK);
             changed += check_frame_voxels(&before, &after, &f, voxel, trunc_m, max_weight);
         }
-        printf("[%s %s] 6 frames %ux%u: %zu voxel updates equal to tsdf_integrate_voxel's, "
+        printf("[%s %s%s] 6 frames %ux%u: %zu voxel updates equal to tsdf_integrate_voxel's, "
                "%zu pixels on depth edges\n",
-               u16 ? "u16" : "f32", layout == TSDF_LAYOUT_S16 ? "s16" : "f32", W0 - 3, H0, changed,
-               edges);
+               u16 ? "u16" : "f32", layout == TSDF_LAYOUT_S16 ? "s16" : "f32", color ? " rgb" : "",
+               W0 - 3, H0, changed, edges);
         assert_true(changed > 0);
         assert_true(edges > 0);
         tsdf_block_set_fini(&before);
@@ -454,6 +473,8 @@ static void test_integrate_is_the_voxel_reference(void **state)
     free(full);
     free(depth);
     free(mm);
+    free(full_rgb);
+    free(rgb);
 }
 
 /* tsdf_host_alloc: its arguments checked, 64-byte aligned memory, and a

@@ -561,16 +561,20 @@ static int allocate_frame_blocks(cpu_volume *v, int with_rgb, uint64_t version)
 
 #ifdef __SSE4_1__
 /* The per-voxel half of update_block for one slice of 64 voxels of an
- * s16 block without colour, four voxels at a time, the same bits as the
- * scalar loop (tsdf_voxel_sample_uv, then tsdf_integrate_sample): every
- * test keeps the scalar's sense for NaN (cmpnle / cmpnlt for the
- * negated ones), floorps / roundps / divps round as floorf / rintf /
- * divss do, and nothing is fused. The four voxels are contiguous, so
- * they are loaded and stored as one 16-byte word; a voxel without a
- * sample is stored back unchanged. Returns 1 when one changed. */
-static int slice_update_s16(void *geom, size_t first, const float *pz, const float *uf,
-                            const float *vf, uint32_t w, uint32_t h, const float *usable,
-                            float trunc_m, float max_weight, tsdf_quant q)
+ * s16 block, four voxels at a time, the same bits as the scalar loop
+ * (tsdf_voxel_sample_uv, then tsdf_integrate_sample): every test keeps
+ * the scalar's sense for NaN (cmpnle / cmpnlt for the negated ones),
+ * floorps / roundps / divps round as floorf / rintf / divss do, and
+ * nothing is fused. The four voxels are contiguous, so they are loaded
+ * and stored as one 16-byte word; a voxel without a sample is stored
+ * back unchanged. With colour (rgb: the block's channel, src: the
+ * frame's) each sampled voxel's colour is blended by tsdf_rgb_update
+ * with its weight before the update, as tsdf_integrate_loaded does.
+ * Returns 1 when one changed. */
+static int slice_update_s16(void *geom, uint8_t *rgb, const uint8_t *src, size_t first,
+                            const float *pz, const float *uf, const float *vf, uint32_t w,
+                            uint32_t h, const float *usable, float trunc_m, float max_weight,
+                            tsdf_quant q)
 {
     const __m128 zero = _mm_setzero_ps(), one = _mm_set1_ps(1.0f);
     const __m128 wf = _mm_set1_ps((float)w), hf = _mm_set1_ps((float)h);
@@ -616,6 +620,14 @@ static int slice_update_s16(void *geom, size_t first, const float *pz, const flo
         const __m128 o_sdf =
             _mm_mul_ps(_mm_cvtepi32_ps(_mm_srai_epi32(_mm_slli_epi32(old, 16), 16)), unit);
         const __m128 o_w = _mm_cvtepi32_ps(_mm_srli_epi32(old, 16));
+        if (rgb != NULL) {
+            float wo[4];
+            _mm_storeu_ps(wo, o_w);
+            for (int l = 0; l < 4; l++)
+                if (m & (1 << l))
+                    tsdf_rgb_update(rgb + TSDF_RGB_BYTES * (first + (size_t)xy + (size_t)l), wo[l],
+                                    src + 3u * idx[l]);
+        }
         const __m128 w1 = _mm_add_ps(o_w, one);
         const __m128 n_sdf = _mm_div_ps(_mm_add_ps(_mm_mul_ps(o_sdf, o_w), sample), w1);
         const __m128 n_w = _mm_blendv_ps(maxw, w1, _mm_cmplt_ps(w1, maxw));
@@ -670,9 +682,10 @@ static inline int update_block(const frame_job *j, const int32_t b[3], uint32_t 
             pz[xy] = pc[2];
         }
 #ifdef __SSE4_1__
-        if (layout == TSDF_LAYOUT_S16 && !color) {
-            changed |= slice_update_s16(geom, (size_t)(64 * z), pz, uf, vf, f->width, f->height,
-                                        usable, v->trunc_m, v->params.max_weight, st->quant);
+        if (layout == TSDF_LAYOUT_S16) {
+            changed |= slice_update_s16(geom, color ? rgb : NULL, color ? f->rgb : NULL,
+                                        (size_t)(64 * z), pz, uf, vf, f->width, f->height, usable,
+                                        v->trunc_m, v->params.max_weight, st->quant);
             continue;
         }
 #endif
