@@ -180,11 +180,11 @@ static int sample_rows(void *arg, size_t b, size_t e, unsigned worker)
  * row neighbours (u0 >= 1, u1 <= w - 1), four at a time: the same
  * comparisons on the same values (fabsf is the sign bit cleared; a NaN
  * difference fails "> trunc" in both). Returns where it stopped. */
+#ifdef __SSE4_1__
 static uint32_t usable_run(const float *depth_m, uint32_t w, uint32_t h, uint32_t py, uint32_t u0,
                            uint32_t u1, float trunc_m, float *out)
 {
     uint32_t u = u0;
-#ifdef __SSE4_1__
     const float *row = depth_m + (size_t)py * w;
     const float *up = py > 0 ? row - w : NULL, *down = py + 1 < h ? row + w : NULL;
     const __m128 zero = _mm_setzero_ps(), trunc = _mm_set1_ps(trunc_m);
@@ -203,17 +203,9 @@ static uint32_t usable_run(const float *depth_m, uint32_t w, uint32_t h, uint32_
         _mm_storeu_ps(out + u, _mm_andnot_ps(_mm_and_ps(_mm_cmpgt_ps(d, zero), edge), d));
     }
 #undef USABLE_EDGE
-#else
-    (void)depth_m;
-    (void)w;
-    (void)h;
-    (void)py;
-    (void)u1;
-    (void)trunc_m;
-    (void)out;
-#endif
     return u;
 }
+#endif
 
 /* Job 1b: the usable depths of rows [b, e), from every row's samples. */
 static int usable_rows(void *arg, size_t b, size_t e, unsigned worker)
@@ -226,10 +218,12 @@ static int usable_rows(void *arg, size_t b, size_t e, unsigned worker)
     for (uint32_t py = (uint32_t)b; py < (uint32_t)e; py++) {
         float *out = s->usable_m + (size_t)py * w;
         uint32_t px = 0;
+#ifdef __SSE4_1__
         if (w >= 2) {
             out[0] = tsdf_depth_usable_from_m(s->alloc_depth_m, w, h, 0, py, j->v->trunc_m);
             px = usable_run(s->alloc_depth_m, w, h, py, 1, w - 1, j->v->trunc_m, out);
         }
+#endif
         for (; px < w; px++)
             out[px] = tsdf_depth_usable_from_m(s->alloc_depth_m, w, h, px, py, j->v->trunc_m);
     }
@@ -417,9 +411,10 @@ static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
     bc.seen = &s->sets[worker];
     for (uint32_t k = 0; k < BAND_RECENT; k++)
         bc.recent[k] = TSDF_KEY_EMPTY;
-    /* The end blocks of the band's last line walk (line_valid). */
-    int32_t line[6] = {0, 0, 0, 0, 0, 0};
-    int line_valid = 0, rc;
+    /* The end blocks of the band's last line walk (none yet: no pixel's
+     * first is TSDF_NO_BLOCK past the test below). */
+    int32_t line[6] = {TSDF_NO_BLOCK, 0, 0, 0, 0, 0};
+    int rc;
 
     bc.list->n = 0;
     cpu_hash_clear(bc.seen);
@@ -442,8 +437,8 @@ static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
              * its end blocks' line; the same as the band's last one, it
              * yields blocks the band has. Neighbouring pixels mostly
              * repeat it. */
-            if (line_valid && bk[0] == line[0] && bk[1] == line[1] && bk[2] == line[2] &&
-                bk[3] == line[3] && bk[4] == line[4] && bk[5] == line[5])
+            if (bk[0] == line[0] && bk[1] == line[1] && bk[2] == line[2] && bk[3] == line[3] &&
+                bk[4] == line[4] && bk[5] == line[5])
                 continue;
             const float A[3] = {ends[px], ends[w + px], ends[2 * w + px]};
             const float B[3] = {ends[3 * w + px], ends[4 * w + px], ends[5 * w + px]};
@@ -460,10 +455,8 @@ static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
                         return rc;
                 continue;
             }
-            if (walk.mode == TSDF_WALK_LINE) {
+            if (walk.mode == TSDF_WALK_LINE)
                 memcpy(line, bk, sizeof(line));
-                line_valid = 1;
-            }
             while (tsdf_band_walk_next(&walk, blk))
                 if ((rc = band_collect(&bc, blk)) != TSDF_OK)
                     return rc;
@@ -583,7 +576,6 @@ static int slice_update_s16(void *geom, uint8_t *rgb, const uint8_t *src, size_t
     const __m128 maxw = _mm_set1_ps(max_weight), unit = _mm_set1_ps(q.unit_m);
     const __m128 inv_unit = _mm_set1_ps(q.inv_unit);
     const __m128 slim = _mm_set1_ps((float)TSDF_S16_MAX), nslim = _mm_set1_ps(-(float)TSDF_S16_MAX);
-    const __m128 wlim = _mm_set1_ps(TSDF_S16_MAX_WEIGHT);
     __m128i *vox = (__m128i *)((tsdf_geom_s16 *)geom + first);
     int changed = 0;
     for (int xy = 0; xy < TSDF_BLOCK_DIM * TSDF_BLOCK_DIM; xy += 4) {
@@ -636,14 +628,14 @@ static int slice_update_s16(void *geom, uint8_t *rgb, const uint8_t *src, size_t
         __m128 rs = _mm_round_ps(_mm_mul_ps(n_sdf, inv_unit), _MM_FROUND_TO_NEAREST_INT);
         rs = _mm_blendv_ps(_mm_and_ps(_mm_cmplt_ps(rs, zero), nslim), rs, _mm_cmpge_ps(rs, nslim));
         rs = _mm_blendv_ps(rs, slim, _mm_cmpgt_ps(rs, slim));
-        __m128 rw = _mm_round_ps(n_w, _MM_FROUND_TO_NEAREST_INT);
-        rw = _mm_blendv_ps(_mm_and_ps(_mm_cmplt_ps(rw, zero), _mm_set1_ps(-TSDF_S16_MAX_WEIGHT)),
-                           rw, _mm_cmpge_ps(rw, _mm_set1_ps(-TSDF_S16_MAX_WEIGHT)));
-        rw = _mm_blendv_ps(rw, wlim, _mm_cmpgt_ps(rw, wlim));
-        rw = _mm_and_ps(rw, _mm_cmpgt_ps(rw, zero)); /* w > 0 ? w : 0 */
+        /* The weight needs no rounding or clamp: a stored weight is an
+         * integer in [0, max_weight] (import checks it) and an s16
+         * volume's max_weight an integer in [1, 65535] (volume.c), so n_w
+         * is an integer in [1, max_weight], which tsdf_vox_store's
+         * round, clamp and "> 0" leave as it is. */
         const __m128i word =
             _mm_or_si128(_mm_and_si128(_mm_cvtps_epi32(rs), _mm_set1_epi32(0xffff)),
-                         _mm_slli_epi32(_mm_cvtps_epi32(rw), 16));
+                         _mm_slli_epi32(_mm_cvtps_epi32(n_w), 16));
         _mm_storeu_si128(&vox[xy / 4], _mm_blendv_epi8(old, word, _mm_castps_si128(ok)));
         changed = 1;
     }
