@@ -82,6 +82,7 @@ static const key_def cfg_keys[] = {
     {"queue", "policy", KEY_POLICY, OFF(queue_policy), 0, 0, 0, 0},
     {"queue", "push_timeout_ms", KEY_U32, OFF(push_timeout_ms), 0, 600000, 0, 0},
     {"queue", "max_bytes_mb", KEY_U32, OFF(queue_max_bytes_mb), 16, 1048576, 0, 0},
+    {"queue", "pinned_mb", KEY_U32, OFF(queue_pinned_mb), 0, 65536, 0, 0},
     {"queue", "drain_timeout_ms", KEY_U32, OFF(drain_timeout_ms), 0, 600000, 0, 0},
     {"queue", "max_sensors", KEY_U32, OFF(max_sensors), 1, 65536, 0, 0},
 
@@ -169,6 +170,8 @@ void cfg_defaults(tsdfd_config *c)
     c->queue_policy = CFG_POLICY_BLOCK;
     c->push_timeout_ms = 5000;
     c->queue_max_bytes_mb = 1024;
+    /* About a hundred 640 x 480 16-bit depth images. */
+    c->queue_pinned_mb = 64;
     c->drain_timeout_ms = 10000;
     c->max_sensors = 1024;
 

@@ -88,6 +88,7 @@ typedef struct {
     cfg_queue_policy queue_policy;
     uint32_t push_timeout_ms;    /* block policy: an integrate request waits this long */
     uint32_t queue_max_bytes_mb; /* MiB the frames queued in all maps may hold together */
+    uint32_t queue_pinned_mb;    /* MiB of page-locked depth buffers (frame_pool.h); 0: none */
     uint32_t drain_timeout_ms;   /* at shutdown: how long to integrate what is queued */
     uint32_t max_sensors;        /* sensors with their own counters */
 

@@ -224,7 +224,7 @@ void handle_frame(daemon_ctx *d, nng_msg *msg)
     dstats_frame_received(d->stats, j->sensor);
     /* Before the map lookup, so that a frame whose depth does not decode
      * creates no map. */
-    rc = job_prepare_depth(j, &perr);
+    rc = job_prepare_depth(j, d->frame_buffers, &perr);
     if (rc != TSDF_OK) {
         TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "bad frame depth",
                              "frames socket: frame seq %llu for map '%s' refused: %s (%s)",
@@ -282,7 +282,7 @@ static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_r
     /* The payloads still point into *msg, which lives until we return. As
      * for streamed frames, a depth that does not decode creates no map. */
     tsdf_proto_error perr;
-    rc = job_prepare_depth(j, &perr);
+    rc = job_prepare_depth(j, d->frame_buffers, &perr);
     if (rc != TSDF_OK) {
         dstats_frame_outcome(d->stats, sensor, depth_outcome(rc));
         job_free(j);

@@ -22,6 +22,7 @@
 
 #include "config.h"
 #include "dstats.h"
+#include "frame_pool.h"
 #include "maps.h"
 #include "prom.h"
 #include "tsdf_proto.h"
@@ -44,6 +45,9 @@ typedef struct {
     atomic_uint queries_waiting_kind[8];
     atomic_uint_least64_t queries_busy_map, queries_busy_kind;
     size_t max_message_bytes;
+    /* Page-locked buffers for the frames' depth, when the volumes run on
+     * CUDA and [queue] pinned_mb is not 0 (frame_pool.h); else NULL. */
+    frame_pool *frame_buffers;
     /* Wakes the main loop so it refreshes STATUS= at once (a uv_async_send
      * behind it; callable from any thread); NULL in tests. */
     void (*wake)(void *arg);

@@ -313,6 +313,15 @@ int main(int argc, char **argv)
         m.d.max_message_bytes = TSDF_PROTO_MAX_MESSAGE_BYTES;
     m.d.wake = wake_loop;
     m.d.wake_arg = &m.wake;
+    if (m.maps.backend == TSDF_BACKEND_CUDA && m.cfg.queue_pinned_mb > 0) {
+        /* Without it frames take ordinary memory, as on the CPU backend. */
+        rc = frame_pool_create((uint64_t)m.cfg.queue_pinned_mb << 20, &m.d.frame_buffers);
+        if (rc != TSDF_OK)
+            TSDF_LOG(TSDF_LOG_WARN, "no page-locked frame buffers: %s", tsdf_strerror(rc));
+        else
+            TSDF_LOG(TSDF_LOG_INFO, "frames' depth in page-locked buffers, up to %u MiB",
+                     m.cfg.queue_pinned_mb);
+    }
 
     if (m.cfg.load_on_start) {
         char path[PATH_MAX];
@@ -376,8 +385,10 @@ fail_maps:
      * finish their jobs, so that their memory can be freed. */
     maps_stop(&m.maps, 0, m.cfg.stop_timeout_ms);
     /* With a stuck worker nothing it may touch is freed: exit leaves it. */
-    if (maps_fini(&m.maps) == TSDF_OK)
+    if (maps_fini(&m.maps) == TSDF_OK) {
+        frame_pool_destroy(m.d.frame_buffers);
         dstats_fini(&m.stats);
+    }
 fail_stats:
     uv_loop_close(&m.loop);
     return m.exit_code;

@@ -102,6 +102,8 @@ GET_TOTAL(total_frames_unsaved, c->frames_unsaved)
 GET(get_queue_capacity, c->queue_capacity)
 GET(get_queue_bytes, c->queue_bytes)
 GET(get_queue_max_bytes, c->queue_max_bytes)
+GET(get_pinned_bytes, c->pinned.bytes_out + c->pinned.bytes_kept)
+GET(get_pinned_fallbacks, c->pinned.fallbacks)
 GET(get_conns_open, c->conns_open)
 GET(get_conns_refused, c->conns_refused)
 GET(get_volume_bytes, c->volume_bytes)
@@ -316,6 +318,18 @@ static const metrics_row rows[] = {
      .help = "The bound on tsdfd_queue_bytes ([queue] max_bytes_mb).",
      .type = METRIC_GAUGE,
      .value = get_queue_max_bytes},
+    {.stats_key = "queue.pinned_bytes",
+     .prom_name = "tsdfd_queue_pinned_bytes",
+     .help = "Page-locked host memory held for frames' depth images, in use and kept (CUDA "
+             "only; bounded by [queue] pinned_mb).",
+     .type = METRIC_GAUGE,
+     .value = get_pinned_bytes},
+    {.stats_key = "queue.pinned_fallbacks",
+     .prom_name = "tsdfd_queue_pinned_fallbacks_total",
+     .help = "Frames whose depth took ordinary memory because the page-locked buffers were "
+             "full.",
+     .type = METRIC_COUNTER,
+     .value = get_pinned_fallbacks},
     {.stats_key = "connections.open",
      .prom_name = "tsdfd_connections",
      .help = "Connections open on the request and frame sockets.",

@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "dstats.h"
+#include "frame_pool.h"
 #include "latency.h"
 #include "prom.h"
 #include "queue.h"
@@ -115,6 +116,7 @@ typedef struct {
     uint64_t queue_capacity;      /* frames per map queue ([queue] length) */
     uint64_t queue_bytes;         /* bytes queued in every map */
     uint64_t queue_max_bytes;     /* [queue] max_bytes_mb, in bytes */
+    frame_pool_stats pinned;      /* the page-locked depth buffers (all 0 without) */
     uint64_t volume_bytes;        /* every map's volume memory */
     uint64_t volume_budget_bytes; /* [volume] memory_budget_mb, resolved */
     uint64_t budget_refused;      /* frames the volume budget refused */

@@ -75,6 +75,17 @@ worker_job *job_new(job_kind kind, int has_waiter)
     return j;
 }
 
+/* Frees j's aligned depth, to its pool or the heap. */
+static void release_depth(worker_job *j)
+{
+    if (j->depth_pool != NULL)
+        frame_pool_put(j->depth_pool, j->depth_aligned);
+    else
+        free(j->depth_aligned);
+    j->depth_aligned = NULL;
+    j->depth_pool = NULL;
+}
+
 void job_free(worker_job *j)
 {
     if (j == NULL)
@@ -85,7 +96,7 @@ void job_free(worker_job *j)
     }
     if (j->msg != NULL)
         nng_msg_free(j->msg);
-    free(j->depth_aligned);
+    release_depth(j);
     free(j->depth_m);
     free(j->normals);
     free(j->rgb);
@@ -95,34 +106,46 @@ void job_free(worker_job *j)
     free(j);
 }
 
-int job_prepare_depth(worker_job *j, tsdf_proto_error *err)
+int job_prepare_depth(worker_job *j, frame_pool *pool, tsdf_proto_error *err)
 {
     tsdf_req_frame *rf = &j->req.u.frame;
     tsdf_frame *f = &rf->frame;
     size_t bytes = (size_t)f->width * f->height * (f->depth_format == TSDF_DEPTH_F32 ? 4u : 2u);
     int coded = rf->depth_encoding != TSDF_DEPTH_ENC_RAW;
+    int in_place = !coded && (f->depth == NULL || ((uintptr_t)f->depth % 4u) == 0);
 
-    if (!coded && (f->depth == NULL || ((uintptr_t)f->depth % 4u) == 0))
+    if (in_place && (pool == NULL || f->depth == NULL))
         return TSDF_OK;
     /* msgpack puts a bin payload wherever the encoder's header ends, so the
      * depth is usually misaligned; one copy here (on the decoding thread)
      * keeps the worker free to integrate back to back. A compressed payload
      * needs that buffer anyway: it is decoded into it, at no extra copy. The
      * size is the frame's own (bounded by the image limits), never one a
-     * compressed payload claims. */
-    void *p = malloc(bytes);
-    if (p == NULL)
-        return TSDF_ENOMEM;
+     * compressed payload claims. In a page-locked buffer of the pool the
+     * copy is the only one: the CUDA backend uploads from there. */
+    void *p = frame_pool_get(pool, bytes);
+    frame_pool *from = p != NULL ? pool : NULL;
+    if (p == NULL) {
+        if (in_place)
+            return TSDF_OK; /* the pool is full: as without one */
+        p = malloc(bytes);
+        if (p == NULL)
+            return TSDF_ENOMEM;
+    }
     int rc = coded ? tsdf_depth_decode(rf->depth_encoding, f->depth_format, f->width, f->height,
                                        rf->depth_coded, rf->depth_coded_bytes, p, bytes, err)
                    : tsdf_depth_decode(TSDF_DEPTH_ENC_RAW, f->depth_format, f->width, f->height,
                                        f->depth, bytes, p, bytes, err);
     if (rc != TSDF_OK) {
-        free(p);
+        if (from != NULL)
+            frame_pool_put(from, p);
+        else
+            free(p);
         return rc;
     }
-    free(j->depth_aligned);
+    release_depth(j);
     j->depth_aligned = p;
+    j->depth_pool = from;
     f->depth = p;
     f->depth_size_bytes = bytes;
     rf->depth_encoding = TSDF_DEPTH_ENC_RAW;

@@ -35,6 +35,7 @@
 #include <nng/nng.h>
 
 #include "dstats.h"
+#include "frame_pool.h"
 #include "queue.h"
 #include "tsdf_proto.h"
 #include "tsdf_volume.h"
@@ -74,12 +75,13 @@ typedef struct {
 
 typedef struct worker_job {
     job_kind kind;
-    tsdf_request req;    /* the decoded request (frame payloads point into msg) */
-    nng_msg *msg;        /* owned: the message req's payloads point into, or NULL */
-    void *depth_aligned; /* owned: the aligned (decoded or copied) depth, or NULL */
-    uint32_t sensor;     /* dstats sensor index (frames) */
-    int64_t t_queued_ns; /* CLOCK_MONOTONIC when queued */
-    double decode_ms;    /* frames: the decode's time, recorded by the worker after the frame */
+    tsdf_request req;       /* the decoded request (frame payloads point into msg) */
+    nng_msg *msg;           /* owned: the message req's payloads point into, or NULL */
+    void *depth_aligned;    /* owned: the aligned (decoded or copied) depth, or NULL */
+    frame_pool *depth_pool; /* the pool depth_aligned came from; NULL: malloc'd */
+    uint32_t sensor;        /* dstats sensor index (frames) */
+    int64_t t_queued_ns;    /* CLOCK_MONOTONIC when queued */
+    double decode_ms;       /* frames: the decode's time, recorded by the worker after the frame */
 
     /* completion */
     int has_waiter;
@@ -122,10 +124,15 @@ void job_free(worker_job *j);
  * the engine may read them as uint16/float arrays: a compressed payload
  * (depth_encoding not raw) is decoded straight into j->depth_aligned, a
  * misaligned raw one copied there; an aligned raw one is used in place.
- * Afterwards depth_encoding is raw. TSDF_EDEPTH_DECODE (err, optional,
- * says why) when a payload does not decode to exactly width x height
- * samples; TSDF_ENOMEM. Called on the decoding thread, before queueing. */
-int job_prepare_depth(worker_job *j, tsdf_proto_error *err);
+ * With a pool (optional; the daemon has one when its volumes run on CUDA,
+ * see frame_pool.h) j->depth_aligned is a page-locked buffer from it, and
+ * an aligned raw depth is copied there too, so that the backend uploads
+ * it without a copy of its own on the worker; when the pool has no room
+ * the depth is handled as without one. Afterwards depth_encoding is raw.
+ * TSDF_EDEPTH_DECODE (err, optional, says why) when a payload does not
+ * decode to exactly width x height samples; TSDF_ENOMEM. Called on the
+ * decoding thread, before queueing. */
+int job_prepare_depth(worker_job *j, frame_pool *pool, tsdf_proto_error *err);
 
 /* Waits for the worker to finish j, up to timeout_ms. TSDF_OK: j->status
  * holds the result and the caller owns j again. TSDF_ETIMEOUT: the caller

@@ -8,6 +8,7 @@ endif()
 tsdf_add_test(NAME queue SOURCES test_queue.c LIBS tsdfd_core Threads::Threads TIMEOUT 60)
 
 tsdf_add_test(NAME worker SOURCES test_worker.c LIBS tsdfd_core Threads::Threads TIMEOUT 60)
+tsdf_add_test(NAME frame_pool SOURCES test_frame_pool.c LIBS tsdfd_core Threads::Threads TIMEOUT 60)
 tsdf_add_test(NAME watchdog SOURCES test_watchdog.c LIBS tsdfd_core Threads::Threads TIMEOUT 60)
 
 tsdf_add_test(NAME config SOURCES test_config.c LIBS tsdfd_core TIMEOUT 60)

@@ -56,6 +56,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.queue_length, 64);
     assert_int_equal(c.queue_policy, CFG_POLICY_BLOCK);
     assert_int_equal(c.queue_max_bytes_mb, 1024);
+    assert_int_equal(c.queue_pinned_mb, 64);
     assert_int_equal(c.volume.backend, TSDF_BACKEND_AUTO);
     /* Memory is bounded by default: per map, and all maps together by a
      * budget derived from the machine (0 = auto). */
@@ -125,6 +126,7 @@ static void test_shipped_file_is_the_defaults(void **state)
         "policy",
         "push_timeout_ms",
         "max_bytes_mb",
+        "pinned_mb",
         "drain_timeout_ms",
         "max_sensors",
         "backend",
@@ -314,6 +316,8 @@ static void test_bad_values_name_the_key(void **state)
         {"queue", "max_sensors", "0"},
         {"queue", "max_bytes_mb", "15"},
         {"queue", "max_bytes_mb", "1048577"},
+        {"queue", "pinned_mb", "65537"},
+        {"queue", "pinned_mb", "-1"},
         {"volume", "backend", "opencl"},
         {"volume", "voxel_size_m", "0"},
         {"volume", "voxel_size_m", "nan"},
