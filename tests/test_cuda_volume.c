@@ -614,6 +614,13 @@ static void test_page_locked_frames(void **state)
             f.depth = mm_pl;
             f.rgb = rgb_pl;
             assert_int_equal(tsdf_volume_integrate(pl, &f), TSDF_OK);
+            if (under_sanitizer()) {
+                /* Racecheck of the whole program has stalled in this
+                 * loop's capped pass (bench/RESULTS.md, 2026-12-03
+                 * evening): say how far it got. */
+                printf("[page-locked%s] frame %u integrated\n", capped ? ", capped" : "", i);
+                fflush(stdout);
+            }
             /* Near depth everywhere, and another colour: any of it read
              * after the call would change the volume. */
             memset(mm_pl, 0x01, n * sizeof(uint16_t));
