@@ -440,6 +440,25 @@ static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
             if (bk[0] == line[0] && bk[1] == line[1] && bk[2] == line[2] && bk[3] == line[3] &&
                 bk[4] == line[4] && bk[5] == line[5])
                 continue;
+            /* A line walk from the end blocks alone, as tsdf_band_walk
+             * yields it (TSDF_WALK_LINE: from A's block along the one axis
+             * that differs, if any, to B's), without recomputing the
+             * blocks from the ends: over half of a frame's pixels. */
+            const int dx = bk[3] != bk[0], dy = bk[4] != bk[1], dz = bk[5] != bk[2];
+            if (dx + dy + dz <= 1) {
+                const int axis = dx ? 0 : (dy ? 1 : 2);
+                const int32_t to = bk[3 + axis], step = to > bk[axis] ? 1 : -1;
+                int32_t blk[3] = {bk[0], bk[1], bk[2]};
+                memcpy(line, bk, sizeof(line));
+                for (;;) {
+                    if ((rc = band_collect(&bc, blk)) != TSDF_OK)
+                        return rc;
+                    if (blk[axis] == to)
+                        break;
+                    blk[axis] += step;
+                }
+                continue;
+            }
             const float A[3] = {ends[px], ends[w + px], ends[2 * w + px]};
             const float B[3] = {ends[3 * w + px], ends[4 * w + px], ends[5 * w + px]};
             int32_t blk[3];
@@ -455,8 +474,7 @@ static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
                         return rc;
                 continue;
             }
-            if (walk.mode == TSDF_WALK_LINE)
-                memcpy(line, bk, sizeof(line));
+            /* Two or three axes differ: TSDF_WALK_STEPS. */
             while (tsdf_band_walk_next(&walk, blk))
                 if ((rc = band_collect(&bc, blk)) != TSDF_OK)
                     return rc;
