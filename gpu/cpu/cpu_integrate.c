@@ -437,8 +437,8 @@ static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
              * its end blocks' line; the same as the band's last one, it
              * yields blocks the band has. Neighbouring pixels mostly
              * repeat it. */
-            if (bk[0] == line[0] && bk[1] == line[1] && bk[2] == line[2] && bk[3] == line[3] &&
-                bk[4] == line[4] && bk[5] == line[5])
+            if (((bk[0] ^ line[0]) | (bk[1] ^ line[1]) | (bk[2] ^ line[2]) | (bk[3] ^ line[3]) |
+                 (bk[4] ^ line[4]) | (bk[5] ^ line[5])) == 0)
                 continue;
             /* A line walk from the end blocks alone, as tsdf_band_walk
              * yields it (TSDF_WALK_LINE: from A's block along the one axis
