@@ -338,6 +338,12 @@ static void test_queue_byte_budget(void **state)
     assert_int_equal(stat_get(st, "queue.bytes"), 0);
     assert_int_equal(stat_get(st, "queue.map_bytes"), 0);
     assert_int_equal(stat_get(st, "queue.max_bytes"), 16 << 20);
+    /* The frames' depth went through page-locked buffers on CUDA only
+     * ([queue] pinned_mb); they are kept for reuse once back. */
+    if (test_backend() == TSDF_BACKEND_CUDA)
+        assert_true(stat_get(st, "queue.pinned_bytes") > 0);
+    else
+        assert_int_equal(stat_get(st, "queue.pinned_bytes"), 0);
     printf("byte budget: %" PRId64 " received, %" PRId64 " integrated, %" PRId64
            " dropped for memory (%" PRId64 " evicted; acked ok %d, acked dropped %d)\n",
            received, integrated, memory, stat_get(st, "queue.dropped_memory"), acked_ok,
