@@ -12,7 +12,8 @@
 #   5. print a summary; the exit status is non-zero if any step failed.
 # Logs go to $BUILD_DIR/gpu-test-logs/ (GPU_TEST_LOGS overrides). Set
 # SKIP_SANITIZERS=1 to skip 4; SANITIZER_TIMEOUT (s, default 300) bounds each
-# sanitizer run. The 7-Scenes data is read from $TSDF_DATA_DIR (see
+# sanitizer run (one that runs past it gets the threads' backtraces, or
+# their states, appended to its log: stall_report). The 7-Scenes data is read from $TSDF_DATA_DIR (see
 # tests/testutil.h); without it that case is skipped with a message.
 set -u
 
@@ -48,6 +49,62 @@ finish() {
         echo "RESULT: FAIL (logs in $LOGS)"
     fi
     exit "$FAILED"
+}
+
+# Where the threads of process $1 and of its descendants are: gdb's
+# backtraces where gdb exists, else each thread's state and kernel wait
+# channel. For a run past its time limit: a stall (threads blocked, or
+# one spinning) tells itself apart from a slow run, and where.
+stall_report() {
+    local pids=$1 p t
+    local todo=$1
+    while [ -n "$todo" ]; do
+        local next=""
+        for p in $todo; do
+            for t in $(pgrep -P "$p" 2>/dev/null); do
+                pids="$pids $t"
+                next="$next $t"
+            done
+        done
+        todo=$next
+    done
+    for p in $pids; do
+        [ -r "/proc/$p/cmdline" ] || continue
+        echo "== stall report: pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" | cut -c1-200)"
+        if command -v gdb >/dev/null 2>&1; then
+            timeout 60 gdb -batch -nx -p "$p" -ex "thread apply all bt 30" 2>&1 |
+                grep -E "^Thread|^#" | head -200
+        else
+            for t in /proc/"$p"/task/*; do
+                echo "   thread ${t##*/}: state $(awk '{print $3}' "$t/stat" 2>/dev/null)," \
+                    "wchan $(cat "$t/wchan" 2>/dev/null)," \
+                    "utime+stime $(awk '{print $14 + $15}' "$t/stat" 2>/dev/null) ticks"
+            done
+        fi
+    done
+}
+
+# Runs a command (in a process group of its own) with its output in log
+# $1, for at most SANITIZER_TIMEOUT seconds; past that, appends
+# stall_report to the log, kills the group and returns 124, as timeout(1).
+run_bounded() {
+    local log=$1 waited=0
+    shift
+    setsid "$@" >"$log" 2>&1 &
+    local pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+        if [ "$waited" -ge "$SANITIZER_TIMEOUT" ]; then
+            stall_report "$pid" >>"$log" 2>&1
+            kill -TERM -- "-$pid" 2>/dev/null
+            sleep 5
+            kill -KILL -- "-$pid" 2>/dev/null
+            wait "$pid" 2>/dev/null
+            return 124
+        fi
+        sleep 1
+        waited=$((waited + 1))
+    done
+    wait "$pid"
 }
 
 mkdir -p "$LOGS"
@@ -119,9 +176,9 @@ for tool in memcheck racecheck; do
             step "$tool $t" "FAIL (program not found)"
             continue
         fi
-        (cd "$(dirname "$exe")" &&
-            TSDF_SOURCE_DIR="$ROOT" TSDF_7SCENES_FRAMES="$SANITIZER_7SCENES_FRAMES" TSDF_UNDER_SANITIZER=1 \
-                timeout "$SANITIZER_TIMEOUT" "$SAN" --tool "$tool" "${extra[@]}" --error-exitcode 99 "./$t") >"$log" 2>&1
+        run_bounded "$log" env -C "$(dirname "$exe")" TSDF_SOURCE_DIR="$ROOT" \
+            TSDF_7SCENES_FRAMES="$SANITIZER_7SCENES_FRAMES" TSDF_UNDER_SANITIZER=1 \
+            "$SAN" --tool "$tool" "${extra[@]}" --error-exitcode 99 "./$t"
         rc=$?
         summary_line=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$log" | tail -1)
         if [ "$rc" -eq 0 ]; then
