@@ -77,6 +77,7 @@
 #include "bench_spawn.h"
 #include "tsdf_client.h"
 #include "tsdf_synth.h"
+#include "bench_clock.h"
 
 /* The camera's path: RING_POSES poses, RING_STEP_DEG apart on the first
  * ring of the scene's sequence, walked back and forth. */
@@ -164,13 +165,6 @@ typedef struct {
     int64_t received, integrated, dropped, rejected, in_flight;
     double at_ms; /* the middle of the request */
 } daemon_counters;
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
 
 static void nap_ms(double ms)
 {

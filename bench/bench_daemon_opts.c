@@ -18,6 +18,7 @@
 
 #include "bench_daemon.h"
 #include "tsdf_proto_types.h"
+#include "bench_clock.h"
 
 /* The vertices of a mesh that bd_mesh_on_surface samples, at most. */
 #define MESH_CHECK_VERTICES 4096u
@@ -37,12 +38,6 @@ void bd_sample_add(sample_set *s, double ms)
         s->cap = cap;
     }
     s->ms[s->n++] = ms;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* Nearest rank: the smallest sample with at least q of them at or below. */

@@ -26,6 +26,7 @@
 
 #include "tsdf_dataset.h"
 #include "tsdf_depth_codec.h"
+#include "bench_clock.h"
 
 typedef struct {
     const char *label;
@@ -45,19 +46,6 @@ static const codec_case cases[] = {
     {"zstd f32 (level 3, default)", TSDF_DEPTH_ENC_ZSTD, 0, TSDF_DEPTH_F32},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static double median(double *v, size_t n)
 {

@@ -77,6 +77,7 @@
 #include "tsdf_dataset.h"
 #include "tsdf_voxel_layout.h"
 #include "tsdf_volume.h"
+#include "bench_clock.h"
 
 #ifndef TSDF_SOURCE_DIR
 #define TSDF_SOURCE_DIR "."
@@ -106,19 +107,6 @@ typedef struct {
     tsdf_dataset_frame meta;
     uint16_t *depth;
 } bench_frame;
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* Prints mean / median / p99 (nearest rank) / max of n samples in ms. */
 static void print_series(const char *name, const double *v, size_t n)

@@ -2,21 +2,18 @@
  * bench_engine_report.c - bench_engine's bytes-per-stage table and copy
  * bandwidth; see bench_engine_report.h.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, for bench_clock.h */
+
 #include "bench_engine_report.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_clock.h"
 #ifdef TSDF_HAVE_CUDA
 #include "bench_copy.h"
 #endif
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 double bench_median(const double *v, size_t n)
 {
