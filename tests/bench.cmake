@@ -18,3 +18,12 @@ if(TARGET bench_engine)
       LABELS "bench;gpu")
   endif()
 endif()
+
+# The transport's floor (bench/bench_transport.c): a few frame-sized
+# round trips over ipc:// and tcp://, every reply checked.
+if(TARGET bench_transport)
+  add_test(NAME bench_transport_smoke_ipc COMMAND bench_transport --reps 20)
+  add_test(NAME bench_transport_smoke_tcp COMMAND bench_transport --reps 20 --transport tcp)
+  set_tests_properties(bench_transport_smoke_ipc bench_transport_smoke_tcp PROPERTIES TIMEOUT 60
+    LABELS bench)
+endif()

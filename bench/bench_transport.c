@@ -1,0 +1,211 @@
+/*
+ * bench_transport.c - the floor under an acknowledged frame's round trip:
+ * nng request/reply of a frame-sized message over ipc:// or tcp://
+ * loopback, answered at once with a 24-byte reply by a thread that does
+ * nothing else. The daemon's acknowledged integrate does this plus its
+ * own work (decode, the depth copy, the integration, the reply's
+ * encoding), so its round trip cannot be shorter; issue #10 asks for one
+ * client's p50 <= 0.3 ms with 640x480 16-bit frames.
+ *
+ *   bench_transport [--bytes N] [--reps R] [--transport ipc|tcp]
+ *
+ * defaults: --bytes 614400 (640x480 u16 depth), --reps 2000, --transport
+ * ipc. Each request carries its sequence number first and ends with a
+ * stamp of it; the server replies with the number, the stamp and the
+ * length it received (reading the whole message would add its own time),
+ * and the program refuses to print a time when any reply does not match
+ * (exit 1). Also printed, for scale: a memcpy of the same bytes
+ * (the client copies the frame into its message once).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "bench_clock.h"
+
+typedef struct {
+    nng_socket rep;
+    uint32_t reps;
+    int rc;
+} server_arg;
+
+/* Answers every request with its sequence number, its last 8 bytes and
+ * its length. */
+static void *serve(void *arg)
+{
+    server_arg *s = arg;
+    for (uint32_t i = 0; i < s->reps; i++) {
+        nng_msg *m;
+        int rv = nng_recvmsg(s->rep, &m, 0);
+        if (rv != 0) {
+            fprintf(stderr, "bench_transport: server recv: %s\n", nng_strerror(rv));
+            s->rc = 1;
+            return NULL;
+        }
+        uint64_t out[3] = {UINT64_MAX, 0, 0};
+        size_t len = nng_msg_len(m);
+        if (len >= 16) {
+            memcpy(&out[0], nng_msg_body(m), 8);
+            memcpy(&out[1], (const uint8_t *)nng_msg_body(m) + len - 8, 8);
+        }
+        out[2] = len;
+        nng_msg_clear(m);
+        if ((rv = nng_msg_append(m, out, sizeof out)) != 0 ||
+            (rv = nng_sendmsg(s->rep, m, 0)) != 0) {
+            fprintf(stderr, "bench_transport: server send: %s\n", nng_strerror(rv));
+            nng_msg_free(m);
+            s->rc = 1;
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: bench_transport [--bytes N] [--reps R] [--transport ipc|tcp]\n");
+}
+
+int main(int argc, char **argv)
+{
+    size_t bytes = 614400;
+    uint32_t reps = 2000;
+    const char *transport = "ipc";
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (strcmp(argv[i], "--bytes") == 0 && v) {
+            unsigned long long n = strtoull(v, &end, 10);
+            if (*end || n < 16 || n > (1ull << 28)) {
+                usage();
+                return 2;
+            }
+            bytes = (size_t)n;
+        } else if (strcmp(argv[i], "--reps") == 0 && v) {
+            unsigned long n = strtoul(v, &end, 10);
+            if (*end || n < 10 || n > 1000000) {
+                usage();
+                return 2;
+            }
+            reps = (uint32_t)n;
+        } else if (strcmp(argv[i], "--transport") == 0 && v &&
+                   (strcmp(v, "ipc") == 0 || strcmp(v, "tcp") == 0)) {
+            transport = v;
+        } else {
+            usage();
+            return 2;
+        }
+        i++;
+    }
+
+    char url[128];
+    if (strcmp(transport, "ipc") == 0)
+        snprintf(url, sizeof url, "ipc:///tmp/bench-transport-%ld.sock", (long)getpid());
+    else
+        snprintf(url, sizeof url, "tcp://127.0.0.1:0"); /* a free port, read back below */
+
+    nng_socket rep, req;
+    nng_listener l;
+    int rv;
+    /* No receive limit (nng's default is 1 MiB), set before the pipes exist. */
+    if ((rv = nng_rep0_open(&rep)) != 0 || (rv = nng_req0_open(&req)) != 0 ||
+        (rv = nng_socket_set_size(rep, NNG_OPT_RECVMAXSZ, 0)) != 0 ||
+        (rv = nng_socket_set_size(req, NNG_OPT_RECVMAXSZ, 0)) != 0 ||
+        (rv = nng_listen(rep, url, &l, 0)) != 0) {
+        fprintf(stderr, "bench_transport: %s: %s\n", url, nng_strerror(rv));
+        return 1;
+    }
+    if (strcmp(transport, "tcp") == 0) {
+        int port = 0;
+        if ((rv = nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port)) != 0) {
+            fprintf(stderr, "bench_transport: bound port: %s\n", nng_strerror(rv));
+            return 1;
+        }
+        snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
+    }
+    if ((rv = nng_dial(req, url, NULL, 0)) != 0) {
+        fprintf(stderr, "bench_transport: %s: %s\n", url, nng_strerror(rv));
+        return 1;
+    }
+    /* The frame the client sends: pseudo-random bytes. */
+    uint8_t *frame = malloc(bytes);
+    double *rt = calloc(reps, sizeof *rt), *cp = calloc(reps, sizeof *cp);
+    if (frame == NULL || rt == NULL || cp == NULL) {
+        fprintf(stderr, "bench_transport: out of memory\n");
+        return 1;
+    }
+    uint32_t x = 12345;
+    for (size_t i = 0; i < bytes; i++) {
+        x = x * 1664525u + 1013904223u;
+        frame[i] = (uint8_t)(x >> 24);
+    }
+
+    server_arg sa = {rep, reps, 0};
+    pthread_t th;
+    if (pthread_create(&th, NULL, serve, &sa) != 0) {
+        fprintf(stderr, "bench_transport: cannot start the server thread\n");
+        return 1;
+    }
+    uint32_t bad = 0;
+    for (uint32_t i = 0; i < reps; i++) {
+        const uint64_t seq = i, stamp = ~seq * 0x9e3779b97f4a7c15ull;
+        memcpy(frame, &seq, 8);
+        memcpy(frame + bytes - 8, &stamp, 8);
+        double t0 = now_ms();
+        nng_msg *m;
+        if ((rv = nng_msg_alloc(&m, 0)) != 0 || (rv = nng_msg_append(m, frame, bytes)) != 0) {
+            fprintf(stderr, "bench_transport: message: %s\n", nng_strerror(rv));
+            return 1;
+        }
+        double t1 = now_ms();
+        if ((rv = nng_sendmsg(req, m, 0)) != 0 || (rv = nng_recvmsg(req, &m, 0)) != 0) {
+            fprintf(stderr, "bench_transport: round trip %u: %s\n", i, nng_strerror(rv));
+            return 1;
+        }
+        double t2 = now_ms();
+        uint64_t back[3] = {UINT64_MAX, 0, 0};
+        if (nng_msg_len(m) == sizeof back)
+            memcpy(back, nng_msg_body(m), sizeof back);
+        if (back[0] != seq || back[1] != stamp || back[2] != bytes)
+            bad++;
+        nng_msg_free(m);
+        rt[i] = t2 - t0;
+        cp[i] = t1 - t0;
+    }
+    pthread_join(th, NULL);
+    nng_close(req);
+    nng_close(rep);
+    if (bad != 0 || sa.rc != 0) {
+        fprintf(stderr, "bench_transport: %u of %u replies did not match what was sent\n", bad,
+                reps);
+        return 1;
+    }
+    /* The first tenth warms the sockets and the allocator up. */
+    const uint32_t skip = reps / 10, n = reps - skip;
+    qsort(rt + skip, n, sizeof *rt, cmp_double);
+    qsort(cp + skip, n, sizeof *cp, cmp_double);
+    printf("bench_transport: %s, %zu-byte requests, 24-byte replies, %u round trips "
+           "(the first %u not counted), every reply checked\n",
+           transport, bytes, reps, skip);
+    printf("  (ms)                              p50       p90       p99       max\n");
+    printf("  round trip                   %9.4f %9.4f %9.4f %9.4f\n", rt[skip + n / 2],
+           rt[skip + n * 9 / 10], rt[skip + n * 99 / 100], rt[reps - 1]);
+    printf("  of it, the copy into the message %9.4f %9.4f %9.4f %9.4f\n", cp[skip + n / 2],
+           cp[skip + n * 9 / 10], cp[skip + n * 99 / 100], cp[reps - 1]);
+    free(frame);
+    free(rt);
+    free(cp);
+    return 0;
+}
