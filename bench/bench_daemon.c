@@ -74,6 +74,7 @@
 #include <unistd.h>
 
 #include "bench_daemon.h"
+#include "bench_cputime.h"
 #include "bench_spawn.h"
 #include "tsdf_client.h"
 #include "tsdf_synth.h"
@@ -439,7 +440,8 @@ typedef struct {
     bench_spawn spawn;
     int spawned;
     run_ctx run;
-    tsdf_client *ctl; /* prefill, counters, per-map stats */
+    bench_cputime cpu_start, cpu_end; /* host CPU time at the window's ends */
+    tsdf_client *ctl;                 /* prefill, counters, per-map stats */
     char absent_map[64];
     char shared_map[64];
     char query_map[64]; /* the map the prefill and the queries use */
@@ -604,8 +606,10 @@ static int run_window(bench *b)
         result = -1;
     b->run.t_start_ms = now_ms();
     b->run.t_end_ms = result == 0 ? b->run.t_start_ms + 1e3 * o->seconds : 0.0;
+    bench_cputime_read(b->spawned ? b->spawn.pid : 0, &b->cpu_start);
     pthread_barrier_wait(&b->run.start);
     nap_ms(b->run.t_end_ms - now_ms());
+    bench_cputime_read(b->spawned ? b->spawn.pid : 0, &b->cpu_end);
     if (result == 0 && read_counters(b->ctl, b->absent_map, &b->at_end) != TSDF_OK)
         result = -1;
     for (size_t i = 0; i < threads; i++)
@@ -783,6 +787,12 @@ static void print_results(bench *b, uint64_t sent, const tsdf_rep_stats *summary
                "%.2f s apart; clients sent %.1f/s, the rest was integrated %.1f s after the "
                "window)\n",
                integrated_rate, window_s, (double)(sent - b->prefill_frames) / run_s, b->settle_s);
+    bench_cputime_report(&b->cpu_start, &b->cpu_end,
+                         o->clients == 0 ? 0.0
+                         : o->mode == MODE_ACKED
+                             ? (double)acked
+                             : (double)(b->at_end.integrated - b->base.integrated),
+                         "the daemon", "the clients");
     printf("  %-28s %9s %9s %9s %9s %8s\n", "latency (ms)", "p50", "p90", "p99", "max", "n");
     if (o->clients == 0)
         bd_print_latency("prefill send-to-ack (idle)", &b->prefill_lat);
