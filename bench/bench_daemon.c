@@ -147,7 +147,9 @@ typedef struct {
     query_kind kind;
     const char *map;
     tsdf_raycast_params rp; /* raycast */
-    const float *want_depth_m;
+    tsdf_client_raycast_options ro;
+    uint32_t out_w, out_h;     /* the reply's pixels (ro.scale) */
+    const float *want_depth_m; /* out_w x out_h */
     float voxel_m;
     uint64_t ok, failed, wrong;
     int first_error;
@@ -354,12 +356,15 @@ static void *client_main(void *arg)
 static int query_once(query_job *q, tsdf_client *c, float *depth, float *normals)
 {
     if (q->kind == QUERY_RAYCAST) {
-        tsdf_raycast_output out = {depth, normals, NULL};
-        int rc = tsdf_client_raycast(c, q->map, &q->rp, 0, &out, NULL, CALL_TIMEOUT_MS);
+        tsdf_raycast_output out = {depth, q->ro.want_normals ? normals : NULL, NULL};
+        tsdf_client_raycast_info info;
+        int rc = tsdf_client_raycast_ex(c, q->map, &q->rp, &q->ro, &out, &info, CALL_TIMEOUT_MS);
         if (rc != TSDF_OK)
             return rc;
+        if (info.width != q->out_w || info.height != q->out_h)
+            return TSDF_EBAD_SIZE;
         double agree, wrong;
-        bd_raycast_agreement(depth, q->want_depth_m, (size_t)q->rp.width * q->rp.height,
+        bd_raycast_agreement(depth, q->want_depth_m, (size_t)q->out_w * q->out_h,
                              RAYCAST_TOL_VOX * q->voxel_m, &agree, &wrong);
         if (agree < q->worst_agree)
             q->worst_agree = agree;
@@ -399,13 +404,13 @@ static void *query_main(void *arg)
     query_job *q = arg;
     run_ctx *run = q->run;
     tsdf_client *c = NULL;
-    size_t n = (size_t)q->rp.width * q->rp.height;
+    size_t n = (size_t)q->out_w * q->out_h;
     float *depth = NULL, *normals = NULL;
     int rc = open_client(run, 0, &c);
     if (rc == TSDF_OK && q->kind == QUERY_RAYCAST) {
         depth = malloc(n * sizeof *depth);
-        normals = malloc(3 * n * sizeof *normals);
-        if (depth == NULL || normals == NULL)
+        normals = q->ro.want_normals ? malloc(3 * n * sizeof *normals) : NULL;
+        if (depth == NULL || (q->ro.want_normals && normals == NULL))
             rc = TSDF_ENOMEM;
     }
     if (rc != TSDF_OK) {
@@ -545,7 +550,13 @@ static int setup_queries(bench *b)
     int rc = tsdf_synth_sequence_init(&seq, o->scene);
     if (rc == TSDF_OK)
         rc = tsdf_synth_sequence_set_resolution(&seq, o->raycast_width, o->raycast_height);
-    size_t n = (size_t)o->raycast_width * o->raycast_height;
+    /* The reply's view: the exact depth is rendered through it. */
+    tsdf_client_raycast_options ro;
+    tsdf_intrinsics out_K;
+    uint32_t out_w, out_h;
+    bd_raycast_view(o->raycast_reply, o->raycast_width, o->raycast_height, &seq.K, &ro, &out_w,
+                    &out_h, &out_K);
+    size_t n = (size_t)out_w * out_h;
     b->want_depth_m = rc == TSDF_OK ? malloc(n * sizeof *b->want_depth_m) : NULL;
     if (b->want_depth_m == NULL)
         return -1;
@@ -564,12 +575,15 @@ static int setup_queries(bench *b)
         q->rp.width = o->raycast_width;
         q->rp.height = o->raycast_height;
         q->rp.K = seq.K;
+        q->ro = ro;
+        q->out_w = out_w;
+        q->out_h = out_h;
         memcpy(q->rp.T_world_cam, b->ring.T_world_cam[0], sizeof q->rp.T_world_cam);
         q->rp.min_depth_m = seq.min_depth_m;
         q->rp.max_depth_m = seq.max_depth_m;
     }
-    rc = tsdf_scene_render(&seq.scene, o->raycast_width, o->raycast_height, &seq.K,
-                           b->ring.T_world_cam[0], b->want_depth_m, NULL);
+    rc = tsdf_scene_render(&seq.scene, out_w, out_h, &out_K, b->ring.T_world_cam[0],
+                           b->want_depth_m, NULL);
     return rc == TSDF_OK ? 0 : -1;
 }
 
@@ -802,7 +816,8 @@ static void print_results(bench *b, uint64_t sent, const tsdf_rep_stats *summary
         query_job *q = &b->queries[i];
         char name[64];
         if (q->kind == QUERY_RAYCAST)
-            snprintf(name, sizeof name, "raycast %ux%u", q->rp.width, q->rp.height);
+            snprintf(name, sizeof name, "raycast %ux%u%s", q->out_w, q->out_h,
+                     q->ro.want_normals ? "" : " depth");
         else
             snprintf(name, sizeof name, "mesh (%zu vertices)", q->last_vertices);
         bd_print_latency(name, &q->lat);

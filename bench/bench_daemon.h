@@ -7,7 +7,8 @@
  * the command line (bd_parse_args, bd_usage), the latency samples the
  * threads record and the report prints (bd_sample_add, bd_sample_merge,
  * bd_print_latency), the checks of the query answers
- * (bd_raycast_agreement, bd_mesh_on_surface) and the look-ups in a stats
+ * (bd_raycast_view, bd_raycast_agreement, bd_mesh_on_surface) and the
+ * look-ups in a stats
  * reply (bd_stat_find, bd_stat_find_f).
  *
  * Ownership: the caller owns every struct here; a sample_set owns its ms
@@ -21,6 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "tsdf_client.h"
 #include "tsdf_proto_types.h"
 #include "tsdf_synth.h"
 #include "tsdf_types.h"
@@ -31,6 +33,11 @@
 #define MAX_SETS 32
 
 typedef enum { MODE_ACKED, MODE_FF } bench_mode;
+
+/* What a raycast query asks the daemon to send back (PROTOCOL.md 6.2):
+ * depth and normals at full size, depth alone, or depth alone at half the
+ * size on each axis. */
+typedef enum { REPLY_FULL, REPLY_DEPTH, REPLY_HALF } raycast_reply;
 
 /* The command line, as bd_parse_args leaves it. The strings point into
  * argv, which must outlive the struct. */
@@ -49,6 +56,7 @@ typedef struct {
     int raycast, mesh;
     uint32_t query_period_ms;
     uint32_t raycast_width, raycast_height;
+    raycast_reply raycast_reply;
     const char *sets[MAX_SETS];
     size_t set_count;
     double settle_timeout_s;
@@ -89,6 +97,14 @@ void bd_raycast_agreement(const float *got, const float *want, size_t n, float t
 /* The share of (up to 4096 evenly spread) vertices of m within tol_m (m)
  * of the scene's surface, by its signed distance; 0 for an empty mesh. */
 double bd_mesh_on_surface(const tsdf_mesh *m, const tsdf_scene *scene, float tol_m);
+
+/* The view a raycast reply of kind r shows for a request of w x h pixels
+ * through K: its pixels (*ow x *oh) and their intrinsics (*oK, as the
+ * daemon scales them: tsdf_proto_raycast_scaled), and the options that
+ * ask for it. */
+void bd_raycast_view(raycast_reply r, uint32_t w, uint32_t h, const tsdf_intrinsics *K,
+                     tsdf_client_raycast_options *ro, uint32_t *ow, uint32_t *oh,
+                     tsdf_intrinsics *oK);
 
 /* The value of the extra counter `key` of a stats reply, as an integer or
  * a double; returns 1 when found, 0 (and *v untouched) when not. */

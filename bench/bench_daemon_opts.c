@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "bench_daemon.h"
+#include "tsdf_proto.h"
 #include "tsdf_proto_types.h"
 #include "bench_clock.h"
 
@@ -127,11 +128,14 @@ void bd_usage(FILE *to)
                 "                    [--maps own|shared] [--width W] [--height H] [--scene NAME]\n"
                 "                    [--raycast on|off] [--mesh on|off] [--query-period-ms P]\n"
                 "                    [--raycast-width W] [--raycast-height H]\n"
+                "                    [--raycast-reply full|depth|half]\n"
                 "                    [--set SECTION.KEY=VALUE]... [--settle-timeout-s S] [--keep]\n"
                 "defaults: --backend auto, --transport ipc (both with --spawn only),\n"
                 "          --clients 32, --seconds 12, --mode acked, --maps own,\n"
                 "          --width 640 --height 480, --scene demo, --raycast on --mesh on,\n"
                 "          --query-period-ms 100, --raycast-width 640 --raycast-height 480,\n"
+                "          --raycast-reply full (depth and normals; depth: depth alone;\n"
+                "          half: depth alone at half the width and height),\n"
                 "          --settle-timeout-s 300\n"
                 "--clients 0: no client streams; one map integrates the first 30 poses,\n"
                 "          then only the queries run against it (idle query latency;\n"
@@ -223,7 +227,16 @@ static int parse_option(bench_opts *o, const char *a, const char *val)
         return parse_u32(val, 8, 4096, &o->raycast_width);
     else if (strcmp(a, "--raycast-height") == 0)
         return parse_u32(val, 8, 4096, &o->raycast_height);
-    else if (strcmp(a, "--settle-timeout-s") == 0)
+    else if (strcmp(a, "--raycast-reply") == 0) {
+        if (strcmp(val, "full") == 0)
+            o->raycast_reply = REPLY_FULL;
+        else if (strcmp(val, "depth") == 0)
+            o->raycast_reply = REPLY_DEPTH;
+        else if (strcmp(val, "half") == 0)
+            o->raycast_reply = REPLY_HALF;
+        else
+            return -1;
+    } else if (strcmp(a, "--settle-timeout-s") == 0)
         return parse_seconds(val, &o->settle_timeout_s);
     else if (strcmp(a, "--set") == 0) {
         if (o->set_count == MAX_SETS || strchr(val, '=') == NULL)
@@ -289,4 +302,20 @@ int bd_parse_args(int argc, char **argv, bench_opts *o)
         return -1;
     }
     return 0;
+}
+
+void bd_raycast_view(raycast_reply r, uint32_t w, uint32_t h, const tsdf_intrinsics *K,
+                     tsdf_client_raycast_options *ro, uint32_t *ow, uint32_t *oh,
+                     tsdf_intrinsics *oK)
+{
+    tsdf_req_raycast q;
+    memset(&q, 0, sizeof q);
+    memset(ro, 0, sizeof *ro);
+    ro->want_normals = r == REPLY_FULL;
+    ro->scale = r == REPLY_HALF ? 2u : 1u;
+    q.width = w;
+    q.height = h;
+    q.K = *K;
+    q.scale = ro->scale;
+    tsdf_proto_raycast_scaled(&q, ow, oh, oK);
 }

@@ -112,6 +112,11 @@ if(TARGET bench_daemon AND TARGET tsdfd)
   add_test(NAME bench_daemon_idle_smoke COMMAND bench_daemon --spawn $<TARGET_FILE:tsdfd>
     --backend cpu --clients 0 --seconds 1 --width 160 --height 120 --raycast-width 160
     --raycast-height 120 --settle-timeout-s 120)
+  # The same with the raycast's reply at half size, depth alone, its
+  # answers checked against the scene rendered through the scaled view.
+  add_test(NAME bench_daemon_half_smoke COMMAND bench_daemon --spawn $<TARGET_FILE:tsdfd>
+    --backend cpu --clients 0 --seconds 1 --width 160 --height 120 --raycast-width 160
+    --raycast-height 120 --raycast-reply half --mesh off --settle-timeout-s 120)
   set_tests_properties(bench_daemon_smoke bench_daemon_ff_smoke bench_daemon_idle_smoke
-    PROPERTIES TIMEOUT 300 LABELS "bench;daemon")
+    bench_daemon_half_smoke PROPERTIES TIMEOUT 300 LABELS "bench;daemon")
 endif()
