@@ -1,14 +1,15 @@
 /*
- * frame_pool.h - page-locked buffers for the depth images of queued frames.
+ * frame_pool.h - page-locked buffers for the images of queued frames.
  *
- * A frame's depth arrives inside its nng message, usually at an odd offset
+ * A frame's depth arrives inside its nng message, often at an odd offset
  * (msgpack puts a bin payload wherever the header before it ends), so the
- * decoding thread copies it to an aligned buffer (job_prepare_depth); the
+ * decoding thread copies it to an aligned buffer (job_prepare_images); the
  * CUDA backend then copied it once more, into its page-locked staging
  * buffer, on the map's worker (0.063 ms for a 640x480 16-bit frame on the
- * H200 host, bench/RESULTS.md). When that first copy lands in page-locked
- * memory (tsdf_host_alloc) the backend uploads from it directly: one copy
- * of the frame on the host instead of two, and none on the worker.
+ * H200 host, bench/RESULTS.md), and the colour image too. When the copy
+ * the decoding thread makes lands in page-locked memory (tsdf_host_alloc)
+ * the backend uploads from it directly: one copy of each image on the
+ * host, and none on the worker.
  *
  * Page-locking is slow (cudaHostAlloc takes about a millisecond) and
  * page-locked memory is taken from the whole machine, so buffers are kept

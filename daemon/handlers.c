@@ -127,13 +127,16 @@ static void drop_victim(void *item, queue_drop_reason why, void *arg)
 }
 
 /* The host memory a queued frame job holds: its message (the payloads point
- * into it) and the aligned copy of its depth, if one was made. */
+ * into it), the aligned copy of its depth and the page-locked copy of its
+ * colour, where those were made. */
 static size_t job_bytes(const worker_job *j)
 {
     const tsdf_frame *f = &j->req.u.frame.frame;
     size_t n = j->msg != NULL ? nng_msg_len(j->msg) : 0;
     if (j->depth_aligned != NULL)
         n += (size_t)f->width * f->height * (f->depth_format == TSDF_DEPTH_F32 ? 4u : 2u);
+    if (j->rgb_pinned != NULL)
+        n += (size_t)f->width * f->height * 3u;
     return n;
 }
 
@@ -177,7 +180,7 @@ static int queue_frame(daemon_ctx *d, dmap *m, worker_job *j, int timeout_ms)
 }
 
 /* The outcome of a frame whose depth could not be made ready to integrate
- * (job_prepare_depth): a payload that does not decode has its own reason. */
+ * (job_prepare_images): a payload that does not decode has its own reason. */
 static ds_outcome depth_outcome(int rc)
 {
     return rc == TSDF_EDEPTH_DECODE ? DS_REJ_DEPTH_DECODE : DS_REJ_ENGINE;
@@ -224,7 +227,7 @@ void handle_frame(daemon_ctx *d, nng_msg *msg)
     dstats_frame_received(d->stats, j->sensor);
     /* Before the map lookup, so that a frame whose depth does not decode
      * creates no map. */
-    rc = job_prepare_depth(j, d->frame_buffers, &perr);
+    rc = job_prepare_images(j, d->frame_buffers, &perr);
     if (rc != TSDF_OK) {
         TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "bad frame depth",
                              "frames socket: frame seq %llu for map '%s' refused: %s (%s)",
@@ -282,7 +285,7 @@ static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_r
     /* The payloads still point into *msg, which lives until we return. As
      * for streamed frames, a depth that does not decode creates no map. */
     tsdf_proto_error perr;
-    rc = job_prepare_depth(j, d->frame_buffers, &perr);
+    rc = job_prepare_images(j, d->frame_buffers, &perr);
     if (rc != TSDF_OK) {
         dstats_frame_outcome(d->stats, sensor, depth_outcome(rc));
         job_free(j);

@@ -320,14 +320,14 @@ static const metrics_row rows[] = {
      .value = get_queue_max_bytes},
     {.stats_key = "queue.pinned_bytes",
      .prom_name = "tsdfd_queue_pinned_bytes",
-     .help = "Page-locked host memory held for frames' depth images, in use and kept (CUDA "
-             "only; bounded by [queue] pinned_mb).",
+     .help = "Page-locked host memory held for frames' depth and colour images, in use and "
+             "kept (CUDA only; bounded by [queue] pinned_mb).",
      .type = METRIC_GAUGE,
      .value = get_pinned_bytes},
     {.stats_key = "queue.pinned_fallbacks",
      .prom_name = "tsdfd_queue_pinned_fallbacks_total",
-     .help = "Frames whose depth took ordinary memory because the page-locked buffers were "
-             "full.",
+     .help = "Frames' images (depth or colour) that took ordinary memory because the "
+             "page-locked buffers were full.",
      .type = METRIC_COUNTER,
      .value = get_pinned_fallbacks},
     {.stats_key = "connections.open",

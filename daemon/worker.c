@@ -86,6 +86,24 @@ static void release_depth(worker_job *j)
     j->depth_pool = NULL;
 }
 
+/* Copies a frame's colour image into a page-locked buffer of pool, so that
+ * the backend uploads it from there too; when the pool has no room it
+ * stays in the message (the backend then stages it). */
+static void pin_rgb(worker_job *j, frame_pool *pool)
+{
+    tsdf_frame *f = &j->req.u.frame.frame;
+    if (pool == NULL || f->rgb == NULL || j->rgb_pinned != NULL)
+        return;
+    const size_t bytes = (size_t)f->width * f->height * 3u;
+    void *p = frame_pool_get(pool, bytes);
+    if (p == NULL)
+        return;
+    memcpy(p, f->rgb, bytes);
+    j->rgb_pinned = p;
+    j->rgb_pool = pool;
+    f->rgb = p;
+}
+
 void job_free(worker_job *j)
 {
     if (j == NULL)
@@ -97,6 +115,7 @@ void job_free(worker_job *j)
     if (j->msg != NULL)
         nng_msg_free(j->msg);
     release_depth(j);
+    frame_pool_put(j->rgb_pool, j->rgb_pinned);
     free(j->depth_m);
     free(j->normals);
     free(j->rgb);
@@ -106,7 +125,7 @@ void job_free(worker_job *j)
     free(j);
 }
 
-int job_prepare_depth(worker_job *j, frame_pool *pool, tsdf_proto_error *err)
+static int prepare_depth(worker_job *j, frame_pool *pool, tsdf_proto_error *err)
 {
     tsdf_req_frame *rf = &j->req.u.frame;
     tsdf_frame *f = &rf->frame;
@@ -152,6 +171,14 @@ int job_prepare_depth(worker_job *j, frame_pool *pool, tsdf_proto_error *err)
     rf->depth_coded = NULL;
     rf->depth_coded_bytes = 0;
     return TSDF_OK;
+}
+
+int job_prepare_images(worker_job *j, frame_pool *pool, tsdf_proto_error *err)
+{
+    int rc = prepare_depth(j, pool, err);
+    if (rc == TSDF_OK)
+        pin_rgb(j, pool);
+    return rc;
 }
 
 int job_wait(worker_job *j, int timeout_ms)

@@ -79,6 +79,8 @@ typedef struct worker_job {
     nng_msg *msg;           /* owned: the message req's payloads point into, or NULL */
     void *depth_aligned;    /* owned: the aligned (decoded or copied) depth, or NULL */
     frame_pool *depth_pool; /* the pool depth_aligned came from; NULL: malloc'd */
+    void *rgb_pinned;       /* owned: the colour image's page-locked copy, or NULL */
+    frame_pool *rgb_pool;   /* the pool rgb_pinned came from */
     uint32_t sensor;        /* dstats sensor index (frames) */
     int64_t t_queued_ns;    /* CLOCK_MONOTONIC when queued */
     double decode_ms;       /* frames: the decode's time, recorded by the worker after the frame */
@@ -120,19 +122,20 @@ worker_job *job_new(job_kind kind, int has_waiter);
 /* Frees a job and everything it owns (msg, outputs). NULL is a no-op. */
 void job_free(worker_job *j);
 
-/* Makes j->req.u.frame.frame.depth raw samples, 4-byte aligned, so that
- * the engine may read them as uint16/float arrays: a compressed payload
- * (depth_encoding not raw) is decoded straight into j->depth_aligned, a
- * misaligned raw one copied there; an aligned raw one is used in place.
- * With a pool (optional; the daemon has one when its volumes run on CUDA,
- * see frame_pool.h) j->depth_aligned is a page-locked buffer from it, and
- * an aligned raw depth is copied there too, so that the backend uploads
- * it without a copy of its own on the worker; when the pool has no room
- * the depth is handled as without one. Afterwards depth_encoding is raw.
- * TSDF_EDEPTH_DECODE (err, optional, says why) when a payload does not
- * decode to exactly width x height samples; TSDF_ENOMEM. Called on the
- * decoding thread, before queueing. */
-int job_prepare_depth(worker_job *j, frame_pool *pool, tsdf_proto_error *err);
+/* Makes a frame job's images ready to integrate. The depth becomes raw
+ * samples, 4-byte aligned, so that the engine may read them as
+ * uint16/float arrays: a compressed payload (depth_encoding not raw) is
+ * decoded straight into j->depth_aligned, a misaligned raw one copied
+ * there; an aligned raw one is used in place. With a pool (optional; the
+ * daemon has one when its volumes run on CUDA, see frame_pool.h)
+ * j->depth_aligned is a page-locked buffer from it, an aligned raw depth
+ * is copied there too, and so is a colour image (j->rgb_pinned), so that
+ * the backend uploads both without a copy of its own on the worker; what
+ * the pool has no room for is handled as without one. Afterwards
+ * depth_encoding is raw. TSDF_EDEPTH_DECODE (err, optional, says why)
+ * when a payload does not decode to exactly width x height samples;
+ * TSDF_ENOMEM. Called on the decoding thread, before queueing. */
+int job_prepare_images(worker_job *j, frame_pool *pool, tsdf_proto_error *err);
 
 /* Waits for the worker to finish j, up to timeout_ms. TSDF_OK: j->status
  * holds the result and the caller owns j again. TSDF_ETIMEOUT: the caller

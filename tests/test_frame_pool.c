@@ -1,10 +1,11 @@
 /*
  * test_frame_pool.c - the page-locked depth buffers (daemon/frame_pool.h)
- * and the frame path through them (job_prepare_depth): buffers are reused,
+ * and the frame path through them (job_prepare_images): buffers are reused,
  * the byte bound holds and past it the caller is told to fall back, kept
  * buffers make room for a larger one, many threads share a pool, and a
  * frame's depth lands in a pool buffer whatever its alignment, with the
- * same samples, and goes back when its job is freed.
+ * same samples, and its colour image in another, and both go back when
+ * the job is freed.
  *
  * Without a GPU the pool's memory is ordinary (tsdf_host_alloc), which is
  * all these tests need: what is page-locked is the backend's business
@@ -220,8 +221,8 @@ static void test_prepare_depth(void **state)
 
     /* Aligned and misaligned, both land in the pool with the same bytes. */
     worker_job *a = frame_job(src, 0), *b = frame_job(src, 1);
-    assert_int_equal(job_prepare_depth(a, p, NULL), TSDF_OK);
-    assert_int_equal(job_prepare_depth(b, p, NULL), TSDF_OK);
+    assert_int_equal(job_prepare_images(a, p, NULL), TSDF_OK);
+    assert_int_equal(job_prepare_images(b, p, NULL), TSDF_OK);
     assert_ptr_equal(a->depth_pool, p);
     assert_ptr_equal(b->depth_pool, p);
     assert_ptr_equal(a->req.u.frame.frame.depth, a->depth_aligned);
@@ -233,10 +234,10 @@ static void test_prepare_depth(void **state)
     /* The pool is full: an aligned depth stays where it is, a misaligned
      * one gets ordinary memory; neither is refused. */
     worker_job *c = frame_job(src, 4), *d = frame_job(src, 3);
-    assert_int_equal(job_prepare_depth(c, p, NULL), TSDF_OK);
+    assert_int_equal(job_prepare_images(c, p, NULL), TSDF_OK);
     assert_ptr_equal(c->req.u.frame.frame.depth, src + 4);
     assert_null(c->depth_aligned);
-    assert_int_equal(job_prepare_depth(d, p, NULL), TSDF_OK);
+    assert_int_equal(job_prepare_images(d, p, NULL), TSDF_OK);
     assert_non_null(d->depth_aligned);
     assert_null(d->depth_pool);
     assert_int_equal((uintptr_t)d->req.u.frame.frame.depth % 4u, 0);
@@ -245,7 +246,7 @@ static void test_prepare_depth(void **state)
 
     /* Without a pool an aligned depth is read in place, as before. */
     worker_job *e = frame_job(src, 8);
-    assert_int_equal(job_prepare_depth(e, NULL, NULL), TSDF_OK);
+    assert_int_equal(job_prepare_images(e, NULL, NULL), TSDF_OK);
     assert_ptr_equal(e->req.u.frame.frame.depth, src + 8);
 
     /* A compressed payload that does not decode is refused and its
@@ -256,7 +257,7 @@ static void test_prepare_depth(void **state)
     g->req.u.frame.depth_coded = src;
     g->req.u.frame.depth_coded_bytes = 1000;
     g->req.u.frame.frame.depth = NULL;
-    assert_int_equal(job_prepare_depth(g, p, NULL), TSDF_EDEPTH_DECODE);
+    assert_int_equal(job_prepare_images(g, p, NULL), TSDF_EDEPTH_DECODE);
     assert_null(g->depth_aligned);
     assert_int_equal(stats_of(p).bytes_out, 640 * 1024);
 
@@ -272,12 +273,57 @@ static void test_prepare_depth(void **state)
     free(src);
 }
 
+/* A colour image goes into a pool buffer of its own beside the depth, the
+ * same bytes, and back with its job; without room it stays in place. */
+static void test_prepare_rgb(void **state)
+{
+    (void)state;
+    const size_t rgb_bytes = (size_t)640 * 480 * 3;
+    uint8_t *src = malloc(FRAME_BYTES + 8), *rgb = malloc(rgb_bytes);
+    assert_non_null(src);
+    assert_non_null(rgb);
+    for (size_t i = 0; i < FRAME_BYTES + 8; i++)
+        src[i] = (uint8_t)(i * 7u + 1u);
+    for (size_t i = 0; i < rgb_bytes; i++)
+        rgb[i] = (uint8_t)(i * 13u + 5u);
+    frame_pool *p;
+    /* Room for one depth (640 KiB) and one colour image (960 KiB). */
+    assert_int_equal(frame_pool_create((640 + 960) * 1024, &p), TSDF_OK);
+
+    worker_job *a = frame_job(src, 1);
+    a->req.u.frame.frame.rgb = rgb;
+    a->req.u.frame.frame.rgb_size_bytes = rgb_bytes;
+    assert_int_equal(job_prepare_images(a, p, NULL), TSDF_OK);
+    assert_non_null(a->rgb_pinned);
+    assert_ptr_equal(a->rgb_pool, p);
+    assert_ptr_equal(a->req.u.frame.frame.rgb, a->rgb_pinned);
+    assert_memory_equal(a->rgb_pinned, rgb, rgb_bytes);
+    assert_memory_equal(a->depth_aligned, src + 1, FRAME_BYTES);
+    assert_int_equal(stats_of(p).bytes_out, (640 + 960) * 1024);
+
+    /* The pool is full: this one's colour stays in its message. */
+    worker_job *b = frame_job(src, 3);
+    b->req.u.frame.frame.rgb = rgb;
+    assert_int_equal(job_prepare_images(b, p, NULL), TSDF_OK);
+    assert_null(b->rgb_pinned);
+    assert_ptr_equal(b->req.u.frame.frame.rgb, rgb);
+
+    job_free(a);
+    job_free(b);
+    frame_pool_stats st = stats_of(p);
+    assert_int_equal(st.bytes_out, 0);
+    assert_int_equal(st.bytes_kept, (640 + 960) * 1024);
+    frame_pool_destroy(p);
+    free(src);
+    free(rgb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_args),   cmocka_unit_test(test_reuse),
         cmocka_unit_test(test_limit),         cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_prepare_depth),
+        cmocka_unit_test(test_prepare_depth), cmocka_unit_test(test_prepare_rgb),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
