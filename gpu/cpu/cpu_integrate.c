@@ -474,10 +474,21 @@ static int collect_band(void *arg, size_t b, size_t e, unsigned worker)
                         return rc;
                 continue;
             }
-            /* Two or three axes differ: TSDF_WALK_STEPS. */
-            while (tsdf_band_walk_next(&walk, blk))
+            /* Two or three axes differ, by one block each
+             * (TSDF_WALK_STEPS): A's block, then one step along each in
+             * the walk's order, as tsdf_band_walk_next yields them. */
+            const int32_t step[3] = {walk.sx, walk.sy, walk.sz},
+                          order[3] = {walk.o0, walk.o1, walk.o2};
+            blk[0] = walk.cx;
+            blk[1] = walk.cy;
+            blk[2] = walk.cz;
+            for (int32_t k = 0;; k++) {
                 if ((rc = band_collect(&bc, blk)) != TSDF_OK)
                     return rc;
+                if (k + 1 >= walk.remaining)
+                    break;
+                blk[order[k]] += step[order[k]];
+            }
         }
     }
     return TSDF_OK;
