@@ -319,7 +319,7 @@ int main(int argc, char **argv)
         if (rc != TSDF_OK)
             TSDF_LOG(TSDF_LOG_WARN, "no page-locked frame buffers: %s", tsdf_strerror(rc));
         else
-            TSDF_LOG(TSDF_LOG_INFO, "frames' depth in page-locked buffers, up to %u MiB",
+            TSDF_LOG(TSDF_LOG_INFO, "frames' images in page-locked buffers, up to %u MiB",
                      m.cfg.queue_pinned_mb);
     }
 

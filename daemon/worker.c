@@ -75,15 +75,13 @@ worker_job *job_new(job_kind kind, int has_waiter)
     return j;
 }
 
-/* Frees j's aligned depth, to its pool or the heap. */
-static void release_depth(worker_job *j)
+/* Frees an image buffer to the pool it came from, or the heap (from NULL). */
+static void image_free(frame_pool *from, void *p)
 {
-    if (j->depth_pool != NULL)
-        frame_pool_put(j->depth_pool, j->depth_aligned);
+    if (from != NULL)
+        frame_pool_put(from, p);
     else
-        free(j->depth_aligned);
-    j->depth_aligned = NULL;
-    j->depth_pool = NULL;
+        free(p);
 }
 
 /* Copies a frame's colour image into a page-locked buffer of pool, so that
@@ -114,8 +112,8 @@ void job_free(worker_job *j)
     }
     if (j->msg != NULL)
         nng_msg_free(j->msg);
-    release_depth(j);
-    frame_pool_put(j->rgb_pool, j->rgb_pinned);
+    image_free(j->depth_pool, j->depth_aligned);
+    image_free(j->rgb_pool, j->rgb_pinned);
     free(j->depth_m);
     free(j->normals);
     free(j->rgb);
@@ -156,13 +154,10 @@ static int prepare_depth(worker_job *j, frame_pool *pool, tsdf_proto_error *err)
                    : tsdf_depth_decode(TSDF_DEPTH_ENC_RAW, f->depth_format, f->width, f->height,
                                        f->depth, bytes, p, bytes, err);
     if (rc != TSDF_OK) {
-        if (from != NULL)
-            frame_pool_put(from, p);
-        else
-            free(p);
+        image_free(from, p);
         return rc;
     }
-    release_depth(j);
+    image_free(j->depth_pool, j->depth_aligned);
     j->depth_aligned = p;
     j->depth_pool = from;
     f->depth = p;
