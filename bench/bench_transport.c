@@ -73,6 +73,13 @@ static void *serve(void *arg)
     return NULL;
 }
 
+/* One row of percentiles of v[skip .. skip + n), sorted. */
+static void print_row(const char *name, const double *v, uint32_t skip, uint32_t n)
+{
+    printf("  %-34s %9.4f %9.4f %9.4f %9.4f\n", name, v[skip + n / 2], v[skip + n * 9 / 10],
+           v[skip + n * 99 / 100], v[skip + n - 1]);
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_transport [--bytes N] [--reps R] [--transport ipc|tcp]\n");
@@ -123,6 +130,8 @@ int main(int argc, char **argv)
     if ((rv = nng_rep0_open(&rep)) != 0 || (rv = nng_req0_open(&req)) != 0 ||
         (rv = nng_socket_set_size(rep, NNG_OPT_RECVMAXSZ, 0)) != 0 ||
         (rv = nng_socket_set_size(req, NNG_OPT_RECVMAXSZ, 0)) != 0 ||
+        /* A server thread that failed never answers: fail, do not hang. */
+        (rv = nng_socket_set_ms(req, NNG_OPT_RECVTIMEO, 10000)) != 0 ||
         (rv = nng_listen(rep, url, &l, 0)) != 0) {
         fprintf(stderr, "bench_transport: %s: %s\n", url, nng_strerror(rv));
         return 1;
@@ -199,11 +208,9 @@ int main(int argc, char **argv)
     printf("bench_transport: %s, %zu-byte requests, 24-byte replies, %u round trips "
            "(the first %u not counted), every reply checked\n",
            transport, bytes, reps, skip);
-    printf("  (ms)                              p50       p90       p99       max\n");
-    printf("  round trip                   %9.4f %9.4f %9.4f %9.4f\n", rt[skip + n / 2],
-           rt[skip + n * 9 / 10], rt[skip + n * 99 / 100], rt[reps - 1]);
-    printf("  of it, the copy into the message %9.4f %9.4f %9.4f %9.4f\n", cp[skip + n / 2],
-           cp[skip + n * 9 / 10], cp[skip + n * 99 / 100], cp[reps - 1]);
+    printf("  %-34s %9s %9s %9s %9s\n", "(ms)", "p50", "p90", "p99", "max");
+    print_row("round trip", rt, skip, n);
+    print_row("of it, the copy into the message", cp, skip, n);
     free(frame);
     free(rt);
     free(cp);
