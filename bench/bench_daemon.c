@@ -32,11 +32,12 @@
  * Meanwhile (--raycast / --mesh, both on by default) one thread each asks
  * the first map for a raycast (depth and normals, 640 x 480 unless told;
  * --raycast-reply depth or half asks for depth alone, half: at half the
- * width and height) and for the whole mesh, at most once every P ms (default 100). Before the
- * clock starts that map integrates the first pose once, so a raycast from
- * that pose has a surface to find; every raycast is checked against the
- * scene's exact depth and every mesh's vertices against the scene's signed
- * distance, and a wrong answer fails the run.
+ * width and height) and for the whole mesh, at most once every P ms
+ * (default 100). Before the clock starts that map integrates the first
+ * pose once, so a raycast from that pose has a surface to find; every
+ * raycast is checked against the scene's exact depth and every mesh's
+ * vertices against the scene's signed distance, and a wrong answer fails
+ * the run.
  *
  * --clients 0 measures the queries alone, on an idle daemon: no client
  * streams; before the clock starts one map integrates the first 30 poses
