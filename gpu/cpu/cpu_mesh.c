@@ -146,11 +146,6 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem, size_t min_ca
     return TSDF_OK;
 }
 
-/* The voxels a block's cells read: the block and the first layer of its
- * +x, +y, +z neighbours, 9 per axis. */
-#define CELL_SPAN (TSDF_BLOCK_DIM + 1)
-#define CELL_VOXELS (CELL_SPAN * CELL_SPAN * CELL_SPAN)
-
 /* Step 1 for block b: the edges of its cells' triangles onto ch; *tris gets
  * how many triangles. The 9 x 9 x 9 voxels the cells read are loaded once
  * (each cell reading its 8 corners from the pool loaded every voxel up to
@@ -161,11 +156,11 @@ static int block_edges(const cpu_volume *v, const int32_t b[3], mesh_chunk *ch, 
     int32_t nb[8];
     for (int k = 0; k < 8; k++)
         nb[k] = cpu_volume_block(v, b[0] + (k & 1), b[1] + ((k >> 1) & 1), b[2] + ((k >> 2) & 1));
-    float sdf[CELL_VOXELS];
-    uint8_t known[CELL_VOXELS];
-    for (int lz = 0, i = 0; lz < CELL_SPAN; lz++)
-        for (int ly = 0; ly < CELL_SPAN; ly++)
-            for (int lx = 0; lx < CELL_SPAN; lx++, i++) {
+    float sdf[TSDF_MESH_CELL_VOXELS];
+    uint8_t known[TSDF_MESH_CELL_VOXELS];
+    for (int lz = 0, i = 0; lz < TSDF_MESH_CELL_SPAN; lz++)
+        for (int ly = 0; ly < TSDF_MESH_CELL_SPAN; ly++)
+            for (int lx = 0; lx < TSDF_MESH_CELL_SPAN; lx++, i++) {
                 int32_t blk = nb[(lx >> 3) | ((ly >> 3) << 1) | ((lz >> 3) << 2)];
                 known[i] = 0;
                 sdf[i] = 0.0f;
@@ -183,8 +178,7 @@ static int block_edges(const cpu_volume *v, const int32_t b[3], mesh_chunk *ch, 
                 float c8[8];
                 int all_known = 1, cube, rc;
                 for (int k = 0; k < 8; k++) {
-                    int j = (x + (k & 1)) +
-                            CELL_SPAN * ((y + ((k >> 1) & 1)) + CELL_SPAN * (z + ((k >> 2) & 1)));
+                    const int j = tsdf_mesh_cell_corner(x, y, z, k);
                     all_known &= known[j];
                     c8[k] = sdf[j];
                 }

@@ -210,11 +210,6 @@ static __device__ __forceinline__ uint32_t cube_tris(uint32_t cube)
     return ntri;
 }
 
-/* The voxels a block's cells read: the block and the first layer of its
- * +x, +y, +z neighbours, 9 per axis. */
-#define CELL_SPAN (TSDF_BLOCK_DIM + 1)
-#define CELL_VOXELS (CELL_SPAN * CELL_SPAN * CELL_SPAN)
-
 /* One CTA per selected block, one thread per cell: the cell's cube index
  * and a bit for each crossed edge at its owner. The CTA first loads the
  * 9 x 9 x 9 voxels its cells read into shared memory, every thread a
@@ -236,17 +231,18 @@ static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
     /* The 8 blocks a cell of this block may touch: pool index, and the
      * mesh-local index that names their edge slots. */
     __shared__ int32_t nb[8], nb_local[8];
-    __shared__ float sdf[CELL_VOXELS];
-    __shared__ uint8_t known[CELL_VOXELS];
+    __shared__ float sdf[TSDF_MESH_CELL_VOXELS];
+    __shared__ uint8_t known[TSDF_MESH_CELL_VOXELS];
     if (threadIdx.x < 8) {
         int32_t n = nbl[blockIdx.x * 8 + threadIdx.x];
         nb[threadIdx.x] = n;
         nb_local[threadIdx.x] = n >= 0 ? local[n] : -1;
     }
     __syncthreads();
-    for (int i = (int)threadIdx.x; i < CELL_VOXELS; i += (int)blockDim.x) {
-        const int lx = i % CELL_SPAN, ly = (i / CELL_SPAN) % CELL_SPAN,
-                  lz = i / (CELL_SPAN * CELL_SPAN);
+    for (int i = (int)threadIdx.x; i < TSDF_MESH_CELL_VOXELS; i += (int)blockDim.x) {
+        const int lx = i % TSDF_MESH_CELL_SPAN,
+                  ly = (i / TSDF_MESH_CELL_SPAN) % TSDF_MESH_CELL_SPAN,
+                  lz = i / (TSDF_MESH_CELL_SPAN * TSDF_MESH_CELL_SPAN);
         const int32_t blk = nb[(lx >> 3) | ((ly >> 3) << 1) | ((lz >> 3) << 2)];
         float sd = 0.0f;
         uint8_t kn = 0;
@@ -266,8 +262,7 @@ static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
     int all_known = 1;
 #pragma unroll
     for (int k = 0; k < 8; k++) {
-        const int j =
-            (x + (k & 1)) + CELL_SPAN * ((y + ((k >> 1) & 1)) + CELL_SPAN * (z + ((k >> 2) & 1)));
+        const int j = tsdf_mesh_cell_corner(x, y, z, k);
         all_known &= known[j];
         c8[k] = sdf[j];
     }

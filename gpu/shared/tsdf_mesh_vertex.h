@@ -32,6 +32,20 @@
 #error "define TSDF_MESH_SOURCE (the voxel lookup's state) before including tsdf_mesh_vertex.h"
 #endif
 
+/* The voxels a block's cells read: the block and the first layer of its
+ * +x, +y, +z neighbours, TSDF_MESH_CELL_SPAN per axis, which both
+ * backends gather once per block before classifying its cells. */
+#define TSDF_MESH_CELL_SPAN (TSDF_BLOCK_DIM + 1)
+#define TSDF_MESH_CELL_VOXELS (TSDF_MESH_CELL_SPAN * TSDF_MESH_CELL_SPAN * TSDF_MESH_CELL_SPAN)
+
+/* Where corner k (bit 0: +x, bit 1: +y, bit 2: +z) of the cell at (x, y, z)
+ * of a block lies in that gather, x fastest. */
+TSDF_HD int tsdf_mesh_cell_corner(int x, int y, int z, int k)
+{
+    return (x + (k & 1)) + TSDF_MESH_CELL_SPAN *
+                               ((y + ((k >> 1) & 1)) + TSDF_MESH_CELL_SPAN * (z + ((k >> 2) & 1)));
+}
+
 /* Defined by the includer (see the top of this file). */
 TSDF_LOOKUP_FN int tsdf_mesh_source_voxel(TSDF_MESH_SOURCE *src, int32_t x, int32_t y, int32_t z,
                                           tsdf_vox *out);
