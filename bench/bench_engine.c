@@ -827,20 +827,26 @@ int main(int argc, char **argv)
         tsdf_volume_get_stats(v, &st);
         ray_dev[r] = st.last_raycast_ms;
     }
-    for (size_t i = 0; i < npix; i++)
-        hits += isfinite(depth[i]);
-    if (o.raycast_out != NULL && o.raycast_reps > 0) {
-        FILE *fp = fopen(o.raycast_out, "wb");
-        if (fp == NULL || fwrite(depth, sizeof(float), npix, fp) != npix || fclose(fp) != 0) {
-            fprintf(stderr, "bench_engine: writing %s: %s\n", o.raycast_out, strerror(errno));
-            return 2;
+    if (o.raycast_reps == 0) {
+        /* Nothing was cast: no image to count or checksum. */
+        printf("raycast: not run (--raycast-reps 0)\n");
+    } else {
+        for (size_t i = 0; i < npix; i++)
+            hits += isfinite(depth[i]);
+        if (o.raycast_out != NULL) {
+            FILE *fp = fopen(o.raycast_out, "wb");
+            if (fp == NULL || fwrite(depth, sizeof(float), npix, fp) != npix || fclose(fp) != 0) {
+                fprintf(stderr, "bench_engine: writing %s: %s\n", o.raycast_out, strerror(errno));
+                return 2;
+            }
         }
+        printf("raycast %ux%u with normals from frame %u's pose: %zu hit pixels, checksum "
+               "%016llx\n",
+               rp.width, rp.height, mid, hits,
+               (unsigned long long)bench_fnv1a(
+                   bench_fnv1a(BENCH_FNV_OFFSET, depth, npix * sizeof(float)), normals,
+                   3 * npix * sizeof(float)));
     }
-    printf(
-        "raycast %ux%u with normals from frame %u's pose: %zu hit pixels, checksum %016llx\n",
-        rp.width, rp.height, mid, hits,
-        (unsigned long long)bench_fnv1a(bench_fnv1a(BENCH_FNV_OFFSET, depth, npix * sizeof(float)),
-                                        normals, 3 * npix * sizeof(float)));
     print_series_header();
     print_series("raycast (engine)", ray_dev, o.raycast_reps);
     print_series("raycast (wall)", ray_wall, o.raycast_reps);
@@ -863,9 +869,12 @@ int main(int argc, char **argv)
         tsdf_volume_get_stats(v, &st);
         mesh_dev[r] = st.last_mesh_ms;
     }
-    uint64_t mesh_sum = bench_mesh_checksum(&mesh);
-    printf("mesh (all blocks): %zu vertices, %zu triangles, checksum %016llx\n", mesh.vertex_count,
-           mesh.triangle_count, (unsigned long long)mesh_sum);
+    if (o.mesh_reps == 0)
+        printf("mesh: not run (--mesh-reps 0)\n");
+    else
+        printf("mesh (all blocks): %zu vertices, %zu triangles, checksum %016llx\n",
+               mesh.vertex_count, mesh.triangle_count,
+               (unsigned long long)bench_mesh_checksum(&mesh));
     print_series_header();
     print_series("mesh (engine)", mesh_dev, o.mesh_reps);
     print_series("mesh (wall)", mesh_wall, o.mesh_reps);
