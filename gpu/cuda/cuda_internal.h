@@ -55,7 +55,8 @@ enum {
     CUDA_CTR_AUX1 = 5,
     CUDA_CTR_AUX2 = 6,
     CUDA_CTR_AUX3 = 7,
-    CUDA_CTR_COUNT = 8,
+    CUDA_CTR_AUX4 = 8,
+    CUDA_CTR_COUNT = 9,
 };
 
 /* The event slots of one frame's timeline. The update starts where the

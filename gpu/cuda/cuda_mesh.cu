@@ -324,10 +324,16 @@ static __global__ void __launch_bounds__(NUMBER_CTA)
 
 /* Each cell's first triangle in the output, four cells per thread; the
  * grid covers the bound on the selection (sel_bound blocks), whose count
- * is read here. */
+ * is read here. The cells that have triangles are listed in cell_list
+ * (their count in counters[4]), so that k_tris runs a thread for each of
+ * them and none for the rest: a block's 512 cells hold about 60 with
+ * triangles on 7-Scenes, and a thread per cell left 8 of a warp's 32
+ * lanes working (Nsight Compute, H200). The list's order is that of the
+ * CTAs' reservations; each cell still writes at its own offset, so the
+ * mesh is the same. */
 static __global__ void __launch_bounds__(NUMBER_CTA)
     k_number_tris(const uint8_t *cell_cube, uint32_t sel_bound, uint32_t *tri_offset,
-                  uint32_t *counters)
+                  uint32_t *cell_list, uint32_t *counters)
 {
     const uint32_t nsel = counters[0] < sel_bound ? counters[0] : sel_bound;
     const uint32_t n4 = nsel * (TSDF_BLOCK_VOXELS / NUMBER_PER_THREAD);
@@ -339,9 +345,21 @@ static __global__ void __launch_bounds__(NUMBER_CTA)
     uint32_t t0 = cube_tris(c & 0xffu), t1 = cube_tris((c >> 8) & 0xffu),
              t2 = cube_tris((c >> 16) & 0xffu), t3 = cube_tris(c >> 24);
     uint32_t off = block_scan_reserve(t0 + t1 + t2 + t3, &counters[3]);
-    if (i < n4)
+    /* Each warp reads back only its own scan sums, so the second scan may
+     * reuse the first's shared memory. */
+    uint32_t at = block_scan_reserve((t0 != 0) + (t1 != 0) + (t2 != 0) + (t3 != 0), &counters[4]);
+    if (i < n4) {
         reinterpret_cast<uint4 *>(tri_offset)[i] =
             make_uint4(off, off + t0, off + t0 + t1, off + t0 + t1 + t2);
+        if (t0)
+            cell_list[at++] = 4 * i;
+        if (t1)
+            cell_list[at++] = 4 * i + 1;
+        if (t2)
+            cell_list[at++] = 4 * i + 2;
+        if (t3)
+            cell_list[at] = 4 * i + 3;
+    }
 }
 
 /* The vertex id of used edge slot `slot`. */
@@ -425,42 +443,41 @@ static __global__ void k_vertices(mesh_args a, const int32_t *touched, const uin
     emit_vertex<LAYOUT>(a, src, touched, vert_slot[id], id, pos, nrm, col);
 }
 
-/* One CTA per selected block, one thread per cell: writes its triangles
- * and, when tri_keys is not NULL, the key of the block they belong to.
- * (Listing the block's cells with triangles in shared memory first and
- * writing them with the CTA's first threads was slower, 64 -> 72 us on
- * the H200: fewer warps per SM were left to hide the loads' latency.) */
-static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
-    k_tris(const int32_t *nbl, const int32_t *local, const uint32_t *edge_bits,
-           const uint32_t *word_base, const uint8_t *cell_cube, const uint32_t *tri_offset,
-           uint32_t *indices, const int32_t *sel, const uint64_t *block_keys, uint64_t *tri_keys)
+/* The triangles of the listed cells (k_number_tris), one thread a cell,
+ * each at its cell's offset: corners' edges by their vertex ids, and the
+ * block's key per triangle when asked. The neighbours' mesh-local indices
+ * are read through L1 (a CTA of one block's cells waited at a barrier
+ * behind the 8 threads that loaded them: a third of its stall cycles). */
+static __global__ void k_tris(const int32_t *nbl, const int32_t *local, const uint32_t *edge_bits,
+                              const uint32_t *word_base, const uint8_t *cell_cube,
+                              const uint32_t *tri_offset, const uint32_t *cell_list,
+                              uint32_t ncells, uint32_t *indices, const int32_t *sel,
+                              const uint64_t *block_keys, uint64_t *tri_keys)
 {
-    __shared__ int32_t nb[8];
-    if (threadIdx.x < 8) {
-        int32_t n = nbl[blockIdx.x * 8 + threadIdx.x];
-        nb[threadIdx.x] = n >= 0 ? local[n] : -1;
-    }
-    __syncthreads();
-    const size_t cell = (size_t)blockIdx.x * TSDF_BLOCK_VOXELS + threadIdx.x;
-    const int cube = cell_cube[cell];
-    if (cube == 0)
+    const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= ncells)
         return;
+    const uint32_t cell = cell_list[i];
+    const uint32_t blk = cell / TSDF_BLOCK_VOXELS;
+    const int cube = cell_cube[cell];
     int x, y, z;
-    tsdf_voxel_index_unpack((int)threadIdx.x, &x, &y, &z);
+    tsdf_voxel_index_unpack((int)(cell % TSDF_BLOCK_VOXELS), &x, &y, &z);
     uint32_t out = tri_offset[cell];
-    for (int i = 0; i < TSDF_MC_TRI_ROW && tsdf_mc_tri(cube, i) >= 0; i += 3) {
+    for (int t = 0; t < TSDF_MC_TRI_ROW && tsdf_mc_tri(cube, t) >= 0; t += 3) {
         for (int j = 0; j < 3; j++) {
-            int e = tsdf_mc_tri(cube, i + j), off[3];
+            int e = tsdf_mc_tri(cube, t + j), off[3];
             tsdf_mc_edge_start(e, off);
             int lx = x + off[0], ly = y + off[1], lz = z + off[2];
             int bi = (lx >> 3) | ((ly >> 3) << 1) | ((lz >> 3) << 2);
-            size_t slot = (size_t)nb[bi] * EDGE_SLOTS +
+            /* A known cell's corners are in allocated blocks: n >= 0. */
+            const int32_t n = __ldg(&nbl[(size_t)blk * 8 + (size_t)bi]);
+            size_t slot = (size_t)__ldg(&local[n]) * EDGE_SLOTS +
                           (size_t)tsdf_mc_edge_axis(e) * TSDF_BLOCK_VOXELS +
                           tsdf_voxel_index(lx & 7, ly & 7, lz & 7);
             indices[3 * (size_t)out + j] = edge_id(edge_bits, word_base, slot);
         }
         if (tri_keys != NULL)
-            tri_keys[out] = block_keys[sel[blockIdx.x]];
+            tri_keys[out] = block_keys[sel[blk]];
         out++;
     }
 }
@@ -600,7 +617,8 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
     a.used = v->used;
     a.voxel_size = v->p.voxel_size_m;
     a.with_color = v->d_rgb != NULL;
-    uint32_t *d_ctr = v->d_counters + CUDA_CTR_AUX0; /* sel, touched, verts, tris */
+    /* sel, touched, verts, tris, cells with triangles */
+    uint32_t *d_ctr = v->d_counters + CUDA_CTR_AUX0;
     /* Pinned, so the counts' copies are plain DMA. */
     uint32_t *h_ctr = v->h_counters + CUDA_CTR_AUX0;
     int32_t *d_sel, *d_local;
@@ -608,7 +626,7 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
     if (keys != NULL && nkeys > 0x7fffffffu)
         return TSDF_ETOO_LARGE;
     CUDA_TRY(cudaEventRecord(v->q_start, v->stream));
-    CUDA_TRY(cudaMemsetAsync(d_ctr, 0, 4 * sizeof(uint32_t), v->stream));
+    CUDA_TRY(cudaMemsetAsync(d_ctr, 0, 5 * sizeof(uint32_t), v->stream));
     if ((rc = scratch_alloc(v, s, (void **)&d_sel, (size_t)sel_cap * sizeof(int32_t))) != TSDF_OK ||
         (rc = scratch_alloc(v, s, (void **)&d_local, (size_t)v->used * sizeof(int32_t))) != TSDF_OK)
         return rc;
@@ -641,13 +659,15 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
     if (touched_bound * EDGE_SLOTS > 0xffffffffull || ncells > 0xffffffffull)
         return TSDF_ETOO_LARGE;
     const size_t nwords_bound = (size_t)touched_bound * EDGE_WORDS;
-    uint32_t *d_bits, *d_word_base, *d_tri_off;
+    uint32_t *d_bits, *d_word_base, *d_tri_off, *d_cell_list;
     uint8_t *d_cube;
     if ((rc = scratch_alloc(v, s, (void **)&d_bits, nwords_bound * sizeof(uint32_t))) != TSDF_OK ||
         (rc = scratch_alloc(v, s, (void **)&d_word_base, nwords_bound * sizeof(uint32_t))) !=
             TSDF_OK ||
         (rc = scratch_alloc(v, s, (void **)&d_cube, (size_t)ncells)) != TSDF_OK ||
         (rc = scratch_alloc(v, s, (void **)&d_tri_off, (size_t)ncells * sizeof(uint32_t))) !=
+            TSDF_OK ||
+        (rc = scratch_alloc(v, s, (void **)&d_cell_list, (size_t)ncells * sizeof(uint32_t))) !=
             TSDF_OK)
         return rc;
     if (sel_bound) {
@@ -663,11 +683,11 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
             d_bits, (uint32_t)(nwords_bound / NUMBER_PER_THREAD), d_word_base, d_ctr);
         CUDA_TRY_LAUNCH();
         k_number_tris<<<cuda_grid(ncells, NUMBER_SPAN), NUMBER_CTA, 0, v->stream>>>(
-            d_cube, sel_bound, d_tri_off, d_ctr);
+            d_cube, sel_bound, d_tri_off, d_cell_list, d_ctr);
         CUDA_TRY_LAUNCH();
     }
     CUDA_TRY(
-        cudaMemcpyAsync(h_ctr, d_ctr, 4 * sizeof(uint32_t), cudaMemcpyDeviceToHost, v->stream));
+        cudaMemcpyAsync(h_ctr, d_ctr, 5 * sizeof(uint32_t), cudaMemcpyDeviceToHost, v->stream));
     if ((rc = cuda_sync_all(v)) != TSDF_OK)
         return rc;
     const uint32_t nsel = h_ctr[0];
@@ -677,6 +697,9 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
         return TSDF_EINTERNAL;
     const size_t nwords = (size_t)h_ctr[1] * EDGE_WORDS;
     const size_t nverts = h_ctr[2], ntris = h_ctr[3];
+    const uint32_t ntri_cells = h_ctr[4];
+    if (ntri_cells > ncells || (ntri_cells == 0) != (ntris == 0))
+        return TSDF_EINTERNAL;
 
     struct mesh_pack k;
     uint8_t *d_out;
@@ -704,9 +727,9 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
         CUDA_TRY_LAUNCH();
     }
     if (ntris) {
-        k_tris<<<nsel, TSDF_BLOCK_VOXELS, 0, v->stream>>>(d_nbl, d_local, d_bits, d_word_base,
-                                                          d_cube, d_tri_off, d_idx, d_sel,
-                                                          v->d_block_keys, d_tri_keys);
+        k_tris<<<cuda_grid(ntri_cells, 128), 128, 0, v->stream>>>(
+            d_nbl, d_local, d_bits, d_word_base, d_cube, d_tri_off, d_cell_list, ntri_cells, d_idx,
+            d_sel, v->d_block_keys, d_tri_keys);
         CUDA_TRY_LAUNCH();
     }
     if (d_meshed != NULL && nsel) {
