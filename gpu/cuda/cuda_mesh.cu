@@ -15,20 +15,19 @@
  *   select   every live block, or the listed keys that exist, into a list;
  *   touch    the selected blocks and their 7 + neighbours get a mesh-local
  *            index (edge bitmaps exist only for those);
- *   cells    one thread per cell: cube index, its triangles' offset
- *            within the block (a block-wide scan) and the block's count,
- *            and a bit for every crossed edge in the used-edge bitmap, at
- *            the edge's owner slot (the lower voxel of the edge owns it,
- *            whichever cell found it);
+ *   cells    a CTA per selected block, four cells a thread: each cell's
+ *            cube index, and a bit for every crossed edge in the
+ *            used-edge bitmap, at the edge's owner slot (the lower voxel
+ *            of the edge owns it, whichever cell found it);
  *   number   a prefix sum over the bitmap's words names the used edges'
  *            vertex ids (an edge's id is its word's base plus the bits
- *            below it), and one over the selected blocks' counts gives
- *            each block's first triangle (block-wide scans, one atomic
+ *            below it), and one over the cells' triangle counts gives
+ *            each cell's first triangle (block-wide scans, one atomic
  *            per CTA for its base);
  *   emit     the vertex ids' slots from the bitmap, then vertices (one
- *            thread per vertex) and triangles (a CTA per selected block
- *            lists its cells with triangles, then writes them) into the
- *            compacted output;
+ *            thread per vertex) and triangles (one thread per cell that
+ *            has triangles, listed by the numbering) into the compacted
+ *            output;
  *   copy     the output arrays, packed in one device buffer, to pinned host
  *            memory kept in the volume, in one copy; then into the mesh's
  *            own arrays.
@@ -210,16 +209,23 @@ static __device__ __forceinline__ uint32_t cube_tris(uint32_t cube)
     return ntri;
 }
 
-/* One CTA per selected block, one thread per cell: the cell's cube index
- * and a bit for each crossed edge at its owner. The CTA first loads the
- * 9 x 9 x 9 voxels its cells read into shared memory, every thread a
- * voxel or two, all loads in flight at once; each cell then reads its 8
- * corners there (the same values, so the same cubes). Loaded by each
- * cell from the pool, one corner behind the other's known-test, the
- * kernel took 108 us for a 12,000-block map (84 at three CTAs per SM;
- * Nsight Compute, H200). */
+/* Cells a thread of k_cells takes: four neighbours along x,
+ * whose cube indices are one 32-bit word. With a thread per cell (CTAs of
+ * 512) an SM held 4 CTAs, so a 3,300-block incremental mesh took 6 waves
+ * of one block's latency chain (its neighbour list, its voxels, its edge
+ * atomics): 41 us in k_cells and 36 in k_tris (Nsight Compute, H200). */
+#define CELLS_PER_THREAD 4
+#define CELL_CTA (TSDF_BLOCK_VOXELS / CELLS_PER_THREAD)
+
+/* One CTA per selected block, four cells a thread: the cells' cube
+ * indices and a bit for each crossed edge at its owner. The CTA first
+ * loads the 9 x 9 x 9 voxels its cells read into shared memory, all loads
+ * in flight at once; each cell then reads its 8 corners there (the same
+ * values, so the same cubes). Loaded by each cell from the pool, one
+ * corner behind the other's known-test, the kernel took 108 us for a
+ * 12,000-block map (84 at three CTAs per SM; Nsight Compute, H200). */
 template <int LAYOUT>
-static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
+static __global__ void __launch_bounds__(CELL_CTA)
     k_cells(mesh_source src_any, const int32_t *nbl, const int32_t *local, uint32_t *edge_bits,
             uint8_t *cell_cube, const uint32_t *counters)
 {
@@ -239,7 +245,11 @@ static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
         nb_local[threadIdx.x] = n >= 0 ? local[n] : -1;
     }
     __syncthreads();
-    for (int i = (int)threadIdx.x; i < TSDF_MESH_CELL_VOXELS; i += (int)blockDim.x) {
+#pragma unroll
+    for (int r = 0; r < (TSDF_MESH_CELL_VOXELS + CELL_CTA - 1) / CELL_CTA; r++) {
+        const int i = (int)threadIdx.x + r * CELL_CTA;
+        if (i >= TSDF_MESH_CELL_VOXELS)
+            break;
         const int lx = i % TSDF_MESH_CELL_SPAN,
                   ly = (i / TSDF_MESH_CELL_SPAN) % TSDF_MESH_CELL_SPAN,
                   lz = i / (TSDF_MESH_CELL_SPAN * TSDF_MESH_CELL_SPAN);
@@ -256,38 +266,47 @@ static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
         known[i] = kn;
     }
     __syncthreads();
-    int x, y, z;
-    tsdf_voxel_index_unpack((int)threadIdx.x, &x, &y, &z);
-    float c8[8];
-    int all_known = 1;
+    const int c0 = (int)threadIdx.x * CELLS_PER_THREAD;
+    int x0, y, z;
+    tsdf_voxel_index_unpack(c0, &x0, &y, &z);
+    uint32_t cubes = 0;
+    for (int c = 0; c < CELLS_PER_THREAD; c++) {
+        const int x = x0 + c;
+        float c8[8];
+        int all_known = 1;
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
-        const int j = tsdf_mesh_cell_corner(x, y, z, k);
-        all_known &= known[j];
-        c8[k] = sdf[j];
-    }
-    int cube = all_known ? tsdf_mc_cube_index(c8) : 0;
-    if (cube == 255)
-        cube = 0;
-    cell_cube[(size_t)blockIdx.x * TSDF_BLOCK_VOXELS + threadIdx.x] = (uint8_t)cube;
-    if (cube == 0)
-        return;
-    uint16_t mask = tsdf_mc_edge_mask(cube);
-    for (int e = 0; e < 12; e++) {
-        if (!(mask & (1u << e)))
+        for (int k = 0; k < 8; k++) {
+            const int j = tsdf_mesh_cell_corner(x, y, z, k);
+            all_known &= known[j];
+            c8[k] = sdf[j];
+        }
+        int cube = all_known ? tsdf_mc_cube_index(c8) : 0;
+        if (cube == 255)
+            cube = 0;
+        cubes |= (uint32_t)cube << (8 * c);
+        if (cube == 0)
             continue;
-        /* The owner is the voxel of the edge's start corner. Up to four
-         * cells set the same bit. (Reading the word first to skip the
-         * atomic when the bit is set made the kernel slower.) */
-        int off[3];
-        tsdf_mc_edge_start(e, off);
-        const int lx = x + off[0], ly = y + off[1], lz = z + off[2];
-        const int bi = (lx >> 3) | ((ly >> 3) << 1) | ((lz >> 3) << 2);
-        size_t slot = (size_t)nb_local[bi] * EDGE_SLOTS +
-                      (size_t)tsdf_mc_edge_axis(e) * TSDF_BLOCK_VOXELS +
-                      (size_t)tsdf_voxel_index(lx & 7, ly & 7, lz & 7);
-        atomicOr(&edge_bits[slot >> 5], 1u << (slot & 31));
+        uint16_t mask = tsdf_mc_edge_mask(cube);
+        for (int e = 0; e < 12; e++) {
+            if (!(mask & (1u << e)))
+                continue;
+            /* The owner is the voxel of the edge's start corner. Up to
+             * four cells set the same bit. (Reading the word first to
+             * skip the atomic when the bit is set made the kernel
+             * slower.) */
+            int off[3];
+            tsdf_mc_edge_start(e, off);
+            const int lx = x + off[0], ly = y + off[1], lz = z + off[2];
+            const int bi = (lx >> 3) | ((ly >> 3) << 1) | ((lz >> 3) << 2);
+            size_t slot = (size_t)nb_local[bi] * EDGE_SLOTS +
+                          (size_t)tsdf_mc_edge_axis(e) * TSDF_BLOCK_VOXELS +
+                          (size_t)tsdf_voxel_index(lx & 7, ly & 7, lz & 7);
+            atomicOr(&edge_bits[slot >> 5], 1u << (slot & 31));
+        }
     }
+    /* Little-endian: cell c0 is the low byte, as k_number_tris reads it. */
+    reinterpret_cast<uint32_t *>(
+        cell_cube)[((size_t)blockIdx.x * TSDF_BLOCK_VOXELS + c0) / CELLS_PER_THREAD] = cubes;
 }
 
 /* The edge numbering takes NUMBER_PER_THREAD bitmap words per thread
@@ -300,6 +319,7 @@ static __global__ void __launch_bounds__(TSDF_BLOCK_VOXELS)
  * the wide loads are aligned. */
 #define NUMBER_PER_THREAD 4
 #define NUMBER_CTA 512
+static_assert(NUMBER_CTA >= 256, "k_number_tris fills its 256-entry table in one step");
 #define NUMBER_SPAN (NUMBER_PER_THREAD * NUMBER_CTA)
 
 /* The used edges get compact vertex ids in bitmap order: word w's first
@@ -335,15 +355,21 @@ static __global__ void __launch_bounds__(NUMBER_CTA)
     k_number_tris(const uint8_t *cell_cube, uint32_t sel_bound, uint32_t *tri_offset,
                   uint32_t *cell_list, uint32_t *counters)
 {
+    /* Each cube's triangle count, from the table once per CTA: walked
+     * per cell, it was up to five dependent table loads a cell. */
+    __shared__ uint8_t ntris[256];
+    if (threadIdx.x < 256)
+        ntris[threadIdx.x] = (uint8_t)cube_tris(threadIdx.x);
     const uint32_t nsel = counters[0] < sel_bound ? counters[0] : sel_bound;
     const uint32_t n4 = nsel * (TSDF_BLOCK_VOXELS / NUMBER_PER_THREAD);
     uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     uint32_t c = 0;
     if (i < n4)
         c = reinterpret_cast<const uint32_t *>(cell_cube)[i];
+    __syncthreads();
     /* Little-endian: cell 4i is the low byte. */
-    uint32_t t0 = cube_tris(c & 0xffu), t1 = cube_tris((c >> 8) & 0xffu),
-             t2 = cube_tris((c >> 16) & 0xffu), t3 = cube_tris(c >> 24);
+    uint32_t t0 = ntris[c & 0xffu], t1 = ntris[(c >> 8) & 0xffu], t2 = ntris[(c >> 16) & 0xffu],
+             t3 = ntris[c >> 24];
     uint32_t off = block_scan_reserve(t0 + t1 + t2 + t3, &counters[3]);
     /* Each warp reads back only its own scan sums, so the second scan may
      * reuse the first's shared memory. */
@@ -673,11 +699,11 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
     if (sel_bound) {
         CUDA_TRY(cudaMemsetAsync(d_bits, 0, nwords_bound * sizeof(uint32_t), v->stream));
         if (v->p.layout == TSDF_LAYOUT_S16)
-            k_cells<TSDF_LAYOUT_S16><<<sel_bound, TSDF_BLOCK_VOXELS, 0, v->stream>>>(
-                a.src, d_nbl, d_local, d_bits, d_cube, d_ctr);
+            k_cells<TSDF_LAYOUT_S16><<<sel_bound, CELL_CTA, 0, v->stream>>>(a.src, d_nbl, d_local,
+                                                                            d_bits, d_cube, d_ctr);
         else
-            k_cells<TSDF_LAYOUT_F32><<<sel_bound, TSDF_BLOCK_VOXELS, 0, v->stream>>>(
-                a.src, d_nbl, d_local, d_bits, d_cube, d_ctr);
+            k_cells<TSDF_LAYOUT_F32><<<sel_bound, CELL_CTA, 0, v->stream>>>(a.src, d_nbl, d_local,
+                                                                            d_bits, d_cube, d_ctr);
         CUDA_TRY_LAUNCH();
         k_number_edges<<<cuda_grid(nwords_bound, NUMBER_SPAN), NUMBER_CTA, 0, v->stream>>>(
             d_bits, (uint32_t)(nwords_bound / NUMBER_PER_THREAD), d_word_base, d_ctr);
