@@ -68,9 +68,22 @@ stall_report() {
         done
         todo=$next
     done
+    # Whether the GPU is still running its kernels (a kernel that does not
+    # finish) or idle (the host waits on something else).
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        echo "== stall report: GPU use by process (nvidia-smi pmon, 3 samples)"
+        timeout 20 nvidia-smi pmon -c 3 -s u 2>&1 | head -20
+    fi
     for p in $pids; do
         [ -r "/proc/$p/cmdline" ] || continue
         echo "== stall report: pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" | cut -c1-200)"
+        # Our test programs print their main thread's backtrace on
+        # SIGUSR1 (tests/trace_signal.c), into this log.
+        case "$(readlink "/proc/$p/exe" 2>/dev/null)" in
+        "$BUILD_DIR"/tests/test_*)
+            kill -USR1 "$p" 2>/dev/null && sleep 3
+            ;;
+        esac
         if command -v gdb >/dev/null 2>&1; then
             timeout 60 gdb -batch -nx -p "$p" -ex "thread apply all bt 30" 2>&1 |
                 grep -E "^Thread|^#" | head -200
@@ -90,7 +103,10 @@ stall_report() {
 run_bounded() {
     local log=$1 waited=0
     shift
-    setsid "$@" >"$log" 2>&1 &
+    # Appending, so that what the program writes after stall_report has
+    # started (its backtrace) goes after the report, not over it.
+    : >"$log"
+    setsid "$@" >>"$log" 2>&1 &
     local pid=$!
     while kill -0 "$pid" 2>/dev/null; do
         if [ "$waited" -ge "$SANITIZER_TIMEOUT" ]; then

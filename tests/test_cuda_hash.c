@@ -402,6 +402,7 @@ int main(void)
 {
     if (!tsdf_cuda_available())
         tsdf_test_skip_program("no usable GPU");
+    tsdf_test_trace_on_signal();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_probe),   cmocka_unit_test(test_collisions_no_growth),
         cmocka_unit_test(test_growth),  cmocka_unit_test(test_memory_cap),

@@ -193,6 +193,7 @@ int main(void)
 {
     if (!tsdf_cuda_available())
         tsdf_test_skip_program("no usable GPU");
+    tsdf_test_trace_on_signal();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_timeline_overlap),
         cmocka_unit_test(test_capacity),

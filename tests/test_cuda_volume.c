@@ -872,6 +872,7 @@ int main(void)
 {
     if (!tsdf_cuda_available())
         tsdf_test_skip_program("no usable GPU");
+    tsdf_test_trace_on_signal();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sphere_f32),
         cmocka_unit_test(test_sphere_s16),

@@ -26,6 +26,11 @@ const char *tsdf_test_source_path(const char *rel);
  * For tests whose precondition (a GPU, a data set) is missing. */
 void tsdf_test_skip_program(const char *fmt, ...);
 
+/* From now on SIGUSR1 prints the main thread's backtrace to stderr (the
+ * program goes on). For the GPU programs, whose sanitizer runs have
+ * stalled where no debugger is installed (tests/trace_signal.c). */
+void tsdf_test_trace_on_signal(void);
+
 /* A scratch directory unique to this process under $TMPDIR (created). */
 const char *tsdf_test_tmpdir(void);
 
