@@ -7,7 +7,7 @@
  * encoding), so its round trip cannot be shorter; issue #10 asks for one
  * client's p50 <= 0.3 ms with 640x480 16-bit frames.
  *
- *   bench_transport [--bytes N] [--reps R] [--transport ipc|tcp]
+ *   bench_transport [--bytes N] [--reps R] [--transport ipc|tcp] [--shm]
  *
  * defaults: --bytes 614400 (640x480 u16 depth), --reps 2000, --transport
  * ipc. Each request carries its sequence number first and ends with a
@@ -16,8 +16,16 @@
  * and the program refuses to print a time when any reply does not match
  * (exit 1). Also printed, for scale: a memcpy of the same bytes
  * (the client copies the frame into its message once).
+ *
+ * --shm: the frame does not travel through the socket. Client and server
+ * map one shared memory file (memfd) of RING slots, each in its own view,
+ * as two processes would; the client copies the frame into the next slot
+ * and sends a 24-byte request naming it (sequence number, slot, length),
+ * and the server reads the number and the stamp from the slot. What the
+ * daemon's frames would cost if they came through such a ring: the
+ * socket's own floor, no frame bytes through nng's single I/O thread.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 
 #include <errno.h>
 #include <inttypes.h>
@@ -26,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,14 +44,37 @@
 
 #include "bench_clock.h"
 
+/* Slots of the --shm ring: the client fills the next one while the
+ * server may still read the last (a pipelining client would). */
+#define RING 4
+
 typedef struct {
     nng_socket rep;
     uint32_t reps;
+    const uint8_t *ring; /* --shm: the server's view of the ring, else NULL */
+    size_t slot_bytes;
     int rc;
 } server_arg;
 
-/* Answers every request with its sequence number, its last 8 bytes and
- * its length. */
+/* Where a request's frame is: the message itself, or with --shm the slot
+ * it names ({seq, slot, length}, 24 bytes); NULL when it names none. */
+static const uint8_t *request_frame(const server_arg *s, nng_msg *m, size_t *len)
+{
+    *len = nng_msg_len(m);
+    if (s->ring == NULL)
+        return nng_msg_body(m);
+    uint64_t h[3];
+    if (*len != sizeof h)
+        return NULL;
+    memcpy(h, nng_msg_body(m), sizeof h);
+    if (h[1] >= RING || h[2] != s->slot_bytes)
+        return NULL;
+    *len = (size_t)h[2];
+    return s->ring + h[1] * s->slot_bytes;
+}
+
+/* Answers every request with its frame's sequence number, last 8 bytes
+ * and length. */
 static void *serve(void *arg)
 {
     server_arg *s = arg;
@@ -55,12 +87,13 @@ static void *serve(void *arg)
             return NULL;
         }
         uint64_t out[3] = {UINT64_MAX, 0, 0};
-        size_t len = nng_msg_len(m);
-        if (len >= 16) {
-            memcpy(&out[0], nng_msg_body(m), 8);
-            memcpy(&out[1], (const uint8_t *)nng_msg_body(m) + len - 8, 8);
+        size_t len;
+        const uint8_t *frame = request_frame(s, m, &len);
+        if (frame != NULL && len >= 16) {
+            memcpy(&out[0], frame, 8);
+            memcpy(&out[1], frame + len - 8, 8);
+            out[2] = len;
         }
-        out[2] = len;
         nng_msg_clear(m);
         if ((rv = nng_msg_append(m, out, sizeof out)) != 0 ||
             (rv = nng_sendmsg(s->rep, m, 0)) != 0) {
@@ -82,7 +115,8 @@ static void print_row(const char *name, const double *v, uint32_t skip, uint32_t
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: bench_transport [--bytes N] [--reps R] [--transport ipc|tcp]\n");
+    fprintf(stderr,
+            "usage: bench_transport [--bytes N] [--reps R] [--transport ipc|tcp] [--shm]\n");
 }
 
 int main(int argc, char **argv)
@@ -90,9 +124,14 @@ int main(int argc, char **argv)
     size_t bytes = 614400;
     uint32_t reps = 2000;
     const char *transport = "ipc";
+    int shm = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
+        if (strcmp(argv[i], "--shm") == 0) {
+            shm = 1;
+            continue;
+        }
         if (strcmp(argv[i], "--bytes") == 0 && v) {
             unsigned long long n = strtoull(v, &end, 10);
             if (*end || n < 16 || n > (1ull << 28)) {
@@ -148,6 +187,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_transport: %s: %s\n", url, nng_strerror(rv));
         return 1;
     }
+    /* --shm: one memfd, mapped once for each side. */
+    uint8_t *ring_client = NULL, *ring_server = NULL;
+    if (shm) {
+        int fd = memfd_create("bench-transport-ring", MFD_CLOEXEC);
+        if (fd < 0 || ftruncate(fd, (off_t)(RING * bytes)) != 0) {
+            fprintf(stderr, "bench_transport: shared ring: %s\n", strerror(errno));
+            return 1;
+        }
+        ring_client = mmap(NULL, RING * bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        ring_server = mmap(NULL, RING * bytes, PROT_READ, MAP_SHARED, fd, 0);
+        close(fd);
+        if (ring_client == MAP_FAILED || ring_server == MAP_FAILED) {
+            fprintf(stderr, "bench_transport: mapping the ring: %s\n", strerror(errno));
+            return 1;
+        }
+    }
     /* The frame the client sends: pseudo-random bytes. */
     uint8_t *frame = malloc(bytes);
     double *rt = calloc(reps, sizeof *rt), *cp = calloc(reps, sizeof *cp);
@@ -161,7 +216,7 @@ int main(int argc, char **argv)
         frame[i] = (uint8_t)(x >> 24);
     }
 
-    server_arg sa = {rep, reps, 0};
+    server_arg sa = {rep, reps, ring_server, bytes, 0};
     pthread_t th;
     if (pthread_create(&th, NULL, serve, &sa) != 0) {
         fprintf(stderr, "bench_transport: cannot start the server thread\n");
@@ -174,7 +229,18 @@ int main(int argc, char **argv)
         memcpy(frame + bytes - 8, &stamp, 8);
         double t0 = now_ms();
         nng_msg *m;
-        if ((rv = nng_msg_alloc(&m, 0)) != 0 || (rv = nng_msg_append(m, frame, bytes)) != 0) {
+        if ((rv = nng_msg_alloc(&m, 0)) != 0) {
+            fprintf(stderr, "bench_transport: message: %s\n", nng_strerror(rv));
+            return 1;
+        }
+        if (shm) {
+            const uint64_t h[3] = {seq, i % RING, bytes};
+            memcpy(ring_client + h[1] * bytes, frame, bytes);
+            rv = nng_msg_append(m, h, sizeof h);
+        } else {
+            rv = nng_msg_append(m, frame, bytes);
+        }
+        if (rv != 0) {
             fprintf(stderr, "bench_transport: message: %s\n", nng_strerror(rv));
             return 1;
         }
@@ -205,12 +271,23 @@ int main(int argc, char **argv)
     const uint32_t skip = reps / 10, n = reps - skip;
     qsort(rt + skip, n, sizeof *rt, cmp_double);
     qsort(cp + skip, n, sizeof *cp, cmp_double);
-    printf("bench_transport: %s, %zu-byte requests, 24-byte replies, %u round trips "
-           "(the first %u not counted), every reply checked\n",
-           transport, bytes, reps, skip);
+    if (shm)
+        printf("bench_transport: %s, %zu-byte frames through a shared ring of %d slots, "
+               "24-byte requests naming the slot, 24-byte replies, %u round trips (the first %u "
+               "not counted), every reply checked\n",
+               transport, bytes, RING, reps, skip);
+    else
+        printf("bench_transport: %s, %zu-byte requests, 24-byte replies, %u round trips "
+               "(the first %u not counted), every reply checked\n",
+               transport, bytes, reps, skip);
     printf("  %-34s %9s %9s %9s %9s\n", "(ms)", "p50", "p90", "p99", "max");
     print_row("round trip", rt, skip, n);
-    print_row("of it, the copy into the message", cp, skip, n);
+    print_row(shm ? "of it, the copy into the slot" : "of it, the copy into the message", cp, skip,
+              n);
+    if (shm) {
+        munmap(ring_client, RING * bytes);
+        munmap(ring_server, RING * bytes);
+    }
     free(frame);
     free(rt);
     free(cp);

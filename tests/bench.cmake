@@ -20,10 +20,12 @@ if(TARGET bench_engine)
 endif()
 
 # The transport's floor (bench/bench_transport.c): a few frame-sized
-# round trips over ipc:// and tcp://, every reply checked.
+# round trips over ipc:// and tcp://, and with the frames in a shared ring,
+# every reply checked.
 if(TARGET bench_transport)
   add_test(NAME bench_transport_smoke_ipc COMMAND bench_transport --reps 20)
   add_test(NAME bench_transport_smoke_tcp COMMAND bench_transport --reps 20 --transport tcp)
-  set_tests_properties(bench_transport_smoke_ipc bench_transport_smoke_tcp PROPERTIES TIMEOUT 60
-    LABELS bench)
+  add_test(NAME bench_transport_smoke_shm COMMAND bench_transport --reps 20 --shm)
+  set_tests_properties(bench_transport_smoke_ipc bench_transport_smoke_tcp
+    bench_transport_smoke_shm PROPERTIES TIMEOUT 60 LABELS bench)
 endif()
