@@ -9,6 +9,7 @@
 #include "daemon_testlib.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <inttypes.h>
 #include <nng/protocol/pipeline0/push.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -383,4 +384,58 @@ int daemon_tests_run(const char *group, const struct CMUnitTest *tests, size_t c
      * waiting for that keeps LeakSanitizer from reporting it at exit. */
     nng_fini();
     return rc;
+}
+
+/* The synthetic frames as u16 millimetres (0 = no measurement). */
+uint16_t *frame_to_mm(const tsdf_frame *f, tsdf_frame *out)
+{
+    size_t px = (size_t)f->width * f->height;
+    uint16_t *mm = malloc(px * sizeof *mm);
+    assert_non_null(mm);
+    const float *d = f->depth;
+    for (size_t i = 0; i < px; i++) {
+        float v = d[i] * 1000.0f;
+        mm[i] = isfinite(v) && v > 0.0f && v < 65535.0f ? (uint16_t)lrintf(v) : 0;
+    }
+    *out = *f;
+    out->depth_format = TSDF_DEPTH_U16;
+    out->depth = mm;
+    out->depth_scale = 0.001f;
+    out->depth_size_bytes = 0;
+    return mm;
+}
+
+static void mesh_of(tsdf_client *c, const char *map, tsdf_mesh *m)
+{
+    tsdf_mesh_init(m);
+    int rc = tsdf_client_mesh(c, map, NULL, m, NULL, 30000);
+    if (rc != TSDF_OK)
+        fail_msg("mesh of %s: %s (%s)", map, tsdf_strerror(rc), tsdf_client_last_message());
+}
+
+void assert_same_map(tsdf_client *c, const char *ref, const char *map)
+{
+    tsdf_mesh a, b;
+    mesh_of(c, ref, &a);
+    mesh_of(c, map, &b);
+    assert_true(a.vertex_count > 1000);
+    if (a.vertex_count != b.vertex_count || a.triangle_count != b.triangle_count)
+        fail_msg("%s: %zu vertices %zu triangles, %s: %zu / %zu", ref, (size_t)a.vertex_count,
+                 (size_t)a.triangle_count, map, (size_t)b.vertex_count, (size_t)b.triangle_count);
+    assert_memory_equal(a.positions, b.positions, a.vertex_count * 3 * sizeof(float));
+    assert_memory_equal(a.normals, b.normals, a.vertex_count * 3 * sizeof(float));
+    assert_memory_equal(a.indices, b.indices, a.triangle_count * 3 * sizeof(uint32_t));
+    tsdf_client_mesh_release(&a);
+    tsdf_client_mesh_release(&b);
+
+    tsdf_rep_stats *sa = malloc(sizeof *sa), *sb = malloc(sizeof *sb);
+    assert_non_null(sa);
+    assert_non_null(sb);
+    assert_int_equal(tsdf_client_stats(c, ref, sa, 30000), TSDF_OK);
+    assert_int_equal(tsdf_client_stats(c, map, sb, 30000), TSDF_OK);
+    assert_int_equal(sa->engine.blocks_allocated, sb->engine.blocks_allocated);
+    assert_int_equal(sa->engine.frames_integrated, sb->engine.frames_integrated);
+    assert_int_equal(sb->engine.frames_rejected, 0);
+    free(sa);
+    free(sb);
 }

@@ -45,6 +45,14 @@ void frames_free(frame_set *fs);
 
 void sleep_ms(int ms);
 
+/* f's depth (f32 metres) as u16 millimetres (0: no measurement) in *out,
+ * a copy of f otherwise; the returned samples are the caller's to free. */
+uint16_t *frame_to_mm(const tsdf_frame *f, tsdf_frame *out);
+
+/* Maps ref and map of the daemon hold the same volume: the same mesh,
+ * array for array, the same block and frame counts, no rejected frame. */
+void assert_same_map(tsdf_client *c, const char *ref, const char *map);
+
 /* Sorts n vertices (x, y, z floats) of positions in place, so that meshes
  * whose vertices come in another order (the GPU allocates blocks in a
  * thread-dependent order) compare as sets. */
