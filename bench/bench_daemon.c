@@ -82,10 +82,6 @@
 #include "tsdf_synth.h"
 #include "bench_clock.h"
 
-/* The camera's path: RING_POSES poses, RING_STEP_DEG apart on the first
- * ring of the scene's sequence, walked back and forth. */
-#define RING_POSES 64u
-#define RING_STEP_DEG 0.25
 /* How long one call may wait (ms): long enough for a CPU raycast behind a
  * queue of frames on a loaded 2-core machine. */
 #define CALL_TIMEOUT_MS 120000
@@ -111,21 +107,11 @@
 #define PREFILL_FRAMES 1u
 #define IDLE_PREFILL_FRAMES 30u
 
-/* The frames every client sends: RING_POSES u16 images and their poses. */
-typedef struct {
-    uint32_t width, height;
-    tsdf_intrinsics K;
-    float min_depth_m, max_depth_m;
-    uint16_t *depth_mm[RING_POSES];
-    float T_world_cam[RING_POSES][16];
-    tsdf_scene scene;
-} frame_ring;
-
 /* What every thread of the run sees. t_end_ms is set before the threads
  * are released from the barrier and not written after. */
 typedef struct {
     const bench_opts *o;
-    const frame_ring *ring;
+    const bd_frames *frames;
     const char *req_url, *frames_url;
     pthread_barrier_t start;
     double t_start_ms, t_end_ms;
@@ -177,91 +163,6 @@ static void nap_ms(double ms)
         return;
     struct timespec ts = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
     nanosleep(&ts, NULL);
-}
-
-/* ---- frames --------------------------------------------------------------- */
-
-/* The pose of ring index i: the first ring of the scene's sequence, i
- * steps of RING_STEP_DEG from its first pose. */
-static int ring_pose(const tsdf_synth_sequence *seq, uint32_t i, float T[16])
-{
-    double az = (double)i * RING_STEP_DEG * DEG_TO_RAD;
-    double el = (double)seq->elev_deg[0] * DEG_TO_RAD;
-    double d = seq->distance_m[0];
-    float eye[3] = {(float)(seq->target_m[0] + d * cos(el) * cos(az)),
-                    (float)(seq->target_m[1] + d * cos(el) * sin(az)),
-                    (float)(seq->target_m[2] + d * sin(el))};
-    return tsdf_synth_look_at(eye, seq->target_m, NULL, T);
-}
-
-static void ring_free(frame_ring *r)
-{
-    for (uint32_t i = 0; i < RING_POSES; i++)
-        free(r->depth_mm[i]);
-    memset(r, 0, sizeof *r);
-}
-
-static int ring_make(const bench_opts *o, frame_ring *r)
-{
-    tsdf_synth_sequence seq;
-    size_t n = (size_t)o->width * o->height;
-    memset(r, 0, sizeof *r);
-    int rc = tsdf_synth_sequence_init(&seq, o->scene);
-    if (rc == TSDF_OK)
-        rc = tsdf_synth_sequence_set_resolution(&seq, o->width, o->height);
-    if (rc != TSDF_OK) {
-        fprintf(stderr, "bench_daemon: scene %s at %ux%u: %s\n", o->scene, o->width, o->height,
-                tsdf_strerror(rc));
-        return -1;
-    }
-    r->width = o->width;
-    r->height = o->height;
-    r->K = seq.K;
-    r->min_depth_m = seq.min_depth_m;
-    r->max_depth_m = seq.max_depth_m;
-    r->scene = seq.scene;
-    float *depth_m = malloc(n * sizeof *depth_m);
-    if (depth_m == NULL)
-        return -1;
-    for (uint32_t i = 0; i < RING_POSES && rc == TSDF_OK; i++) {
-        r->depth_mm[i] = malloc(n * sizeof(uint16_t));
-        rc = r->depth_mm[i] == NULL ? TSDF_ENOMEM : ring_pose(&seq, i, r->T_world_cam[i]);
-        if (rc == TSDF_OK)
-            rc = tsdf_scene_render(&seq.scene, o->width, o->height, &seq.K, r->T_world_cam[i],
-                                   depth_m, NULL);
-        if (rc == TSDF_OK)
-            tsdf_depth_m_to_mm(depth_m, n, r->depth_mm[i]);
-    }
-    free(depth_m);
-    if (rc != TSDF_OK) {
-        fprintf(stderr, "bench_daemon: rendering the frames: %s\n", tsdf_strerror(rc));
-        ring_free(r);
-        return -1;
-    }
-    return 0;
-}
-
-/* Step k of a walk that starts at ring index `start` and goes back and
- * forth, so that the camera never jumps. */
-static uint32_t ring_index(uint64_t k, uint32_t start)
-{
-    const uint64_t period = 2 * (RING_POSES - 1);
-    uint64_t p = (k + start) % period;
-    return (uint32_t)(p < RING_POSES ? p : period - p);
-}
-
-static void ring_frame(const frame_ring *r, uint32_t i, tsdf_frame *f)
-{
-    memset(f, 0, sizeof *f);
-    f->width = r->width;
-    f->height = r->height;
-    f->K = r->K;
-    memcpy(f->T_world_cam, r->T_world_cam[i], sizeof f->T_world_cam);
-    f->depth_format = TSDF_DEPTH_U16;
-    f->depth = r->depth_mm[i];
-    f->depth_scale = 0.001f;
-    f->min_depth_m = r->min_depth_m;
-    f->max_depth_m = r->max_depth_m;
 }
 
 /* ---- daemon counters ------------------------------------------------------ */
@@ -323,7 +224,7 @@ static void *client_main(void *arg)
     pthread_barrier_wait(&run->start);
     /* Clients start at poses spread over the walk, so that they do not all
      * send the same image at once. */
-    uint32_t start = (uint32_t)((uint64_t)j->index * (2 * (RING_POSES - 1)) / run->o->clients);
+    uint32_t start = (uint32_t)((uint64_t)j->index * (2 * (BD_FRAME_POSES - 1)) / run->o->clients);
     tsdf_frame frame;
     tsdf_client_frame cf;
     memset(&cf, 0, sizeof cf);
@@ -331,7 +232,7 @@ static void *client_main(void *arg)
     cf.sensor_id = j->index + 1;
     cf.frame = &frame;
     for (uint64_t k = 0; rc == TSDF_OK && now_ms() < run->t_end_ms; k++) {
-        ring_frame(run->ring, ring_index(k, start), &frame);
+        bd_frames_frame(run->frames, bd_frames_index(k, start), &frame);
         cf.seq = k;
         j->sent++;
         if (ff) {
@@ -386,7 +287,7 @@ static int query_once(query_job *q, tsdf_client *c, float *depth, float *normals
     int rc = tsdf_client_mesh(c, q->map, NULL, &m, &version, CALL_TIMEOUT_MS);
     if (rc != TSDF_OK)
         return rc;
-    double on = bd_mesh_on_surface(&m, &q->run->ring->scene, MESH_TOL_VOX * q->voxel_m);
+    double on = bd_mesh_on_surface(&m, &q->run->frames->scene, MESH_TOL_VOX * q->voxel_m);
     q->last_vertices = m.vertex_count;
     if (on < q->worst_on_surface)
         q->worst_on_surface = on;
@@ -443,7 +344,7 @@ static void *query_main(void *arg)
 
 typedef struct {
     bench_opts o;
-    frame_ring ring;
+    bd_frames frames;
     bench_spawn spawn;
     int spawned;
     run_ctx run;
@@ -512,7 +413,7 @@ static int prefill(bench *b)
     cf.map = b->query_map;
     cf.frame = &frame;
     for (uint32_t k = 0; k < frames && rc == TSDF_OK; k++) {
-        ring_frame(&b->ring, ring_index(k, 0), &frame);
+        bd_frames_frame(&b->frames, bd_frames_index(k, 0), &frame);
         cf.seq = k;
         b->prefill_frames++;
         double t0 = now_ms();
@@ -580,11 +481,11 @@ static int setup_queries(bench *b)
         q->ro = ro;
         q->out_w = out_w;
         q->out_h = out_h;
-        memcpy(q->rp.T_world_cam, b->ring.T_world_cam[0], sizeof q->rp.T_world_cam);
+        memcpy(q->rp.T_world_cam, b->frames.T_world_cam[0], sizeof q->rp.T_world_cam);
         q->rp.min_depth_m = seq.min_depth_m;
         q->rp.max_depth_m = seq.max_depth_m;
     }
-    rc = tsdf_scene_render(&seq.scene, out_w, out_h, &out_K, b->ring.T_world_cam[0],
+    rc = tsdf_scene_render(&seq.scene, out_w, out_h, &out_K, b->frames.T_world_cam[0],
                            b->want_depth_m, NULL);
     return rc == TSDF_OK ? 0 : -1;
 }
@@ -899,7 +800,7 @@ static int setup_jobs(bench *b)
     else
         snprintf(b->query_map, sizeof b->query_map, "bench%ld-idle", pid);
     b->run.o = o;
-    b->run.ring = &b->ring;
+    b->run.frames = &b->frames;
     return 0;
 }
 
@@ -923,7 +824,7 @@ static void teardown(bench *b, int failed)
     tsdf_client_close(b->ctl);
     free(b->jobs);
     free(b->want_depth_m);
-    ring_free(&b->ring);
+    bd_frames_free(&b->frames);
     if (b->spawned) {
         if (b->spawn.pid > 0)
             bench_spawn_stop(&b->spawn, 60000);
@@ -937,7 +838,7 @@ static void teardown(bench *b, int failed)
 static int run_bench(bench *b)
 {
     uint64_t sent = 0;
-    if (setup_jobs(b) != 0 || ring_make(&b->o, &b->ring) != 0 || start_daemon(b) != 0)
+    if (setup_jobs(b) != 0 || bd_frames_make(&b->o, &b->frames) != 0 || start_daemon(b) != 0)
         return 2;
     tsdf_client_options co;
     tsdf_client_options_default(&co);

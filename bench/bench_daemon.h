@@ -1,5 +1,5 @@
 /*
- * bench_daemon.h - what the daemon benchmark's two files share.
+ * bench_daemon.h - what the daemon benchmark's files share.
  *
  * bench_daemon.c is the run: it starts or reaches the daemon, drives the
  * client and query threads, reconciles the daemon's counters and prints
@@ -9,7 +9,8 @@
  * bd_print_latency), the checks of the query answers
  * (bd_raycast_view, bd_raycast_agreement, bd_mesh_on_surface) and the
  * look-ups in a stats
- * reply (bd_stat_find, bd_stat_find_f).
+ * reply (bd_stat_find, bd_stat_find_f). bench_daemon_frames.c renders the
+ * frames the clients send (bd_frames_make, bd_frames_frame).
  *
  * Ownership: the caller owns every struct here; a sample_set owns its ms
  * array, which bd_sample_merge frees from its source. Threads: a sample_set
@@ -110,5 +111,30 @@ void bd_raycast_view(raycast_reply r, uint32_t w, uint32_t h, const tsdf_intrins
  * a double; returns 1 when found, 0 (and *v untouched) when not. */
 int bd_stat_find(const tsdf_rep_stats *s, const char *key, int64_t *v);
 int bd_stat_find_f(const tsdf_rep_stats *s, const char *key, double *v);
+
+/* The camera's path: BD_FRAME_POSES poses, BD_FRAME_STEP_DEG apart on the
+ * first ring of the scene's sequence, walked back and forth. */
+#define BD_FRAME_POSES 64u
+#define BD_FRAME_STEP_DEG 0.25
+
+/* The frames every client sends: BD_FRAME_POSES u16 images and their poses. */
+typedef struct {
+    uint32_t width, height;
+    tsdf_intrinsics K;
+    float min_depth_m, max_depth_m;
+    uint16_t *depth_mm[BD_FRAME_POSES];
+    float T_world_cam[BD_FRAME_POSES][16];
+    tsdf_scene scene;
+} bd_frames;
+
+/* Renders o's scene at every pose (bench_daemon_frames.c); 0, or -1
+ * with a message on stderr. */
+int bd_frames_make(const bench_opts *o, bd_frames *r);
+void bd_frames_free(bd_frames *r);
+/* Step k of a walk that starts at pose `start` and goes back and forth,
+ * so that the camera never jumps. */
+uint32_t bd_frames_index(uint64_t k, uint32_t start);
+/* Frame i, pointing into r. */
+void bd_frames_frame(const bd_frames *r, uint32_t i, tsdf_frame *f);
 
 #endif
