@@ -133,7 +133,8 @@ static int check_frame(const tsdf_req_frame *q)
         return TSDF_EINVAL;
     if (!tsdf_depth_encoding_allows(q->depth_encoding, f->depth_format))
         return (unsigned)q->depth_encoding < TSDF_DEPTH_ENC_COUNT ? TSDF_EPROTO_KEY : TSDF_EINVAL;
-    if (q->depth_encoding != TSDF_DEPTH_ENC_RAW
+    if (q->has_ring ? q->depth_encoding != TSDF_DEPTH_ENC_RAW
+        : q->depth_encoding != TSDF_DEPTH_ENC_RAW
             ? q->depth_coded == NULL || q->depth_coded_bytes == 0
             : f->depth == NULL)
         return TSDF_EINVAL;
@@ -176,6 +177,9 @@ int tsdf_proto_check_request(const tsdf_request *q)
     }
     switch (q->type) {
     case TSDF_MSG_FRAME:
+        if (q->u.frame.has_ring)
+            return TSDF_EPROTO_KEY;
+        return check_frame(&q->u.frame);
     case TSDF_MSG_INTEGRATE:
         return check_frame(&q->u.frame);
     case TSDF_MSG_RAYCAST:

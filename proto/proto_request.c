@@ -106,6 +106,33 @@ static int read_path(const proto_reader *r, char *path)
     return TSDF_OK;
 }
 
+/* "ring_token" and "ring_offset": both or neither; with them the frame
+ * carries no "depth" and raw samples only (PROTOCOL.md 6.10). */
+static int read_ring(const proto_reader *r, tsdf_req_frame *f)
+{
+    int has_token = 0, has_offset = 0;
+    const msgpack_object *o;
+    PROTO_TRY(proto_get_uint(r, "ring_token", UINT64_MAX, &f->ring_token, &has_token));
+    PROTO_TRY(proto_get_uint(r, "ring_offset", UINT64_MAX, &f->ring_offset, &has_offset));
+    if (has_token != has_offset)
+        return proto_fail(r->err, TSDF_EPROTO_KEY, has_token ? "ring_offset" : "ring_token",
+                          "ring_token and ring_offset go together");
+    if (!has_token)
+        return TSDF_OK;
+    if (f->depth_encoding != TSDF_DEPTH_ENC_RAW)
+        return proto_fail(r->err, TSDF_EPROTO_KEY, "depth_encoding",
+                          "depth_encoding: a frame in a shared ring carries raw samples");
+    int s = proto_find(r, "depth", &o);
+    if (s < 0)
+        return s;
+    if (s == 1)
+        return proto_fail(r->err, TSDF_EPROTO_KEY, "depth",
+                          "depth: a frame names its shared ring slot or carries its depth, "
+                          "not both");
+    f->has_ring = 1;
+    return TSDF_OK;
+}
+
 static int read_frame(const proto_reader *r, tsdf_req_frame *f)
 {
     tsdf_frame *fr = &f->frame;
@@ -160,22 +187,25 @@ static int read_frame(const proto_reader *r, tsdf_req_frame *f)
     size_t bps = fr->depth_format == TSDF_DEPTH_U16 ? 2 : 4;
     const void *p;
     size_t n;
-    PROTO_TRY(proto_get_bin(r, "depth", &p, &n, NULL));
-    if (f->depth_encoding != TSDF_DEPTH_ENC_RAW) {
-        /* Only decoding can tell whether a compressed payload holds the
-         * image; that is the receiver's step (tsdf_depth_decode), which
-         * writes into a buffer of exactly pixels * bps bytes. */
-        if (n == 0)
-            return proto_fail(r->err, TSDF_EBAD_SIZE, "depth", "depth: empty %s payload", enc);
-        f->depth_coded = p;
-        f->depth_coded_bytes = n;
-    } else if (n != pixels * bps) {
-        return proto_fail(r->err, TSDF_EBAD_SIZE, "depth",
-                          "depth: %zu bytes, expected %zu (%ux%u %s)", n, pixels * bps, fr->width,
-                          fr->height, fmt);
-    } else {
-        fr->depth = p;
-        fr->depth_size_bytes = n;
+    PROTO_TRY(read_ring(r, f));
+    if (!f->has_ring) {
+        PROTO_TRY(proto_get_bin(r, "depth", &p, &n, NULL));
+        if (f->depth_encoding != TSDF_DEPTH_ENC_RAW) {
+            /* Only decoding can tell whether a compressed payload holds
+             * the image; that is the receiver's step (tsdf_depth_decode),
+             * which writes into a buffer of exactly pixels * bps bytes. */
+            if (n == 0)
+                return proto_fail(r->err, TSDF_EBAD_SIZE, "depth", "depth: empty %s payload", enc);
+            f->depth_coded = p;
+            f->depth_coded_bytes = n;
+        } else if (n != pixels * bps) {
+            return proto_fail(r->err, TSDF_EBAD_SIZE, "depth",
+                              "depth: %zu bytes, expected %zu (%ux%u %s)", n, pixels * bps,
+                              fr->width, fr->height, fmt);
+        } else {
+            fr->depth = p;
+            fr->depth_size_bytes = n;
+        }
     }
 
     if (fr->depth_format == TSDF_DEPTH_U16) {
@@ -289,6 +319,13 @@ static int decode_request(const proto_reader *r, tsdf_request *out)
         PROTO_TRY(read_map_name(r, out->map));
     switch (type) {
     case TSDF_MSG_FRAME:
+        PROTO_TRY(read_frame(r, &out->u.frame));
+        /* A pushed frame gets no reply, so its sender could not know when
+         * the slot is free again. */
+        if (out->u.frame.has_ring)
+            return proto_fail(r->err, TSDF_EPROTO_KEY, "ring_token",
+                              "ring_token: only integrate requests may name a shared ring slot");
+        return TSDF_OK;
     case TSDF_MSG_INTEGRATE:
         return read_frame(r, &out->u.frame);
     case TSDF_MSG_RAYCAST:
@@ -360,6 +397,8 @@ static int encode_request_body(proto_writer *w, const void *src)
         int u16 = f->depth_format == TSDF_DEPTH_U16;
         /* A coded payload is decoded into a buffer of its own anyway: only
          * raw samples are worth aligning ("pad"). */
+        /* The samples: "depth" and its "pad", or "depth_encoding" and
+         * "depth", or "ring_token" and "ring_offset". */
         n += 14 + (u16 ? 1 : 0) + (f->rgb ? 1 : 0) + 1;
         msgpack_pack_map(&w->pk, n);
         proto_w_envelope(w, q->type, q->id);
@@ -384,7 +423,10 @@ static int encode_request_body(proto_writer *w, const void *src)
             proto_w_bin(w, "rgb", f->rgb, (size_t)f->width * f->height * 3u);
         /* Raw frames carry no depth_encoding key, so that daemons from
          * before it still read them. */
-        if (coded) {
+        if (q->u.frame.has_ring) {
+            proto_w_uint(w, "ring_token", q->u.frame.ring_token);
+            proto_w_uint(w, "ring_offset", q->u.frame.ring_offset);
+        } else if (coded) {
             proto_w_str(w, "depth_encoding", tsdf_depth_encoding_name(enc));
             proto_w_bin(w, "depth", q->u.frame.depth_coded, q->u.frame.depth_coded_bytes);
         } else {
@@ -489,9 +531,10 @@ size_t tsdf_proto_request_bound(const tsdf_request *req)
      * written; keep the sum from overflowing for them all the same. */
     if (f->frame.width > TSDF_MAX_IMAGE_DIM || f->frame.height > TSDF_MAX_IMAGE_DIM)
         return n;
-    if (f->depth_encoding != TSDF_DEPTH_ENC_RAW)
+    /* A frame in a shared ring: two integer keys, within the overhead. */
+    if (!f->has_ring && f->depth_encoding != TSDF_DEPTH_ENC_RAW)
         n += f->depth_coded_bytes;
-    else
+    else if (!f->has_ring)
         n += px * (f->frame.depth_format == TSDF_DEPTH_U16 ? 2u : 4u);
     if (f->frame.rgb != NULL)
         n += px * 3u;

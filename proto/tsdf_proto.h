@@ -156,6 +156,15 @@ typedef struct {
     tsdf_depth_encoding depth_encoding;
     const void *depth_coded;
     size_t depth_coded_bytes;
+    /* "ring_token" and "ring_offset" (PROTOCOL.md 6.10), integrate only:
+     * has_ring 1 when the raw samples are not in the message but at
+     * ring_offset of the shared ring the daemon gave ring_token for; then
+     * frame.depth is NULL and frame.depth_size_bytes 0, and the receiver
+     * finds the samples (width x height of depth_format). The encoder
+     * writes the two keys instead of "depth" when has_ring is set. */
+    int has_ring;
+    uint64_t ring_token;
+    uint64_t ring_offset;
 } tsdf_req_frame;
 
 /* The most a raycast may shrink its image ("scale", PROTOCOL.md 6.2). */

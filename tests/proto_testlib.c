@@ -281,6 +281,12 @@ void v_str_png(msgpack_packer *pk)
     msgpack_pack_str(pk, 3);
     msgpack_pack_str_body(pk, "png", 3);
 }
+
+void v_str_frame(msgpack_packer *pk)
+{
+    msgpack_pack_str(pk, 5);
+    msgpack_pack_str_body(pk, "frame", 5);
+}
 void v_bin_empty(msgpack_packer *pk)
 {
     msgpack_pack_bin(pk, 0);

@@ -87,6 +87,7 @@ void v_str_empty(msgpack_packer *pk);    /* "" */
 void v_str_space(msgpack_packer *pk);    /* "a b" */
 void v_str_zstd(msgpack_packer *pk);     /* "zstd" */
 void v_str_png(msgpack_packer *pk);      /* "png" */
+void v_str_frame(msgpack_packer *pk);    /* "frame" */
 void v_bin_short(msgpack_packer *pk);    /* a bin of 10 bytes */
 void v_bin_empty(msgpack_packer *pk);    /* a bin of 0 bytes */
 /* Poses of 16 floats unless said otherwise: scaled by 2, mirrored, with a

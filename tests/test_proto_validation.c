@@ -5,6 +5,7 @@
  * compressed depth, and the envelope and structure limits (trailing bytes,
  * nesting, container and bin sizes) hold before any payload is read.
  */
+#define _GNU_SOURCE /* memmem */
 #include "testutil.h"
 
 #include <msgpack.h>
@@ -78,6 +79,71 @@ static void test_depth_encoding_key(void **state)
     q.u.frame.depth_encoding = (tsdf_depth_encoding)9;
     assert_int_equal(tsdf_proto_encode_request(&q, &b), TSDF_EINVAL);
     assert_int_equal(b.len, len);
+    free(d);
+    tsdf_buf_fini(&b);
+}
+
+/* "ring_token" and "ring_offset" (PROTOCOL.md 6.10): an integrate names
+ * a slot of its sender's shared ring instead of carrying raw depth; both
+ * keys or neither, never with "depth" or a compressed encoding, and never
+ * in a pushed frame. */
+static void test_ring_keys(void **state)
+{
+    (void)state;
+    tsdf_request q;
+    make_frame_request(&q, TSDF_MSG_INTEGRATE);
+    q.u.frame.has_ring = 1;
+    q.u.frame.ring_token = 0x0123456789abcdefull;
+    q.u.frame.ring_offset = 614400;
+    tsdf_buf b;
+    encode_req(&q, &b);
+    tsdf_proto_error err;
+    tsdf_request *d = malloc(sizeof(*d));
+    assert_non_null(d);
+    assert_int_equal(tsdf_proto_decode_request(b.data, b.len, d, &err), TSDF_OK);
+    assert_true(d->u.frame.has_ring);
+    assert_true(d->u.frame.ring_token == 0x0123456789abcdefull);
+    assert_int_equal(d->u.frame.ring_offset, 614400);
+    assert_null(d->u.frame.frame.depth);
+    assert_int_equal(d->u.frame.frame.depth_size_bytes, 0);
+    /* The samples are not in the message: no "depth" key (a fixstr of 5),
+     * which the same request without the ring has. */
+    static const uint8_t depth_key[6] = {0xa5, 'd', 'e', 'p', 't', 'h'};
+    q.u.frame.has_ring = 0;
+    tsdf_buf with;
+    encode_req(&q, &with);
+    assert_non_null(memmem(with.data, with.len, depth_key, sizeof depth_key));
+    assert_null(memmem(b.data, b.len, depth_key, sizeof depth_key));
+    tsdf_buf_fini(&with);
+    q.u.frame.has_ring = 1;
+
+    assert_int_equal(req_with(&b, "depth", v_bin_short, &err), TSDF_EPROTO_KEY);
+    assert_string_equal(err.key, "depth");
+    assert_int_equal(req_with(&b, "depth_encoding", v_str_zstd, &err), TSDF_EPROTO_KEY);
+    assert_string_equal(err.key, "depth_encoding");
+    assert_int_equal(req_with(&b, "ring_offset", v_neg, &err), TSDF_EPROTO_KEY);
+    assert_int_equal(req_with(&b, "ring_token", v_str_bogus, &err), TSDF_EPROTO_KEY);
+    rebuild(&b, "ring_offset", NULL, NULL);
+    tsdf_buf t = take_rebuilt();
+    assert_int_equal(tsdf_proto_decode_request(t.data, t.len, d, &err), TSDF_EPROTO_KEY);
+    assert_string_equal(err.key, "ring_offset");
+    free(t.data);
+
+    /* A pushed frame gets no reply: it may not name a slot. */
+    q.type = TSDF_MSG_FRAME;
+    tsdf_buf_clear(&b);
+    assert_int_equal(tsdf_proto_encode_request(&q, &b), TSDF_EPROTO_KEY);
+    q.type = TSDF_MSG_INTEGRATE;
+    encode_req(&q, &b);
+    rebuild(&b, "type", "type", v_str_frame);
+    tsdf_buf f = take_rebuilt();
+    assert_int_equal(tsdf_proto_decode_request(f.data, f.len, d, &err), TSDF_EPROTO_KEY);
+    assert_string_equal(err.key, "ring_token");
+    free(f.data);
+    /* Compressed depth cannot be in a ring. */
+    q.u.frame.depth_encoding = TSDF_DEPTH_ENC_ZSTD;
+    tsdf_buf_clear(&b);
+    assert_int_equal(tsdf_proto_encode_request(&q, &b), TSDF_EINVAL);
     free(d);
     tsdf_buf_fini(&b);
 }
@@ -329,6 +395,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validation_frame),
         cmocka_unit_test(test_depth_encoding_key),
+        cmocka_unit_test(test_ring_keys),
         cmocka_unit_test(test_validation_other),
         cmocka_unit_test(test_validation_envelope_and_structure),
     };
