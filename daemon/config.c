@@ -72,6 +72,8 @@ static const key_def cfg_keys[] = {
     {"server", "allow_insecure_remote", KEY_BOOL, OFF(allow_insecure_remote), 0, 0, 0, 0},
     {"server", "ipc_mode", KEY_MODE, OFF(ipc_mode), 0600, 0777, 0, 0},
     {"server", "ipc_group", KEY_OPTSTRING, OFF(ipc_group), 0, 0, 0, SZ(ipc_group)},
+    {"server", "ring_socket", KEY_OPTSTRING, OFF(ring_socket), 0, 0, 0, SZ(ring_socket)},
+    {"server", "ring_max_mb", KEY_U32, OFF(ring_max_mb), 1, 65536, 0, 0},
 
     {"tls", "cert_file", KEY_OPTSTRING, OFF(tls_cert_file), 0, 0, 0, SZ(tls_cert_file)},
     {"tls", "key_file", KEY_OPTSTRING, OFF(tls_key_file), 0, 0, 0, SZ(tls_key_file)},
@@ -165,6 +167,7 @@ void cfg_defaults(tsdfd_config *c)
     /* Owner and group (the unit's Group=tsdfd) may connect; others may not
      * even see the socket's permissions change under a wider umask. */
     c->ipc_mode = 0660;
+    c->ring_max_mb = 256;
 
     c->queue_length = 64;
     c->queue_policy = CFG_POLICY_BLOCK;

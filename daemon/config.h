@@ -75,6 +75,11 @@ typedef struct {
     int allow_insecure_remote;     /* plain tcp:// beyond loopback: allowed, with a warning */
     uint32_t ipc_mode;             /* mode of ipc:// socket files (octal in the file) */
     char ipc_group[CFG_GROUP_LEN]; /* group of ipc:// socket files; "": the daemon's */
+    /* The unix socket where local clients attach shared-memory frame
+     * rings (rings.h; "": none), with ipc_mode and ipc_group, and the
+     * bound on what the rings map in all, MiB. */
+    char ring_socket[CFG_PATH_LEN];
+    uint32_t ring_max_mb;
 
     /* [tls] ("" = not set; the three files go together) */
     char tls_cert_file[CFG_PATH_LEN];              /* server certificate (PEM) */

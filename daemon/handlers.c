@@ -265,6 +265,40 @@ static void set_error(tsdf_reply *rep, int rc, const char *what)
         tsdf_reply_set_error(rep, rc, NULL);
 }
 
+/* The depth of a frame that names a slot of its sender's shared ring
+ * (PROTOCOL.md 6.10), copied out of the ring into a buffer of the job's
+ * own (page-locked on CUDA: the one copy the frame's depth gets), so the
+ * slot is the sender's again once we reply. Only over ipc://, from the
+ * process that attached the ring. */
+static int ring_depth(daemon_ctx *d, worker_job *j, nng_msg *msg, char *why, size_t why_len)
+{
+    const tsdf_req_frame *rf = &j->req.u.frame;
+    uint64_t pid = 0;
+    if (d->rings == NULL) {
+        snprintf(why, why_len, "ring_token: this daemon has no ring socket ([server] ring_socket)");
+        return TSDF_ENOT_FOUND;
+    }
+    if (nng_pipe_get_uint64(nng_msg_get_pipe(msg), NNG_OPT_IPC_PEER_PID, &pid) != 0) {
+        snprintf(why, why_len, "ring_token: a shared ring serves ipc:// connections only");
+        return TSDF_EFORBIDDEN;
+    }
+    void *p = job_depth_buffer(j, d->frame_buffers);
+    if (p == NULL) {
+        snprintf(why, why_len, "out of memory");
+        return TSDF_ENOMEM;
+    }
+    int rc =
+        rings_read(d->rings, rf->ring_token, pid, rf->ring_offset, p, rf->frame.depth_size_bytes);
+    if (rc == TSDF_ENOT_FOUND)
+        snprintf(why, why_len, "ring_token: no such ring (never attached, or detached)");
+    else if (rc == TSDF_EFORBIDDEN)
+        snprintf(why, why_len, "ring_token: the ring of another process");
+    else if (rc == TSDF_EBAD_SIZE)
+        snprintf(why, why_len, "ring_offset: %" PRIu64 " + %zu bytes is not inside the ring",
+                 rf->ring_offset, rf->frame.depth_size_bytes);
+    return rc;
+}
+
 static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_reply *rep,
                          double decode_ms)
 {
@@ -285,6 +319,16 @@ static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_r
     /* The payloads still point into *msg, which lives until we return. As
      * for streamed frames, a depth that does not decode creates no map. */
     tsdf_proto_error perr;
+    if (req->u.frame.has_ring) {
+        char why[160];
+        rc = ring_depth(d, j, *msg, why, sizeof why);
+        if (rc != TSDF_OK) {
+            dstats_frame_outcome(d->stats, sensor, DS_REJ_INVALID_FRAME);
+            job_free(j);
+            tsdf_reply_set_error(rep, rc, "%s", why);
+            return;
+        }
+    }
     rc = job_prepare_images(j, d->frame_buffers, &perr);
     if (rc != TSDF_OK) {
         dstats_frame_outcome(d->stats, sensor, depth_outcome(rc));

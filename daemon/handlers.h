@@ -25,6 +25,7 @@
 #include "frame_pool.h"
 #include "maps.h"
 #include "prom.h"
+#include "rings.h"
 #include "tsdf_proto.h"
 
 #ifdef __cplusplus
@@ -48,6 +49,9 @@ typedef struct {
     /* Page-locked buffers for the frames' depth, when the volumes run on
      * CUDA and [queue] pinned_mb is not 0 (frame_pool.h); else NULL. */
     frame_pool *frame_buffers;
+    /* The shared-memory frame rings ([server] ring_socket, rings.h); NULL
+     * when off. */
+    rings *rings;
     /* Wakes the main loop so it refreshes STATUS= at once (a uv_async_send
      * behind it; callable from any thread); NULL in tests. */
     void (*wake)(void *arg);

@@ -336,6 +336,17 @@ int main(int argc, char **argv)
     rc = start_loop_handles(&m);
     if (rc != TSDF_OK)
         goto fail_handles;
+    if (m.cfg.ring_socket[0] != '\0') {
+        long gid = -1;
+        if (cfg_ipc_gid(&m.cfg, &gid) != TSDF_OK)
+            gid = -1; /* server_start reports the unknown group */
+        rc = rings_start(m.cfg.ring_socket, (int)m.cfg.ipc_mode, gid, m.cfg.max_connections,
+                         (uint64_t)m.cfg.ring_max_mb << 20, &m.d.rings, err, sizeof err);
+        if (rc != TSDF_OK) {
+            TSDF_LOG(TSDF_LOG_ERROR, "%s", err);
+            goto fail_server;
+        }
+    }
     rc = server_start(&m.d, &m.srv, err, sizeof err);
     if (rc != TSDF_OK) {
         TSDF_LOG(TSDF_LOG_ERROR, "%s", err);
@@ -380,6 +391,9 @@ fail_handles:
     live_view_destroy(m.view);
     if (m.srv != NULL)
         server_stop(m.srv);
+    /* After the request threads, which read from the rings. */
+    rings_stop(m.d.rings);
+    m.d.rings = NULL;
 fail_maps:
     /* A failed start drops what is queued but still lets the workers
      * finish their jobs, so that their memory can be freed. */

@@ -104,6 +104,10 @@ GET(get_queue_bytes, c->queue_bytes)
 GET(get_queue_max_bytes, c->queue_max_bytes)
 GET(get_pinned_bytes, c->pinned.bytes_out + c->pinned.bytes_kept)
 GET(get_pinned_fallbacks, c->pinned.fallbacks)
+GET(get_rings_attached, c->rings.attached)
+GET(get_rings_bytes, c->rings.bytes)
+GET(get_rings_refused, c->rings.refused)
+GET(get_rings_frames, c->rings.frames)
 GET(get_conns_open, c->conns_open)
 GET(get_conns_refused, c->conns_refused)
 GET(get_volume_bytes, c->volume_bytes)
@@ -330,6 +334,26 @@ static const metrics_row rows[] = {
              "page-locked buffers were full.",
      .type = METRIC_COUNTER,
      .value = get_pinned_fallbacks},
+    {.stats_key = "rings.attached",
+     .prom_name = "tsdfd_rings_attached",
+     .help = "Shared-memory frame rings attached by local clients ([server] ring_socket).",
+     .type = METRIC_GAUGE,
+     .value = get_rings_attached},
+    {.stats_key = "rings.bytes",
+     .prom_name = "tsdfd_rings_bytes",
+     .help = "Bytes the attached frame rings map (bounded by [server] ring_max_mb).",
+     .type = METRIC_GAUGE,
+     .value = get_rings_bytes},
+    {.stats_key = "rings.refused",
+     .prom_name = "tsdfd_rings_refused_total",
+     .help = "Ring socket connections and ring attachments refused.",
+     .type = METRIC_COUNTER,
+     .value = get_rings_refused},
+    {.stats_key = "rings.frames",
+     .prom_name = "tsdfd_rings_frames_total",
+     .help = "Frames whose depth the daemon read from a frame ring.",
+     .type = METRIC_COUNTER,
+     .value = get_rings_frames},
     {.stats_key = "connections.open",
      .prom_name = "tsdfd_connections",
      .help = "Connections open on the request and frame sockets.",

@@ -43,6 +43,7 @@
 #include "latency.h"
 #include "prom.h"
 #include "queue.h"
+#include "rings.h"
 #include "tsdf_proto.h"
 #include "tsdf_volume.h"
 
@@ -117,6 +118,7 @@ typedef struct {
     uint64_t queue_bytes;         /* bytes queued in every map */
     uint64_t queue_max_bytes;     /* [queue] max_bytes_mb, in bytes */
     frame_pool_stats pinned;      /* the page-locked depth buffers (all 0 without) */
+    rings_stats rings;            /* the shared-memory frame rings (all 0 without) */
     uint64_t volume_bytes;        /* every map's volume memory */
     uint64_t volume_budget_bytes; /* [volume] memory_budget_mb, resolved */
     uint64_t budget_refused;      /* frames the volume budget refused */
@@ -215,8 +217,10 @@ size_t metrics_stats_entries_per_sensor(void);
  * table (more are listed as far as room allows; sensors.count says how
  * many there are, and /metrics has them all); and the sensors up to which
  * every entry of the table fits as well. */
-#define METRICS_STATS_MIN_SENSORS 13
-#define METRICS_STATS_FULL_SENSORS 3
+/* 12 and 2 since the four rings.* rows (12 entries of the 128 were a
+ * thirteenth sensor's and a third sensor's room before). */
+#define METRICS_STATS_MIN_SENSORS 12
+#define METRICS_STATS_FULL_SENSORS 2
 
 /* Appends the table's entries to s->extra (the "daemon" map; s->extra_count
  * entries may be there already) in three parts, each within

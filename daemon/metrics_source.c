@@ -40,6 +40,7 @@ void handlers_metrics_context(daemon_ctx *d, const job_counters *snap, metrics_c
     c->queue_capacity = d->cfg->queue_length;
     c->queue_max_bytes = d->maps->budget.limit_bytes;
     frame_pool_get_stats(d->frame_buffers, &c->pinned);
+    rings_get_stats(d->rings, &c->rings);
     c->volume_budget_bytes = vb->limit_bytes;
     c->conns_open = atomic_load(&d->stats->conns_open);
     c->conns_refused = atomic_load(&d->stats->conns_refused);

@@ -133,6 +133,9 @@ static int prepare_depth(worker_job *j, frame_pool *pool, tsdf_proto_error *err)
 
     if (in_place && (pool == NULL || f->depth == NULL))
         return TSDF_OK;
+    /* Already in a buffer of the job's own (job_depth_buffer). */
+    if (f->depth != NULL && f->depth == j->depth_aligned)
+        return TSDF_OK;
     /* msgpack puts a bin payload wherever the encoder's header ends, so the
      * depth is usually misaligned; one copy here (on the decoding thread)
      * keeps the worker free to integrate back to back. A compressed payload
@@ -166,6 +169,22 @@ static int prepare_depth(worker_job *j, frame_pool *pool, tsdf_proto_error *err)
     rf->depth_coded = NULL;
     rf->depth_coded_bytes = 0;
     return TSDF_OK;
+}
+
+void *job_depth_buffer(worker_job *j, frame_pool *pool)
+{
+    tsdf_frame *f = &j->req.u.frame.frame;
+    size_t bytes = (size_t)f->width * f->height * (f->depth_format == TSDF_DEPTH_F32 ? 4u : 2u);
+    void *p = frame_pool_get(pool, bytes);
+    frame_pool *from = p != NULL ? pool : NULL;
+    if (p == NULL && (p = malloc(bytes)) == NULL)
+        return NULL;
+    image_free(j->depth_pool, j->depth_aligned);
+    j->depth_aligned = p;
+    j->depth_pool = from;
+    f->depth = p;
+    f->depth_size_bytes = bytes;
+    return p;
 }
 
 int job_prepare_images(worker_job *j, frame_pool *pool, tsdf_proto_error *err)

@@ -137,6 +137,13 @@ void job_free(worker_job *j);
  * TSDF_ENOMEM. Called on the decoding thread, before queueing. */
 int job_prepare_images(worker_job *j, frame_pool *pool, tsdf_proto_error *err);
 
+/* A buffer of the job's own for its raw depth (width x height samples of
+ * its format): page-locked from pool when it has room, else malloc'd; it
+ * becomes the frame's depth, and job_prepare_images leaves it there. For a
+ * depth the request thread copies in from elsewhere (a shared ring,
+ * rings.h). NULL: out of memory. */
+void *job_depth_buffer(worker_job *j, frame_pool *pool);
+
 /* Waits for the worker to finish j, up to timeout_ms. TSDF_OK: j->status
  * holds the result and the caller owns j again. TSDF_ETIMEOUT: the caller
  * gave j up and must not touch it again (the worker frees it). */

@@ -1,0 +1,392 @@
+/* rings.c - shared-memory frame rings (rings.h). */
+#define _GNU_SOURCE
+#include "rings.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "tsdf_types.h"
+
+/* statfs f_type of tmpfs and shmem (linux/magic.h TMPFS_MAGIC). */
+#define TMPFS_MAGIC_NUMBER 0x01021994
+
+/* One connection of the ring socket, and the ring it attached (if any). */
+typedef struct {
+    int fd;
+    pid_t pid; /* SO_PEERCRED at accept */
+    uid_t uid;
+    uint64_t token; /* 0: no ring yet */
+    const uint8_t *base;
+    uint64_t bytes;
+} ring_conn;
+
+struct rings {
+    int listen_fd;
+    int bound;   /* path is our socket: rings_stop removes it */
+    int wake[2]; /* rings_stop writes one byte */
+    pthread_t thread;
+    int started;
+    uint32_t max_rings;
+    uint64_t max_bytes;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    /* Readers (request threads) hold it shared while they copy; the
+     * ring thread holds it exclusively to add or drop a ring. */
+    pthread_rwlock_t lock;
+    ring_conn *conns;  /* max_rings entries; fd -1: free */
+    uint32_t attached; /* both: under lock */
+    uint64_t mapped;
+    atomic_uint_least64_t refused;
+    atomic_uint_least64_t frames;
+};
+
+static void conn_reset(ring_conn *c)
+{
+    memset(c, 0, sizeof *c);
+    c->fd = -1;
+}
+
+/* Unmaps c's ring and closes its connection (exclusive lock held). */
+static void conn_close(rings *r, ring_conn *c)
+{
+    if (c->token != 0) {
+        munmap((void *)c->base, c->bytes);
+        r->attached--;
+        r->mapped -= c->bytes;
+        TSDF_LOG(TSDF_LOG_INFO, "frame ring of process %ld detached (%llu bytes)", (long)c->pid,
+                 (unsigned long long)c->bytes);
+    }
+    close(c->fd);
+    conn_reset(c);
+}
+
+static void reply(int fd, int status, uint64_t token, const char *reason)
+{
+    tsdf_ring_attach_reply a;
+    memset(&a, 0, sizeof a);
+    a.magic = TSDF_RING_MAGIC;
+    a.status = status;
+    a.token = token;
+    if (reason != NULL)
+        snprintf(a.reason, sizeof a.reason, "%s", reason);
+    /* A client that does not read its answer only loses the answer. */
+    ssize_t n = send(fd, &a, sizeof a, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)n;
+}
+
+/* Why the memfd fd may not be mapped as a ring of `bytes`; NULL: it may. */
+static const char *check_memfd(int fd, uint64_t bytes, uint64_t room)
+{
+    /* A memfd lives on the kernel's tmpfs (shmem), where reading a hole
+     * gets a fresh page; on hugetlbfs it could fault (SIGBUS) when huge
+     * pages run out, so only shmem is taken. */
+    struct statfs fs;
+    if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC_NUMBER)
+        return "not a memfd (shared memory)";
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0)
+        return "not a sealable memfd";
+    if (!(seals & F_SEAL_SHRINK))
+        return "not sealed against shrinking (F_SEAL_SHRINK)";
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        return "not a regular file";
+    if (bytes == 0 || (uint64_t)st.st_size < bytes)
+        return "smaller than the size asked for";
+    if (bytes > room)
+        return "over [server] ring_max_mb";
+    return NULL;
+}
+
+/* One attach message on c: map the memfd it carries. */
+static void attach(rings *r, ring_conn *c)
+{
+    tsdf_ring_attach_msg m;
+    char ctl[CMSG_SPACE(sizeof(int) * 4)];
+    struct iovec iov = {&m, sizeof m};
+    struct msghdr h;
+    memset(&h, 0, sizeof h);
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    h.msg_control = ctl;
+    h.msg_controllen = sizeof ctl;
+    ssize_t n = recvmsg(c->fd, &h, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    /* Every descriptor that came along, so that none leaks. */
+    int fds[4], nfds = 0;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&h); cm != NULL; cm = CMSG_NXTHDR(&h, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k && nfds < 4; i++)
+            memcpy(&fds[nfds++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+    }
+    const char *why = NULL;
+    int status = TSDF_EINVAL;
+    if (n <= 0) {
+        /* Closed, or broken: the ring goes with the connection. */
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        pthread_rwlock_wrlock(&r->lock);
+        conn_close(r, c);
+        pthread_rwlock_unlock(&r->lock);
+        return;
+    }
+    if ((size_t)n != sizeof m || m.magic != TSDF_RING_MAGIC)
+        why = "not a ring attach message";
+    else if (m.version != TSDF_RING_VERSION)
+        why = "unsupported ring protocol version", status = TSDF_EVERSION;
+    else if (h.msg_flags & MSG_CTRUNC || nfds != 1)
+        why = "the message must carry exactly one descriptor";
+    else if (c->token != 0)
+        why = "this connection already has a ring";
+    else if ((why = check_memfd(fds[0], m.bytes, r->max_bytes - r->mapped)) != NULL)
+        status = m.bytes > r->max_bytes - r->mapped ? TSDF_ETOO_LARGE : TSDF_EINVAL;
+    void *base = MAP_FAILED;
+    if (why == NULL) {
+        base = mmap(NULL, (size_t)m.bytes, PROT_READ, MAP_SHARED, fds[0], 0);
+        if (base == MAP_FAILED)
+            why = "cannot map it", status = TSDF_ENOMEM;
+    }
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    uint64_t token = 0;
+    while (why == NULL && token == 0) {
+        if (getrandom(&token, sizeof token, 0) != (ssize_t)sizeof token) {
+            why = "no random token", status = TSDF_EINTERNAL;
+            munmap(base, (size_t)m.bytes);
+        }
+    }
+    if (why != NULL) {
+        r->refused++;
+        TSDF_LOG(TSDF_LOG_WARN, "frame ring of process %ld refused: %s", (long)c->pid, why);
+        reply(c->fd, status, 0, why);
+        return;
+    }
+    pthread_rwlock_wrlock(&r->lock);
+    c->base = base;
+    c->bytes = m.bytes;
+    c->token = token;
+    r->attached++;
+    r->mapped += m.bytes;
+    pthread_rwlock_unlock(&r->lock);
+    TSDF_LOG(TSDF_LOG_INFO, "frame ring of process %ld attached (%llu bytes)", (long)c->pid,
+             (unsigned long long)m.bytes);
+    reply(c->fd, TSDF_OK, token, NULL);
+}
+
+static void accept_one(rings *r)
+{
+    int fd = accept4(r->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+        return;
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    ring_conn *slot = NULL;
+    for (uint32_t i = 0; i < r->max_rings && slot == NULL; i++)
+        if (r->conns[i].fd < 0)
+            slot = &r->conns[i];
+    if (slot == NULL || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) {
+        r->refused++;
+        TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "ring socket full",
+                             "ring socket: refused a connection (%u rings at most)", r->max_rings);
+        close(fd);
+        return;
+    }
+    /* The slot is free, so no reader looks at it: no lock needed. */
+    slot->fd = fd;
+    slot->pid = cr.pid;
+    slot->uid = cr.uid;
+}
+
+static void *ring_main(void *arg)
+{
+    rings *r = arg;
+    struct pollfd *p = calloc((size_t)r->max_rings + 2, sizeof *p);
+    ring_conn **who = calloc((size_t)r->max_rings + 2, sizeof *who);
+    if (p == NULL || who == NULL) {
+        TSDF_LOG(TSDF_LOG_ERROR, "ring socket: out of memory; no rings will attach");
+        free(p);
+        free(who);
+        return NULL;
+    }
+    for (;;) {
+        nfds_t n = 0;
+        p[n++] = (struct pollfd){.fd = r->wake[0], .events = POLLIN};
+        p[n++] = (struct pollfd){.fd = r->listen_fd, .events = POLLIN};
+        for (uint32_t i = 0; i < r->max_rings; i++) {
+            if (r->conns[i].fd < 0)
+                continue;
+            who[n] = &r->conns[i];
+            p[n++] = (struct pollfd){.fd = r->conns[i].fd, .events = POLLIN};
+        }
+        if (poll(p, n, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            TSDF_LOG(TSDF_LOG_ERROR, "ring socket: poll: %s", strerror(errno));
+            break;
+        }
+        if (p[0].revents)
+            break;
+        for (nfds_t i = 2; i < n; i++)
+            if (p[i].revents)
+                attach(r, who[i]);
+        if (p[1].revents & POLLIN)
+            accept_one(r);
+    }
+    free(p);
+    free(who);
+    return NULL;
+}
+
+int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64_t max_bytes,
+                rings **out, char *err, size_t err_len)
+{
+    rings *r = calloc(1, sizeof *r);
+    if (r == NULL || max_rings == 0) {
+        free(r);
+        snprintf(err, err_len, "out of memory");
+        return TSDF_ENOMEM;
+    }
+    r->listen_fd = -1;
+    r->wake[0] = r->wake[1] = -1;
+    r->max_rings = max_rings;
+    r->max_bytes = max_bytes;
+    pthread_rwlock_init(&r->lock, NULL);
+    int rc = TSDF_EIO;
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof a.sun_path) {
+        snprintf(err, err_len, "[server] ring_socket: path longer than %zu bytes",
+                 sizeof a.sun_path - 1);
+        rc = TSDF_ETOO_LARGE;
+        goto fail;
+    }
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    snprintf(r->path, sizeof r->path, "%s", path);
+    r->conns = malloc(max_rings * sizeof *r->conns);
+    if (r->conns == NULL || pipe2(r->wake, O_CLOEXEC) != 0) {
+        snprintf(err, err_len, "out of memory");
+        rc = TSDF_ENOMEM;
+        goto fail;
+    }
+    for (uint32_t i = 0; i < max_rings; i++)
+        conn_reset(&r->conns[i]);
+    /* A socket left by a daemon that did not stop cleanly is replaced; one
+     * that answers belongs to a running daemon, and anything else is not
+     * ours to remove. */
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+        int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        int live = probe >= 0 && connect(probe, (struct sockaddr *)&a, sizeof a) == 0;
+        if (probe >= 0)
+            close(probe);
+        if (live) {
+            snprintf(err, err_len, "[server] ring_socket %s: in use by a running process", path);
+            rc = TSDF_EBUSY;
+            goto fail;
+        }
+        unlink(path);
+    }
+    r->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (r->listen_fd >= 0 && bind(r->listen_fd, (struct sockaddr *)&a, sizeof a) == 0)
+        r->bound = 1;
+    if (!r->bound || chmod(path, (mode_t)mode) != 0 ||
+        (gid >= 0 && chown(path, (uid_t)-1, (gid_t)gid) != 0) || listen(r->listen_fd, 64) != 0) {
+        snprintf(err, err_len, "[server] ring_socket %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (pthread_create(&r->thread, NULL, ring_main, r) != 0) {
+        snprintf(err, err_len, "cannot start the ring socket's thread");
+        rc = TSDF_ENOMEM;
+        goto fail;
+    }
+    r->started = 1;
+    TSDF_LOG(TSDF_LOG_INFO, "frame rings on %s: up to %u, %llu MiB mapped in all", path, max_rings,
+             (unsigned long long)(max_bytes >> 20));
+    *out = r;
+    return TSDF_OK;
+
+fail:
+    rings_stop(r);
+    return rc;
+}
+
+void rings_stop(rings *r)
+{
+    if (r == NULL)
+        return;
+    if (r->started) {
+        ssize_t n = write(r->wake[1], "x", 1);
+        (void)n;
+        pthread_join(r->thread, NULL);
+    }
+    if (r->listen_fd >= 0)
+        close(r->listen_fd);
+    if (r->bound)
+        unlink(r->path);
+    pthread_rwlock_wrlock(&r->lock);
+    for (uint32_t i = 0; r->conns != NULL && i < r->max_rings; i++)
+        if (r->conns[i].fd >= 0)
+            conn_close(r, &r->conns[i]);
+    pthread_rwlock_unlock(&r->lock);
+    for (int i = 0; i < 2; i++)
+        if (r->wake[i] >= 0)
+            close(r->wake[i]);
+    pthread_rwlock_destroy(&r->lock);
+    free(r->conns);
+    free(r);
+}
+
+int rings_read(rings *r, uint64_t token, uint64_t pid, uint64_t offset, void *dst, size_t bytes)
+{
+    if (r == NULL || token == 0)
+        return TSDF_ENOT_FOUND;
+    int rc = TSDF_ENOT_FOUND;
+    pthread_rwlock_rdlock(&r->lock);
+    for (uint32_t i = 0; i < r->max_rings; i++) {
+        const ring_conn *c = &r->conns[i];
+        if (c->token != token)
+            continue;
+        if ((uint64_t)c->pid != pid)
+            rc = TSDF_EFORBIDDEN;
+        else if (offset > c->bytes || bytes > c->bytes - offset)
+            rc = TSDF_EBAD_SIZE;
+        else {
+            memcpy(dst, c->base + offset, bytes);
+            atomic_fetch_add(&r->frames, 1);
+            rc = TSDF_OK;
+        }
+        break;
+    }
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+void rings_get_stats(rings *r, rings_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (r == NULL)
+        return;
+    pthread_rwlock_rdlock(&r->lock);
+    out->attached = r->attached;
+    out->bytes = r->mapped;
+    pthread_rwlock_unlock(&r->lock);
+    out->refused = atomic_load(&r->refused);
+    out->frames = atomic_load(&r->frames);
+}

@@ -1,0 +1,30 @@
+/*
+ * tsdf_ring_wire.h - the messages of the ring socket, where a local client
+ * hands the daemon a shared-memory frame ring (PROTOCOL.md 6.10): one
+ * attach message with the ring's memfd as its only SCM_RIGHTS descriptor,
+ * one reply. Native byte order and layout: both ends are on one host.
+ */
+#ifndef TSDF_RING_WIRE_H
+#define TSDF_RING_WIRE_H
+
+#include <stdint.h>
+
+/* The attach message on the ring socket, client to daemon, with the memfd
+ * as its one SCM_RIGHTS descriptor; and the daemon's answer. */
+#define TSDF_RING_MAGIC 0x47525354u /* "TSRG" */
+#define TSDF_RING_VERSION 1u
+
+typedef struct {
+    uint32_t magic;   /* TSDF_RING_MAGIC */
+    uint32_t version; /* TSDF_RING_VERSION */
+    uint64_t bytes;   /* of the memfd to map, from offset 0 */
+} tsdf_ring_attach_msg;
+
+typedef struct {
+    uint32_t magic;  /* TSDF_RING_MAGIC */
+    int32_t status;  /* TSDF_OK or why the ring was refused */
+    uint64_t token;  /* TSDF_OK: what integrate requests name */
+    char reason[64]; /* not TSDF_OK: a short message, NUL-terminated */
+} tsdf_ring_attach_reply;
+
+#endif
