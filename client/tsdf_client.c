@@ -8,6 +8,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "tsdf_client.h"
 
+#include "client_ring.h"
+
 #include "tsdf_depth_codec.h"
 #include "tsdf_proto.h"
 #include "tsdf_transport.h"
@@ -33,6 +35,8 @@ struct tsdf_client {
     /* TLS configurations of the two dialers (NULL for other transports),
      * freed after the sockets. */
     nng_tls_config *tls_req, *tls_push;
+    /* The shared-memory frame ring (tsdf_client_attach_ring), or NULL. */
+    _Atomic(client_ring *) ring;
 };
 
 static _Thread_local char last_message[TSDF_PROTO_MAX_MESSAGE_LEN + 1];
@@ -188,6 +192,7 @@ void tsdf_client_close(tsdf_client *c)
     nng_close(c->req);
     free_tls(&c->tls_push);
     free_tls(&c->tls_req);
+    client_ring_close(atomic_load(&c->ring));
     free(c);
 }
 
@@ -506,6 +511,36 @@ int tsdf_client_send_frame(tsdf_client *c, const tsdf_client_frame *f, int timeo
     return TSDF_OK;
 }
 
+/* Puts q's raw depth into a free slot of ring and makes q name it
+ * instead of carrying it: the slot, or -1 when q goes as it is (no ring,
+ * compressed depth, no slot free). */
+static int ring_slot(client_ring *ring, tsdf_request *q)
+{
+    tsdf_req_frame *rf = &q->u.frame;
+    const tsdf_frame *f = &rf->frame;
+    if (ring == NULL || rf->depth_encoding != TSDF_DEPTH_ENC_RAW || f->depth == NULL)
+        return -1;
+    size_t bytes = (size_t)f->width * f->height * (f->depth_format == TSDF_DEPTH_U16 ? 2u : 4u);
+    int slot = client_ring_put(ring, f->depth, bytes, &rf->ring_token, &rf->ring_offset);
+    rf->has_ring = slot >= 0;
+    return slot;
+}
+
+/* Whether the daemon answered (so it has read the slot, or never will):
+ * not when the request timed out or its connection failed. */
+static int ring_answered(int rc)
+{
+    return rc != TSDF_ETIMEOUT && rc != TSDF_ECLOSED && rc != TSDF_ENNG && rc != TSDF_ECONNREFUSED;
+}
+
+/* Whether the daemon refused the frame for its ring token, not for the
+ * frame (its messages for those start with the key). */
+static int ring_lost(int rc)
+{
+    return (rc == TSDF_ENOT_FOUND || rc == TSDF_EFORBIDDEN) &&
+           strncmp(last_message, "ring_token", 10) == 0;
+}
+
 int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, int timeout_ms,
                           tsdf_rep_integrate *out)
 {
@@ -518,11 +553,44 @@ int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, int timeou
     tsdf_buf coded;
     tsdf_buf_init(&coded);
     int rc = frame_request(f, TSDF_MSG_INTEGRATE, q, &coded);
-    if (rc == TSDF_OK)
+    if (rc == TSDF_OK) {
+        client_ring *ring = atomic_load(&c->ring);
+        int slot = ring_slot(ring, q);
         rc = call_copy(c, q, timeout_ms, out, sizeof(*out));
+        if (slot >= 0) {
+            client_ring_release(ring, slot, ring_answered(rc));
+            if (ring_lost(rc)) {
+                /* The daemon no longer has the ring (it restarted): this
+                 * frame and the next ones go in the request. */
+                client_ring_break(ring);
+                q->u.frame.has_ring = 0;
+                rc = call_copy(c, q, timeout_ms, out, sizeof(*out));
+            }
+        }
+    }
     tsdf_buf_fini(&coded);
     free(q);
     return rc;
+}
+
+int tsdf_client_attach_ring(tsdf_client *c, const char *ring_socket, size_t slot_bytes,
+                            unsigned slots)
+{
+    if (c == NULL)
+        return TSDF_EINVAL;
+    last_message[0] = '\0';
+    client_ring *r = NULL;
+    char why[160] = "";
+    int rc = client_ring_attach(ring_socket, slot_bytes, slots, c->default_timeout_ms, &r, why,
+                                sizeof why);
+    if (rc != TSDF_OK)
+        return client_fail(rc, "%s", why);
+    client_ring *none = NULL;
+    if (!atomic_compare_exchange_strong(&c->ring, &none, r)) {
+        client_ring_close(r);
+        return client_fail(TSDF_EBUSY, "this client already has a ring");
+    }
+    return TSDF_OK;
 }
 
 int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_raycast_params *p, int want_rgb,

@@ -152,9 +152,26 @@ TSDF_API int tsdf_client_send_frame(tsdf_client *c, const tsdf_client_frame *f, 
 
 /* Sends a frame as an "integrate" request and waits until the daemon has
  * integrated or rejected it. Returns the frame's status. out (optional)
- * receives seq, the map version after the frame and the integration time. */
+ * receives seq, the map version after the frame and the integration time.
+ * With a ring attached (tsdf_client_attach_ring), raw depth goes through
+ * it when a slot is free; else, and for compressed depth, in the request. */
 TSDF_API int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, int timeout_ms,
                                    tsdf_rep_integrate *out);
+
+/* Frames through shared memory (PROTOCOL.md 6.10), for a client on the
+ * daemon's host connected over ipc://: the daemon reads the depth of
+ * tsdf_client_integrate's frames from a ring of `slots` (1..64) slots of
+ * slot_bytes each (at least one frame's depth: 614,400 for 640 x 480
+ * u16) that this process shares with it, instead of out of the request,
+ * so the frame's bytes do not go through the sockets (one copy into the
+ * slot, one out of it on the daemon's side). ring_socket is the daemon's
+ * [server] ring_socket. Once per client; TSDF_EBUSY for a second ring,
+ * TSDF_ECONNREFUSED when nothing listens there, the daemon's code (and
+ * tsdf_client_last_message) when it refuses the ring. Should the daemon
+ * lose the ring (a restart), integrate sends frames in the request again,
+ * by itself. Colour images always travel in the request. */
+TSDF_API int tsdf_client_attach_ring(tsdf_client *c, const char *ring_socket, size_t slot_bytes,
+                                     unsigned slots);
 
 /* Renders map (NULL: "default") from p. out->depth_m (width*height floats)
  * is required; out->normals (width*height*3) and out->rgb (width*height*3)

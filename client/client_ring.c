@@ -1,0 +1,203 @@
+/* client_ring.c - libtsdf's side of a shared-memory frame ring (client_ring.h). */
+#define _GNU_SOURCE
+#include "client_ring.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "tsdf_ring_wire.h"
+#include "tsdf_types.h"
+
+struct client_ring {
+    int sock; /* the ring socket's connection: the ring lives while it is open */
+    uint8_t *base;
+    size_t slot_bytes;
+    unsigned slots;
+    uint64_t token;
+    atomic_uint_fast64_t free_mask; /* bit i: slot i is free */
+    atomic_int broken;
+};
+
+static int fail(char *why, size_t why_len, int rc, const char *msg)
+{
+    snprintf(why, why_len, "%s", msg);
+    return rc;
+}
+
+/* Waits until fd is readable, at most timeout_ms. */
+static int wait_readable(int fd, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    for (;;) {
+        int n = poll(&p, 1, timeout_ms);
+        if (n > 0)
+            return TSDF_OK;
+        if (n == 0)
+            return TSDF_ETIMEOUT;
+        if (errno != EINTR)
+            return TSDF_EIO;
+    }
+}
+
+int client_ring_handshake(const char *path, int fd, uint64_t bytes, int timeout_ms, int *sock,
+                          tsdf_ring_attach_reply *rep, char *why, size_t why_len)
+{
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    if (path == NULL || strlen(path) >= sizeof a.sun_path)
+        return fail(why, why_len, TSDF_EINVAL, "ring socket path missing or too long");
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) != 0) {
+        snprintf(why, why_len, "ring socket %s: %s", path, strerror(errno));
+        if (s >= 0)
+            close(s);
+        return TSDF_ECONNREFUSED;
+    }
+    tsdf_ring_attach_msg m = {TSDF_RING_MAGIC, TSDF_RING_VERSION, bytes};
+    char ctl[CMSG_SPACE(sizeof(int))];
+    memset(ctl, 0, sizeof ctl);
+    struct iovec iov = {&m, sizeof m};
+    struct msghdr h;
+    memset(&h, 0, sizeof h);
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    h.msg_control = ctl;
+    h.msg_controllen = sizeof ctl;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&h);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    int rc = TSDF_EIO;
+    if (sendmsg(s, &h, MSG_NOSIGNAL) != (ssize_t)sizeof m) {
+        snprintf(why, why_len, "ring socket %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    if ((rc = wait_readable(s, timeout_ms > 0 ? timeout_ms : 5000)) != TSDF_OK) {
+        snprintf(why, why_len, "ring socket %s: no answer", path);
+        goto fail;
+    }
+    if (recv(s, rep, sizeof *rep, 0) != (ssize_t)sizeof *rep || rep->magic != TSDF_RING_MAGIC) {
+        snprintf(why, why_len, "ring socket %s: not a ring answer", path);
+        rc = TSDF_EFORMAT;
+        goto fail;
+    }
+    rep->reason[sizeof rep->reason - 1] = '\0';
+    *sock = s;
+    return TSDF_OK;
+
+fail:
+    close(s);
+    return rc;
+}
+
+int client_ring_attach(const char *path, size_t slot_bytes, unsigned slots, int timeout_ms,
+                       client_ring **out, char *why, size_t why_len)
+{
+    if (slots == 0 || slots > CLIENT_RING_MAX_SLOTS || slot_bytes == 0 ||
+        slot_bytes > ((size_t)1 << 30) / slots)
+        return fail(why, why_len, TSDF_EINVAL, "1..64 slots of at most 1 GiB in all");
+    /* Slots 64-byte aligned, so that every copy in and out is aligned. */
+    slot_bytes = (slot_bytes + 63u) & ~(size_t)63u;
+    const size_t bytes = slot_bytes * slots;
+
+    client_ring *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return fail(why, why_len, TSDF_ENOMEM, "out of memory");
+    r->sock = -1;
+    r->base = MAP_FAILED;
+    int rc = TSDF_EIO;
+    int fd = memfd_create("tsdf-frame-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0 ||
+        /* The daemon maps it: it must not be able to shrink under that
+         * mapping, and the seals themselves are final. */
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        snprintf(why, why_len, "cannot make the ring's memfd: %s", strerror(errno));
+        goto fail;
+    }
+    r->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (r->base == MAP_FAILED) {
+        snprintf(why, why_len, "cannot map the ring: %s", strerror(errno));
+        rc = TSDF_ENOMEM;
+        goto fail;
+    }
+    tsdf_ring_attach_reply rep;
+    rc = client_ring_handshake(path, fd, bytes, timeout_ms, &r->sock, &rep, why, why_len);
+    if (rc != TSDF_OK)
+        goto fail;
+    if (rep.status != TSDF_OK) {
+        snprintf(why, why_len, "ring refused: %s", rep.reason);
+        rc = rep.status;
+        goto fail;
+    }
+    close(fd);
+    r->slot_bytes = slot_bytes;
+    r->slots = slots;
+    r->token = rep.token;
+    atomic_init(&r->free_mask, slots == 64 ? UINT64_MAX : (((uint64_t)1 << slots) - 1u));
+    atomic_init(&r->broken, 0);
+    *out = r;
+    return TSDF_OK;
+
+fail:
+    if (fd >= 0)
+        close(fd);
+    if (r->sock >= 0)
+        close(r->sock);
+    if (r->base != MAP_FAILED)
+        munmap(r->base, bytes);
+    free(r);
+    return rc;
+}
+
+void client_ring_close(client_ring *r)
+{
+    if (r == NULL)
+        return;
+    close(r->sock);
+    munmap(r->base, r->slot_bytes * r->slots);
+    free(r);
+}
+
+int client_ring_put(client_ring *r, const void *src, size_t bytes, uint64_t *token,
+                    uint64_t *offset)
+{
+    if (r == NULL || bytes > r->slot_bytes || atomic_load(&r->broken))
+        return -1;
+    uint64_t mask = atomic_load(&r->free_mask);
+    for (;;) {
+        if (mask == 0)
+            return -1;
+        int slot = __builtin_ctzll(mask);
+        uint64_t bit = (uint64_t)1 << slot;
+        if (atomic_compare_exchange_weak(&r->free_mask, &mask, mask & ~bit)) {
+            memcpy(r->base + (size_t)slot * r->slot_bytes, src, bytes);
+            *token = r->token;
+            *offset = (uint64_t)slot * r->slot_bytes;
+            return slot;
+        }
+    }
+}
+
+void client_ring_release(client_ring *r, int slot, int answered)
+{
+    if (r != NULL && slot >= 0 && answered)
+        atomic_fetch_or(&r->free_mask, (uint64_t)1 << slot);
+}
+
+void client_ring_break(client_ring *r)
+{
+    if (r != NULL)
+        atomic_store(&r->broken, 1);
+}
