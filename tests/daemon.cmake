@@ -67,6 +67,13 @@ if(TARGET tsdf_client)
     # frames, and payloads that do not decode refused and counted.
     tsdf_add_test(NAME daemon_depth SOURCES test_daemon_depth.c
       LIBS tsdfd_testlib LABELS daemon TIMEOUT 300)
+    # Frames through a shared-memory ring: the same volume as in the
+    # request, the refusals, detaching, and the fallback after a restart
+    # (client_ring.c compiled in: its attach exchange is not exported).
+    tsdf_add_test(NAME daemon_ring
+      SOURCES test_daemon_ring.c ${PROJECT_SOURCE_DIR}/client/client_ring.c
+      LIBS tsdfd_testlib LABELS daemon TIMEOUT 300)
+    target_include_directories(test_daemon_ring PRIVATE ${PROJECT_SOURCE_DIR}/client)
     # The daemon against proto/PROTOCOL.md, on the points where a client
     # written from the document alone found the two apart.
     tsdf_add_test(NAME daemon_protocol SOURCES test_daemon_protocol.c

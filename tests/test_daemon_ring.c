@@ -1,0 +1,341 @@
+/*
+ * test_daemon_ring.c - frames through a shared-memory ring (PROTOCOL.md
+ * 6.10) against a real tsdfd: the same frames through a ring and in the
+ * request build identical volumes and are counted (rings.frames); what
+ * must be refused is (an unsealed or a missing descriptor, an unknown
+ * token, a slot outside the ring, another process's ring, a ring named
+ * over the frames socket), with the volume untouched; a ring is detached
+ * with its connection; and a client whose daemon lost its ring (a
+ * restart) goes back to sending frames in the request by itself.
+ */
+#define _GNU_SOURCE
+
+#include "testutil.h"
+
+#include "client_ring.h"
+#include "daemon_testlib.h"
+#include "tsdf_proto.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define IMG_W 160
+#define IMG_H 120
+#define N_FRAMES 6
+#define U16_BYTES ((size_t)IMG_W * IMG_H * 2u)
+
+static const char ring_ini[] = "[server]\nring_socket = @DIR@/rings.sock\n";
+
+static void ring_path(const tsdfd_harness *h, char *out, size_t n)
+{
+    snprintf(out, n, "%s/rings.sock", h->dir);
+}
+
+static tsdf_rep_stats *stats_of(tsdf_client *c, const char *map)
+{
+    tsdf_rep_stats *st = malloc(sizeof *st);
+    assert_non_null(st);
+    assert_int_equal(tsdf_client_stats(c, map, st, 30000), TSDF_OK);
+    return st;
+}
+
+static void integrate_ok(tsdf_client *c, const char *map, const tsdf_frame *f, uint64_t seq)
+{
+    tsdf_client_frame cf = {map, "cam0", 0, seq, 0, f, TSDF_DEPTH_ENC_RAW, 0};
+    int rc = tsdf_client_integrate(c, &cf, 30000, NULL);
+    if (rc != TSDF_OK)
+        fail_msg("integrate into %s: %s (%s)", map, tsdf_strerror(rc), tsdf_client_last_message());
+}
+
+static void test_ring_integrates_identically(void **state)
+{
+    (void)state;
+    frame_set fs;
+    tsdfd_harness h;
+    char path[TSDFD_HARNESS_PATH_LEN + 16];
+    frames_make(&fs, "room", IMG_W, IMG_H, N_FRAMES);
+    assert_int_equal(start_daemon(&h, ring_ini, NULL), 0);
+    ring_path(&h, path, sizeof path);
+    tsdf_client *ring = open_client(&h, 0), *plain = open_client(&h, 0);
+    /* Two slots of one f32 frame each: the u16 frames fit too. */
+    assert_int_equal(tsdf_client_attach_ring(ring, path, (size_t)IMG_W * IMG_H * 4u, 2), TSDF_OK);
+    assert_int_equal(tsdf_client_attach_ring(ring, path, U16_BYTES, 2), TSDF_EBUSY);
+
+    tsdf_frame u16[N_FRAMES];
+    uint16_t *mm[N_FRAMES];
+    for (uint32_t i = 0; i < fs.count; i++) {
+        mm[i] = frame_to_mm(&fs.frames[i], &u16[i]);
+        integrate_ok(ring, "ring_u16", &u16[i], i);
+        integrate_ok(plain, "raw_u16", &u16[i], i);
+        integrate_ok(ring, "ring_f32", &fs.frames[i], i);
+        integrate_ok(plain, "raw_f32", &fs.frames[i], i);
+    }
+    tsdf_rep_stats *st = stats_of(plain, NULL);
+    /* Every frame of the ring client went through the ring. */
+    assert_int_equal(stat_get(st, "rings.frames"), 2 * N_FRAMES);
+    assert_int_equal(stat_get(st, "rings.attached"), 1);
+    assert_true(stat_get(st, "rings.bytes") >= 2 * IMG_W * IMG_H * 4);
+    assert_int_equal(stat_get(st, "frames.integrated"), 4 * N_FRAMES);
+    assert_reconciled(st);
+    free(st);
+    assert_same_map(plain, "raw_u16", "ring_u16");
+    assert_same_map(plain, "raw_f32", "ring_f32");
+
+    /* Closing the client detaches its ring. */
+    tsdf_client_close(ring);
+    int64_t attached = 1;
+    for (int i = 0; i < 200 && attached != 0; i++) {
+        st = stats_of(plain, NULL);
+        attached = stat_get(st, "rings.attached");
+        free(st);
+        if (attached != 0)
+            sleep_ms(10);
+    }
+    assert_int_equal(attached, 0);
+    for (uint32_t i = 0; i < fs.count; i++)
+        free(mm[i]);
+    tsdf_client_close(plain);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    frames_free(&fs);
+}
+
+/* A memfd of bytes, sealed against shrinking when seal; -1 on failure. */
+static int make_memfd(size_t bytes, int seal)
+{
+    int fd = memfd_create("test-ring", MFD_CLOEXEC | (seal ? MFD_ALLOW_SEALING : 0));
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)bytes), 0);
+    if (seal)
+        assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    return fd;
+}
+
+/* Attaches fd at path; the daemon's answer in *rep, the connection in *sock. */
+static void handshake(const char *path, int fd, uint64_t bytes, int *sock,
+                      tsdf_ring_attach_reply *rep)
+{
+    char why[160];
+    int rc = client_ring_handshake(path, fd, bytes, 10000, sock, rep, why, sizeof why);
+    if (rc != TSDF_OK)
+        fail_msg("ring handshake: %s (%s)", tsdf_strerror(rc), why);
+}
+
+/* An integrate request of f into map that names (token, offset), sent on
+ * s; returns the reply's status and its message in msg. */
+static int ring_request(nng_socket s, const char *map, const tsdf_frame *f, uint64_t token,
+                        uint64_t offset, tsdf_msg_type type, char *msg, size_t msg_len)
+{
+    tsdf_request *q = malloc(sizeof *q);
+    assert_non_null(q);
+    tsdf_request_init(q, type);
+    q->id = 7;
+    snprintf(q->map, sizeof q->map, "%s", map);
+    q->u.frame.sensor.is_id = 1;
+    q->u.frame.frame = *f;
+    q->u.frame.has_ring = 1;
+    q->u.frame.ring_token = token;
+    q->u.frame.ring_offset = offset;
+    tsdf_buf b;
+    tsdf_buf_init(&b);
+    int rc = tsdf_proto_encode_request(q, &b);
+    free(q);
+    if (type == TSDF_MSG_FRAME) {
+        /* Refused by the encoder already: a frame may not name a ring. */
+        tsdf_buf_fini(&b);
+        return rc;
+    }
+    assert_int_equal(rc, TSDF_OK);
+    tsdf_reply *rep = malloc(sizeof *rep);
+    assert_non_null(rep);
+    raw_roundtrip(s, b.data, b.len, rep);
+    tsdf_buf_fini(&b);
+    int status = rep->status;
+    snprintf(msg, msg_len, "%s", status != TSDF_OK ? rep->message : "");
+    free(rep);
+    return status;
+}
+
+static void test_ring_refusals(void **state)
+{
+    (void)state;
+    frame_set fs;
+    tsdfd_harness h;
+    char path[TSDFD_HARNESS_PATH_LEN + 16], msg[TSDF_PROTO_MAX_MESSAGE_LEN + 1];
+    frames_make(&fs, "room", IMG_W, IMG_H, 1);
+    tsdf_frame u16;
+    uint16_t *mm = frame_to_mm(&fs.frames[0], &u16);
+    assert_int_equal(start_daemon(&h, ring_ini, NULL), 0);
+    ring_path(&h, path, sizeof path);
+    tsdf_client *c = open_client(&h, 0);
+    nng_socket s = raw_req(&h);
+    int sock = -1;
+    tsdf_ring_attach_reply rep;
+
+    /* A memfd that could shrink under the daemon's mapping: refused. */
+    int fd = make_memfd(U16_BYTES, 0);
+    handshake(path, fd, U16_BYTES, &sock, &rep);
+    assert_int_equal(rep.status, TSDF_EINVAL);
+    assert_non_null(strstr(rep.reason, "F_SEAL_SHRINK"));
+    close(sock);
+    close(fd);
+    /* Larger than the file: refused. */
+    fd = make_memfd(U16_BYTES, 1);
+    handshake(path, fd, 2 * U16_BYTES, &sock, &rep);
+    assert_int_equal(rep.status, TSDF_EINVAL);
+    close(sock);
+
+    /* A good ring, with the frame's samples in it at offset 0. */
+    handshake(path, fd, U16_BYTES, &sock, &rep);
+    assert_int_equal(rep.status, TSDF_OK);
+    assert_true(rep.token != 0);
+    uint8_t *base = mmap(NULL, U16_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(base != MAP_FAILED);
+    memcpy(base, mm, U16_BYTES);
+
+    /* Unknown token, a slot past the end, overflowing offsets: refused,
+     * and nothing reaches the map. */
+    assert_int_equal(
+        ring_request(s, "r", &u16, rep.token ^ 1u, 0, TSDF_MSG_INTEGRATE, msg, sizeof msg),
+        TSDF_ENOT_FOUND);
+    assert_int_equal(strncmp(msg, "ring_token", 10), 0);
+    assert_int_equal(ring_request(s, "r", &u16, rep.token, 2, TSDF_MSG_INTEGRATE, msg, sizeof msg),
+                     TSDF_EBAD_SIZE);
+    assert_int_equal(
+        ring_request(s, "r", &u16, rep.token, UINT64_MAX - 8, TSDF_MSG_INTEGRATE, msg, sizeof msg),
+        TSDF_EBAD_SIZE);
+    /* Frames pushed without a reply may not name a ring. */
+    assert_int_equal(ring_request(s, "r", &u16, rep.token, 0, TSDF_MSG_FRAME, msg, sizeof msg),
+                     TSDF_EPROTO_KEY);
+
+    /* Another process may not use this process's ring: this program again
+     * (a fresh process, as nng does not survive a fork), see main. */
+    char token[24];
+    snprintf(token, sizeof token, "%" PRIu64, rep.token);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        execl("/proc/self/exe", "test_daemon_ring", "--other-process", h.req_url, token,
+              (char *)NULL);
+        _exit(127);
+    }
+    int wst = 0;
+    assert_int_equal(waitpid(child, &wst, 0), child);
+    if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0)
+        fail_msg("another process's request with this ring: exit status %d",
+                 WIFEXITED(wst) ? WEXITSTATUS(wst) : -1);
+
+    tsdf_rep_stats *st = stats_of(c, NULL);
+    assert_int_equal(stat_get(st, "rings.refused"), 2);
+    assert_int_equal(stat_get(st, "rings.frames"), 0);
+    assert_int_equal(stat_get(st, "frames.integrated"), 0);
+    free(st);
+
+    /* The right process, token and slot: integrated. */
+    int ok = ring_request(s, "r", &u16, rep.token, 0, TSDF_MSG_INTEGRATE, msg, sizeof msg);
+    if (ok != TSDF_OK)
+        fail_msg("ring frame: %s (%s)", tsdf_strerror(ok), msg);
+    st = stats_of(c, NULL);
+    assert_int_equal(stat_get(st, "rings.frames"), 1);
+    assert_int_equal(stat_get(st, "frames.integrated"), 1);
+    free(st);
+
+    /* Its connection closed, the ring is gone. */
+    close(sock);
+    int status = TSDF_OK;
+    for (int i = 0; i < 200 && status != TSDF_ENOT_FOUND; i++) {
+        status = ring_request(s, "r", &u16, rep.token, 0, TSDF_MSG_INTEGRATE, msg, sizeof msg);
+        if (status != TSDF_ENOT_FOUND)
+            sleep_ms(10);
+    }
+    assert_int_equal(status, TSDF_ENOT_FOUND);
+
+    munmap(base, U16_BYTES);
+    close(fd);
+    nng_close(s);
+    tsdf_client_close(c);
+    free(mm);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    frames_free(&fs);
+}
+
+/* A daemon without a ring socket refuses a ring's frame, and libtsdf's
+ * frames go in the request again after its daemon restarted. */
+static void test_ring_lost_falls_back(void **state)
+{
+    (void)state;
+    frame_set fs;
+    tsdfd_harness a, b;
+    char path[TSDFD_HARNESS_PATH_LEN + 16], ini[4 * TSDFD_HARNESS_PATH_LEN];
+    frames_make(&fs, "room", IMG_W, IMG_H, 2);
+    tsdf_frame u16[2];
+    uint16_t *mm0 = frame_to_mm(&fs.frames[0], &u16[0]), *mm1 = frame_to_mm(&fs.frames[1], &u16[1]);
+    assert_int_equal(start_daemon(&a, ring_ini, NULL), 0);
+    ring_path(&a, path, sizeof path);
+    tsdf_client *c = open_client(&a, 0);
+    assert_int_equal(tsdf_client_attach_ring(c, path, U16_BYTES, 1), TSDF_OK);
+    integrate_ok(c, "m", &u16[0], 0);
+    assert_int_equal(tsdfd_harness_stop(&a, 30000), 0);
+
+    /* The next daemon on the same request socket, without rings. */
+    snprintf(ini, sizeof ini, "[server]\nlisten = ipc://@DIR@/req.sock, %s\n", a.req_url);
+    assert_int_equal(start_daemon(&b, ini, NULL), 0);
+    integrate_ok(c, "m", &u16[1], 1);
+    tsdf_rep_stats *st = stats_of(c, "m");
+    assert_int_equal(stat_get(st, "frames.integrated"), 1);
+    assert_int_equal(stat_get(st, "rings.frames"), 0);
+    /* The refused attempt is counted as a rejected frame, then the frame
+     * itself arrives in its request. */
+    assert_int_equal(stat_get(st, "frames.received"), 2);
+    assert_int_equal(stat_get(st, "frames.rejected"), 1);
+    assert_reconciled(st);
+    free(st);
+
+    tsdf_client_close(c);
+    free(mm0);
+    free(mm1);
+    assert_int_equal(tsdfd_harness_stop(&b, 30000), 0);
+    frames_free(&fs);
+}
+
+/* The other process of test_ring_refusals: sends one frame naming the
+ * ring token on url; exits 0 when the daemon refuses it as another
+ * process's ring, else 1 with what it said. */
+static int other_process(const char *url, const char *token_text)
+{
+    frame_set fs;
+    frames_make(&fs, "room", IMG_W, IMG_H, 1);
+    tsdf_frame u16;
+    uint16_t *mm = frame_to_mm(&fs.frames[0], &u16);
+    tsdfd_harness h;
+    memset(&h, 0, sizeof h);
+    snprintf(h.req_url, sizeof h.req_url, "%s", url);
+    nng_socket s = raw_req(&h);
+    char msg[TSDF_PROTO_MAX_MESSAGE_LEN + 1];
+    uint64_t token = strtoull(token_text, NULL, 10);
+    int st = ring_request(s, "r", &u16, token, 0, TSDF_MSG_INTEGRATE, msg, sizeof msg);
+    nng_close(s);
+    free(mm);
+    frames_free(&fs);
+    if (st == TSDF_EFORBIDDEN && strncmp(msg, "ring_token", 10) == 0)
+        return 0;
+    fprintf(stderr, "other process: %s (%s)\n", tsdf_strerror(st), msg);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 4 && strcmp(argv[1], "--other-process") == 0)
+        return other_process(argv[2], argv[3]);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ring_integrates_identically),
+        cmocka_unit_test(test_ring_refusals),
+        cmocka_unit_test(test_ring_lost_falls_back),
+    };
+    return daemon_tests_run("daemon_ring", tests, sizeof tests / sizeof tests[0]);
+}
