@@ -113,6 +113,7 @@ typedef struct {
     const bench_opts *o;
     const bd_frames *frames;
     const char *req_url, *frames_url;
+    const char *ring_path; /* --ring: the daemon's ring socket; else NULL */
     pthread_barrier_t start;
     double t_start_ms, t_end_ms;
 } run_ctx;
@@ -217,6 +218,9 @@ static void *client_main(void *arg)
     run_ctx *run = j->run;
     int ff = run->o->mode == MODE_FF;
     int rc = open_client(run, ff, &j->client);
+    if (rc == TSDF_OK && run->ring_path != NULL)
+        rc = tsdf_client_attach_ring(j->client, run->ring_path,
+                                     (size_t)run->frames->width * run->frames->height * 2u, 2);
     if (rc != TSDF_OK) {
         note_error(&j->first_error, j->first_message, sizeof j->first_message, rc);
         j->failed++;
@@ -395,6 +399,7 @@ static int start_daemon(bench *b)
     b->spawned = 1;
     b->run.req_url = b->spawn.req_url;
     b->run.frames_url = b->spawn.frames_url;
+    b->run.ring_path = o->ring ? b->spawn.ring_path : NULL;
     return 0;
 }
 
@@ -615,10 +620,22 @@ static int reconcile(bench *b, uint64_t sent)
             printf("  map %s: frames_integrated %" PRId64 ", want %" PRIu64 " (%s)\n",
                    map_name(b, i), got, want, rc == TSDF_OK ? "MISMATCH" : tsdf_strerror(rc));
     }
-    free(st);
     printf("  maps whose frames_integrated equals the frames sent to them: %u of %u %s\n", maps_ok,
            maps, maps_ok == maps ? "ok" : "MISMATCH");
     bad += maps_ok != maps;
+    if (b->o.ring) {
+        /* Every client frame through its ring (the prefill's go in the
+         * request), or the run did not measure what it says. */
+        int64_t got = -1, want = (int64_t)(sent - b->prefill_frames);
+        int rc = tsdf_client_stats(b->ctl, NULL, st, CALL_TIMEOUT_MS);
+        if (rc == TSDF_OK)
+            bd_stat_find(st, "rings.frames", &got);
+        printf("  frames whose depth came through a shared ring: %" PRId64 ", want %" PRId64
+               " %s\n",
+               got, want, got == want ? "ok" : "MISMATCH");
+        bad += got != want;
+    }
+    free(st);
     return bad;
 }
 
@@ -771,6 +788,8 @@ static void print_setup(const bench *b)
            b->voxel_m);
     printf("  requests %s%s%s\n", b->run.req_url, o->mode == MODE_FF ? ", frames " : "",
            o->mode == MODE_FF ? b->run.frames_url : "");
+    if (b->run.ring_path != NULL)
+        printf("  clients' depth through shared-memory rings at %s\n", b->run.ring_path);
     for (size_t i = 0; i < o->set_count; i++)
         printf("  --set %s\n", o->sets[i]);
 }

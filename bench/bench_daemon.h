@@ -62,6 +62,7 @@ typedef struct {
     size_t set_count;
     double settle_timeout_s;
     int keep;
+    int ring; /* --ring: clients send their depth through shared rings */
 } bench_opts;
 
 /* A growable array of latencies, in ms. Zero-initialised it is empty. */

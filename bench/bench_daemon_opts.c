@@ -130,6 +130,7 @@ void bd_usage(FILE *to)
                 "                    [--raycast-width W] [--raycast-height H]\n"
                 "                    [--raycast-reply full|depth|half]\n"
                 "                    [--set SECTION.KEY=VALUE]... [--settle-timeout-s S] [--keep]\n"
+                "                    [--ring]\n"
                 "defaults: --backend auto, --transport ipc (both with --spawn only),\n"
                 "          --clients 32, --seconds 12, --mode acked, --maps own,\n"
                 "          --width 640 --height 480, --scene demo, --raycast on --mesh on,\n"
@@ -137,6 +138,8 @@ void bd_usage(FILE *to)
                 "          --raycast-reply full (depth and normals; depth: depth alone;\n"
                 "          half: depth alone at half the width and height),\n"
                 "          --settle-timeout-s 300\n"
+                "--ring: every client attaches a shared-memory frame ring (two slots)\n"
+                "          and sends its depth through it (PROTOCOL.md 6.10)\n"
                 "--clients 0: no client streams; one map integrates the first 30 poses,\n"
                 "          then only the queries run against it (idle query latency;\n"
                 "          with --mesh off for the raycast alone, --query-period-ms 0 for\n"
@@ -272,6 +275,10 @@ int bd_parse_args(int argc, char **argv, bench_opts *o)
             o->keep = 1;
             continue;
         }
+        if (strcmp(a, "--ring") == 0) {
+            o->ring = 1;
+            continue;
+        }
         if (val == NULL) {
             fprintf(stderr, "bench_daemon: %s needs a value\n", a);
             return -1;
@@ -284,6 +291,12 @@ int bd_parse_args(int argc, char **argv, bench_opts *o)
     }
     if ((o->spawn_bin == NULL) == (o->addr == NULL)) {
         fprintf(stderr, "bench_daemon: give exactly one of --spawn and --addr\n");
+        return -1;
+    }
+    /* The ring socket's path is the spawned daemon's; a ring serves
+     * acknowledged frames over ipc:// only (PROTOCOL.md 6.10). */
+    if (o->ring && (o->spawn_bin == NULL || o->tcp || o->mode != MODE_ACKED)) {
+        fprintf(stderr, "bench_daemon: --ring needs --spawn, --transport ipc and --mode acked\n");
         return -1;
     }
     if (o->addr != NULL && o->mode == MODE_FF && o->frames_addr == NULL) {

@@ -56,6 +56,8 @@ static int free_tcp_port(void)
 
 static int make_urls(bench_spawn *s, int tcp)
 {
+    /* Frame rings work over ipc:// only; the socket costs nothing unused. */
+    snprintf(s->ring_path, sizeof s->ring_path, "%.400s/rings.sock", s->dir);
     if (!tcp) {
         snprintf(s->req_url, sizeof s->req_url, "ipc://%.400s/req.sock", s->dir);
         snprintf(s->frames_url, sizeof s->frames_url, "ipc://%.400s/frames.sock", s->dir);
@@ -88,6 +90,7 @@ static int write_config(const bench_spawn *s, const bench_spawn_opts *o)
             "frames_listen = %s\n"
             "state_dir = %s/state\n"
             "max_connections = %d\n"
+            "ring_socket = %s\n"
             "[volume]\n"
             "backend = %s\n"
             "max_maps = %d\n"
@@ -99,7 +102,8 @@ static int write_config(const bench_spawn *s, const bench_spawn_opts *o)
             "enabled = false\n"
             "[log]\n"
             "stats_period_s = 0\n",
-            s->req_url, s->frames_url, s->dir, o->max_connections, o->backend, o->max_maps);
+            s->req_url, s->frames_url, s->dir, o->max_connections, s->ring_path, o->backend,
+            o->max_maps);
     return fclose(f) == 0 ? 0 : -1;
 }
 

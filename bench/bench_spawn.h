@@ -43,6 +43,7 @@ typedef struct {
     char log_path[BENCH_SPAWN_PATH_LEN];
     char req_url[BENCH_SPAWN_PATH_LEN];    /* REQ/REP address of the daemon */
     char frames_url[BENCH_SPAWN_PATH_LEN]; /* PUSH/PULL address */
+    char ring_path[BENCH_SPAWN_PATH_LEN];  /* [server] ring_socket (PROTOCOL.md 6.10) */
     pid_t pid;                             /* 0 when not running */
 } bench_spawn;
 

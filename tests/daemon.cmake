@@ -124,6 +124,10 @@ if(TARGET bench_daemon AND TARGET tsdfd)
   add_test(NAME bench_daemon_half_smoke COMMAND bench_daemon --spawn $<TARGET_FILE:tsdfd>
     --backend cpu --clients 0 --seconds 1 --width 160 --height 120 --raycast-width 160
     --raycast-height 120 --raycast-reply half --mesh off --settle-timeout-s 120)
+  # Acknowledged frames through shared-memory rings: fails unless every
+  # client frame's depth came through a ring (rings.frames).
+  add_test(NAME bench_daemon_ring_smoke COMMAND bench_daemon ${TSDF_BENCH_DAEMON_SMOKE}
+    --mode acked --maps own --transport ipc --raycast off --mesh off --ring)
   set_tests_properties(bench_daemon_smoke bench_daemon_ff_smoke bench_daemon_idle_smoke
-    bench_daemon_half_smoke PROPERTIES TIMEOUT 300 LABELS "bench;daemon")
+    bench_daemon_half_smoke bench_daemon_ring_smoke PROPERTIES TIMEOUT 300 LABELS "bench;daemon")
 endif()
