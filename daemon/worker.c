@@ -123,6 +123,18 @@ void job_free(worker_job *j)
     free(j);
 }
 
+/* p (bytes, from pool `from`, or malloc'd when NULL) becomes the frame's
+ * depth, owned by the job; the buffer it had before is given back. */
+static void own_depth(worker_job *j, frame_pool *from, void *p, size_t bytes)
+{
+    tsdf_frame *f = &j->req.u.frame.frame;
+    image_free(j->depth_pool, j->depth_aligned);
+    j->depth_aligned = p;
+    j->depth_pool = from;
+    f->depth = p;
+    f->depth_size_bytes = bytes;
+}
+
 static int prepare_depth(worker_job *j, frame_pool *pool, tsdf_proto_error *err)
 {
     tsdf_req_frame *rf = &j->req.u.frame;
@@ -160,11 +172,7 @@ static int prepare_depth(worker_job *j, frame_pool *pool, tsdf_proto_error *err)
         image_free(from, p);
         return rc;
     }
-    image_free(j->depth_pool, j->depth_aligned);
-    j->depth_aligned = p;
-    j->depth_pool = from;
-    f->depth = p;
-    f->depth_size_bytes = bytes;
+    own_depth(j, from, p, bytes);
     rf->depth_encoding = TSDF_DEPTH_ENC_RAW;
     rf->depth_coded = NULL;
     rf->depth_coded_bytes = 0;
@@ -179,11 +187,7 @@ void *job_depth_buffer(worker_job *j, frame_pool *pool)
     frame_pool *from = p != NULL ? pool : NULL;
     if (p == NULL && (p = malloc(bytes)) == NULL)
         return NULL;
-    image_free(j->depth_pool, j->depth_aligned);
-    j->depth_aligned = p;
-    j->depth_pool = from;
-    f->depth = p;
-    f->depth_size_bytes = bytes;
+    own_depth(j, from, p, bytes);
     return p;
 }
 
