@@ -66,14 +66,9 @@ int client_ring_handshake(const char *path, int fd, uint64_t bytes, int timeout_
     }
     tsdf_ring_attach_msg m = {TSDF_RING_MAGIC, TSDF_RING_VERSION, bytes};
     char ctl[CMSG_SPACE(sizeof(int))];
-    memset(ctl, 0, sizeof ctl);
-    struct iovec iov = {&m, sizeof m};
+    struct iovec iov;
     struct msghdr h;
-    memset(&h, 0, sizeof h);
-    h.msg_iov = &iov;
-    h.msg_iovlen = 1;
-    h.msg_control = ctl;
-    h.msg_controllen = sizeof ctl;
+    tsdf_ring_msghdr(&h, &iov, &m, sizeof m, ctl, sizeof ctl);
     struct cmsghdr *cm = CMSG_FIRSTHDR(&h);
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;

@@ -116,13 +116,9 @@ static void attach(rings *r, ring_conn *c)
 {
     tsdf_ring_attach_msg m;
     char ctl[CMSG_SPACE(sizeof(int) * 4)];
-    struct iovec iov = {&m, sizeof m};
+    struct iovec iov;
     struct msghdr h;
-    memset(&h, 0, sizeof h);
-    h.msg_iov = &iov;
-    h.msg_iovlen = 1;
-    h.msg_control = ctl;
-    h.msg_controllen = sizeof ctl;
+    tsdf_ring_msghdr(&h, &iov, &m, sizeof m, ctl, sizeof ctl);
     ssize_t n = recvmsg(c->fd, &h, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;

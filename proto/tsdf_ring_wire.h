@@ -8,6 +8,8 @@
 #define TSDF_RING_WIRE_H
 
 #include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
 
 /* The attach message on the ring socket, client to daemon, with the memfd
  * as its one SCM_RIGHTS descriptor; and the daemon's answer. */
@@ -26,5 +28,20 @@ typedef struct {
     uint64_t token;  /* TSDF_OK: what integrate requests name */
     char reason[64]; /* not TSDF_OK: a short message, NUL-terminated */
 } tsdf_ring_attach_reply;
+
+/* h set up for one message of len bytes at buf with room for control
+ * data (descriptors) in ctl: what both ends pass to sendmsg / recvmsg. */
+static inline void tsdf_ring_msghdr(struct msghdr *h, struct iovec *iov, void *buf, size_t len,
+                                    void *ctl, size_t ctl_len)
+{
+    memset(h, 0, sizeof *h);
+    memset(ctl, 0, ctl_len);
+    iov->iov_base = buf;
+    iov->iov_len = len;
+    h->msg_iov = iov;
+    h->msg_iovlen = 1;
+    h->msg_control = ctl;
+    h->msg_controllen = ctl_len;
+}
 
 #endif
