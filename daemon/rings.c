@@ -262,7 +262,13 @@ int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64
     r->wake[0] = r->wake[1] = -1;
     r->max_rings = max_rings;
     r->max_bytes = max_bytes;
-    pthread_rwlock_init(&r->lock, NULL);
+    /* Writers first: under load the request threads' copies overlap, and
+     * glibc's default would keep an attach or detach waiting for a gap. */
+    pthread_rwlockattr_t la;
+    pthread_rwlockattr_init(&la);
+    pthread_rwlockattr_setkind_np(&la, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&r->lock, &la);
+    pthread_rwlockattr_destroy(&la);
     int rc = TSDF_EIO;
     struct sockaddr_un a;
     memset(&a, 0, sizeof a);
