@@ -134,6 +134,7 @@ static void test_ring_keys(void **state)
     tsdf_buf_clear(&b);
     assert_int_equal(tsdf_proto_encode_request(&q, &b), TSDF_EPROTO_KEY);
     q.type = TSDF_MSG_INTEGRATE;
+    tsdf_buf_fini(&b);
     encode_req(&q, &b);
     rebuild(&b, "type", "type", v_str_frame);
     tsdf_buf f = take_rebuilt();
