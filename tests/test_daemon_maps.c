@@ -156,7 +156,9 @@ static void test_delete_survives_a_crash(void **state)
 typedef struct {
     const tsdfd_harness *h;
     const frame_set *fs;
-    atomic_int stop;
+    atomic_int stop;      /* set by the test: send no more */
+    atomic_int done;      /* set here: sent and failed_other are final */
+    atomic_int may_close; /* set by the test once the daemon has them all */
     int sent, failed_other;
 } streamer;
 
@@ -170,6 +172,7 @@ static void *stream_main(void *arg)
     tsdf_client_options_default(&o);
     if (tsdf_client_open(s->h->req_url, s->h->frames_url, &o, &c) != TSDF_OK) {
         s->failed_other++;
+        atomic_store(&s->done, 1);
         return NULL;
     }
     for (uint32_t i = 0; !atomic_load(&s->stop); i++) {
@@ -186,6 +189,11 @@ static void *stream_main(void *arg)
         }
         s->sent++;
     }
+    /* nng drops what a PUSH socket still queues when it closes: keep it
+     * open until the daemon has received every frame sent. */
+    atomic_store(&s->done, 1);
+    while (!atomic_load(&s->may_close))
+        sleep_ms(5);
     tsdf_client_close(c);
     return NULL;
 }
@@ -219,17 +227,22 @@ static void test_delete_while_streaming(void **state)
         assert_true(rc == TSDF_OK || rc == TSDF_ENOT_FOUND);
         deleted += rc == TSDF_OK;
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2; i++)
         atomic_store(&s[i].stop, 1);
+    for (int i = 0; i < 2; i++)
+        while (!atomic_load(&s[i].done))
+            sleep_ms(5);
+    /* What was pushed last may still be in flight: wait for the counters to
+     * settle (the streamers' sockets still open), then they reconcile. */
+    wait_settled(c, NULL, s[0].sent + s[1].sent, st);
+    for (int i = 0; i < 2; i++) {
+        atomic_store(&s[i].may_close, 1);
         pthread_join(t[i], NULL);
         assert_int_equal(s[i].failed_other, 0);
     }
     printf("delete while streaming: %d deletes, %d + %d frames sent\n", deleted, s[0].sent,
            s[1].sent);
     assert_true(deleted >= 1);
-    /* What was pushed last may still be in flight: wait for the counters to
-     * settle, then they reconcile. */
-    wait_settled(c, NULL, s[0].sent + s[1].sent, st);
     assert_reconciled(st);
     assert_true(stat_get(st, "rejected.no_map") >= 0);
     assert_int_equal(tsdf_client_ping(c, NULL, 10000), TSDF_OK);
