@@ -52,6 +52,7 @@ class Daemon:
         self.push_url = f"ipc://{self.workdir}/frames.sock"
         self.state_dir = self.workdir / "state"
         self.log_path = self.workdir / "tsdfd.log"
+        self.ring_path = self.workdir / "rings.sock"
         self.proc = None
 
     def start(self):
@@ -60,7 +61,8 @@ class Daemon:
                         f"TSDFD_BIN", pytrace=False)
         self.state_dir.mkdir(exist_ok=True)
         conf = self.workdir / "tsdfd.conf"
-        conf.write_text("[snapshot]\nautosave_period_s = 0\nsave_on_stop = false\n"
+        conf.write_text(f"[server]\nring_socket = {self.ring_path}\n"
+                        "[snapshot]\nautosave_period_s = 0\nsave_on_stop = false\n"
                         "load_on_start = false\n")
         cmd = [str(self.binary), "--config", str(conf), "--foreground", "--backend", "cpu",
                "--listen", self.req_url, "--frames-listen", self.push_url,

@@ -14,6 +14,7 @@ import msgpack
 import pynng
 
 from . import _messages as m
+from ._ring import Ring
 from .errors import ArgumentError, ErrorCode, TsdfError
 from .results import Integrated, Ping, Snapshot
 
@@ -103,6 +104,7 @@ class Client:
         self._lock = threading.Lock()
         self._req = None
         self._push = None
+        self._ring = None
         self.timeout_ms = timeout_ms
         t = self._timeout_ms
         tls = (tls_ca, tls_cert, tls_key, tls_server_name)
@@ -153,6 +155,9 @@ class Client:
             if sock is not None:
                 sock.close()
         self._push = self._req = None
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
 
     def __enter__(self):
         return self
@@ -245,9 +250,55 @@ class Client:
         fields = m.frame_fields(map, depth, K, T_world_cam, rgb, sensor, seq, stamp_ns,
                                 depth_scale, min_depth, max_depth, depth_encoding,
                                 compress_level)
-        r = self.request("integrate", **fields)
+        r = self._integrate_via_ring(fields)
+        if r is None:
+            r = self.request("integrate", **fields)
         return Integrated(seq=r.get("seq", 0), version=r.get("version", 0),
                           integrate_ms=float(r.get("integrate_ms", 0.0)))
+
+    def attach_ring(self, ring_socket, slot_bytes, slots=2):
+        """Frames through shared memory (PROTOCOL.md 6.10), for a client on
+        the daemon's host over ipc://: integrate then copies raw depth into
+        a free slot of a ring of `slots` (1..64) slots of slot_bytes (at
+        least one frame's depth: 614400 for 640 x 480 uint16) shared with
+        the daemon, instead of sending it in the request. ring_socket is
+        the daemon's [server] ring_socket. Once per client (BUSY for a
+        second); CONNREFUSED when nothing listens there, the daemon's code
+        when it refuses the ring. Should the daemon lose the ring (a
+        restart), integrate sends the frames in the request again."""
+        if self._ring is not None:
+            raise TsdfError(ErrorCode.BUSY, "this client already has a ring")
+        self._ring = Ring(ring_socket, m.uint(slot_bytes, "slot_bytes"),
+                          m.uint(slots, "slots"), self._timeout_ms)
+
+    def _integrate_via_ring(self, fields):
+        """The integrate reply with fields' raw depth sent through the ring,
+        or None when it goes in the request (no ring, compressed depth, no
+        free slot, or the daemon lost the ring)."""
+        ring = self._ring
+        if ring is None or "depth_encoding" in fields:
+            return None
+        put = ring.put(fields["depth"])
+        if put is None:
+            return None
+        slot, offset = put
+        named = {k: v for k, v in fields.items() if k != "depth"}
+        named["ring_token"] = ring.token
+        named["ring_offset"] = offset
+        try:
+            r = self.request("integrate", **named)
+        except TsdfError as e:
+            # Unanswered: the daemon may still read the slot.
+            answered = e.code not in (ErrorCode.TIMEOUT, ErrorCode.CLOSED, ErrorCode.NNG,
+                                      ErrorCode.CONNREFUSED)
+            ring.release(slot, answered)
+            if answered and e.code in (ErrorCode.NOT_FOUND, ErrorCode.FORBIDDEN) and \
+                    e.message.startswith("ring_token"):
+                ring.broken = True
+                return None
+            raise
+        ring.release(slot, True)
+        return r
 
     def send_frame(self, map, depth, K, T_world_cam, rgb=None, sensor=None, seq=0,
                    stamp_ns=None, depth_scale=0.001, min_depth=0.1, max_depth=5.0, block=True,

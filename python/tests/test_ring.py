@@ -1,0 +1,79 @@
+"""Frames through a shared-memory ring (PROTOCOL.md 6.10): the same map as
+frames in the request, every one counted as read from the ring, the slot
+reused, and the refusals of attach_ring."""
+
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+
+import tsdf
+from tsdf import ErrorCode, TsdfError
+
+from conftest import Daemon, _tsdfd_bin
+from scenes import K, orbit_poses, render_sphere
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    """A daemon of this module's own: the session's has few map slots left
+    by now (volume.max_maps)."""
+    workdir = tempfile.mkdtemp(prefix="tsdf-ring.")
+    d = Daemon(_tsdfd_bin(), workdir)
+    d.start()
+    yield d
+    rc = d.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
+    assert rc == 0, f"tsdfd exited with {rc} after SIGTERM"
+
+
+@pytest.fixture
+def client(daemon):
+    with tsdf.Client(daemon.req_url, timeout_ms=20000) as c:
+        yield c
+
+
+def rings_frames(client):
+    return client.stats("no-such-map")["daemon"]["rings.frames"]
+
+
+def test_ring_frames_build_the_same_map(daemon, client):
+    frames = [(np.round(render_sphere(T) * 1000.0).astype(np.uint16), T)
+              for T in list(orbit_poses(rings=(-30, 30), per_ring=4))[:6]]
+    before = rings_frames(client)
+    with tsdf.Client(daemon.req_url, timeout_ms=20000) as rc:
+        # One slot, room for float depth: every frame reuses it once the
+        # daemon has answered.
+        rc.attach_ring(daemon.ring_path, 2 * frames[0][0].nbytes, slots=1)
+        with pytest.raises(TsdfError) as e:
+            rc.attach_ring(daemon.ring_path, frames[0][0].nbytes)
+        assert e.value.code == ErrorCode.BUSY
+        for seq, (depth, T) in enumerate(frames):
+            rc.integrate("ring-py", depth, K, T, seq=seq)
+            client.integrate("ring-py-raw", depth, K, T, seq=seq)
+        # Float depth, and compressed depth, which goes in the request.
+        rc.integrate("ring-py-f32", frames[0][0].astype(np.float32) / 1000.0, K, frames[0][1])
+        rc.integrate("ring-py-png", frames[0][0], K, frames[0][1], depth_encoding="png")
+    assert rings_frames(client) - before == len(frames) + 1
+    a, b = client.mesh("ring-py"), client.mesh("ring-py-raw")
+    assert len(a.faces) > 500
+    assert np.array_equal(a.vertices, b.vertices)
+    assert np.array_equal(a.faces, b.faces)
+    assert np.array_equal(a.normals, b.normals)
+
+
+def test_attach_ring_refusals(daemon):
+    with tsdf.Client(daemon.req_url, timeout_ms=20000) as c:
+        with pytest.raises(TsdfError) as e:
+            c.attach_ring(daemon.workdir / "no-such.sock", 4096)
+        assert e.value.code == ErrorCode.CONNREFUSED
+        for slots in (0, 65):
+            with pytest.raises(TsdfError) as e:
+                c.attach_ring(daemon.ring_path, 4096, slots=slots)
+            assert e.value.code == ErrorCode.INVAL
+        # Beyond [server] ring_max_mb (256 MiB): the daemon refuses it.
+        with pytest.raises(TsdfError) as e:
+            c.attach_ring(daemon.ring_path, 300 << 20, slots=1)
+        assert e.value.code == ErrorCode.TOO_LARGE
+        assert "ring_max_mb" in e.value.message

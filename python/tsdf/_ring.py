@@ -1,0 +1,99 @@
+"""A shared-memory frame ring (proto/PROTOCOL.md 6.10), the Python side of
+libtsdf's client/client_ring.c.
+
+A memfd of `slots` slots, sealed against shrinking and growing, mapped
+here and handed to the daemon over its ring socket (SCM_RIGHTS), which
+answers a token. An integrate then copies its raw depth into a free slot
+and names (token, offset) instead of carrying the samples. The daemon
+copies them out before it answers, so a slot is free again once the reply
+arrived; a slot whose request got no answer (timeout, broken connection) is
+never used again, since the daemon may still read it.
+"""
+
+import fcntl
+import mmap
+import os
+import socket
+import struct
+import threading
+
+from .errors import ArgumentError, ErrorCode, TsdfError
+
+_MAGIC = 0x47525354  # "TSRG"
+_VERSION = 1
+# Native byte order and layout: both ends are on one host.
+_ATTACH = struct.Struct("=IIQ")
+_REPLY = struct.Struct("=IiQ64s")
+MAX_SLOTS = 64
+
+
+class Ring:
+    def __init__(self, path, slot_bytes, slots, timeout_ms):
+        if not 1 <= slots <= MAX_SLOTS or slot_bytes <= 0 or slot_bytes * slots > 1 << 30:
+            raise ArgumentError(ErrorCode.INVAL, "1..64 slots of at most 1 GiB in all")
+        self.slot_bytes = (slot_bytes + 63) & ~63
+        size = self.slot_bytes * slots
+        self._lock = threading.Lock()
+        self._free = list(range(slots))
+        self.broken = False
+        self._map = None
+        self._sock = None
+        fd = os.memfd_create("tsdf-frame-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, size)
+            # The daemon maps it: it must not shrink under that mapping.
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                        fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+            self._map = mmap.mmap(fd, size)
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self._sock.settimeout(max(timeout_ms, 1) / 1000.0)
+            try:
+                self._sock.connect(os.fspath(path))
+                socket.send_fds(self._sock, [_ATTACH.pack(_MAGIC, _VERSION, size)], [fd])
+                data = self._sock.recv(_REPLY.size)
+            except socket.timeout as e:
+                raise TsdfError(ErrorCode.TIMEOUT, f"ring socket {path}: no answer") from e
+            except OSError as e:
+                raise TsdfError(ErrorCode.CONNREFUSED, f"ring socket {path}: {e}") from e
+            if len(data) != _REPLY.size:
+                raise TsdfError(ErrorCode.FORMAT, f"ring socket {path}: not a ring answer")
+            magic, status, token, reason = _REPLY.unpack(data)
+            if magic != _MAGIC:
+                raise TsdfError(ErrorCode.FORMAT, f"ring socket {path}: not a ring answer")
+            if status != 0:
+                text = reason.split(b"\0", 1)[0].decode("utf-8", "replace")
+                raise TsdfError(status, f"ring refused: {text}")
+            self.token = token
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            os.close(fd)
+
+    def put(self, samples):
+        """Copies samples (bytes) into a free slot: (slot, offset), or None
+        when none is free, they do not fit, or the ring is broken."""
+        if self.broken or len(samples) > self.slot_bytes:
+            return None
+        with self._lock:
+            if not self._free:
+                return None
+            slot = self._free.pop()
+        offset = slot * self.slot_bytes
+        self._map[offset:offset + len(samples)] = samples
+        return slot, offset
+
+    def release(self, slot, answered):
+        """Frees slot after the daemon answered its request; else retires it."""
+        if answered:
+            with self._lock:
+                self._free.append(slot)
+
+    def close(self):
+        """Detaches (closes the ring socket's connection) and unmaps."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._map is not None:
+            self._map.close()
+            self._map = None
