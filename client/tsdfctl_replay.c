@@ -42,6 +42,9 @@ static const char replay_help[] =
     "                      or rvl; png and rvl need u16 depth (a dataset), synthetic\n"
     "                      sequences are f32 (use zstd)\n"
     "  --compress-level N  png 1..9 (default 1), zstd 1..19 (default 3)\n"
+    "  --ring PATH         with --ack over ipc://: the depth through a shared-memory ring\n"
+    "                      attached at the daemon's [server] ring_socket PATH\n"
+    "                      (PROTOCOL.md 6.10), not in the requests\n"
     "Prints a progress bar on a terminal and a summary: frames sent, acknowledged,\n"
     "failed, seconds, frames per second. Exit status 1 if any frame failed.\n";
 
@@ -58,6 +61,7 @@ typedef struct {
     int depth_range_given;
     uint32_t width, height;
     tsdf_depth_encoding encoding;
+    const char *ring; /* --ring: the daemon's ring socket */
     uint32_t level;
 } replay_opts;
 
@@ -223,6 +227,9 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
                 return ctl_usage_error("replay",
                                        "--compress takes raw, png, zstd or rvl, not \"%s\"", v);
             i++;
+        } else if (strcmp(a, "--ring") == 0 && v) {
+            o.ring = v;
+            i++;
         } else if (strcmp(a, "--compress-level") == 0 && v) {
             if (ctl_parse_u32(v, &o.level) != 0 || o.level < 1 || o.level > 19)
                 return ctl_usage_error("replay", "--compress-level needs 1..19, not \"%s\"", v);
@@ -237,6 +244,9 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
     }
     if ((o.dir == NULL) == (o.synthetic == NULL))
         return ctl_usage_error("replay", "give either DIR or --synthetic NAME%s", "");
+    /* Only an answered request frees its slot (PROTOCOL.md 6.10). */
+    if (o.ring != NULL && !o.ack)
+        return ctl_usage_error("replay", "--ring needs --ack%s", "");
     /* Synthetic depth is exact float metres; rounding it to u16 for png or
      * rvl would send other depth than --compress raw does. */
     if (o.synthetic != NULL && !tsdf_depth_encoding_allows(o.encoding, TSDF_DEPTH_F32))
@@ -297,6 +307,16 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
 
     if (ctl_open_client(g, !o.ack, &c) != TSDF_OK)
         goto out;
+    if (o.ring != NULL) {
+        /* Two slots of the largest depth a frame of this source has. */
+        size_t w = ds != NULL ? info.width : seq->width, h = ds != NULL ? info.height : seq->height;
+        rc = tsdf_client_attach_ring(c, o.ring, w * h * sizeof(float), 2);
+        if (rc != TSDF_OK) {
+            fprintf(stderr, "tsdfctl: replay: ring %s: %s (%s)\n", o.ring, tsdf_strerror(rc),
+                    tsdf_client_last_message());
+            goto out;
+        }
+    }
     int64_t done_before = o.ack ? 0 : map_frames_done(c, o.map);
 
     signal(SIGINT, on_sigint);

@@ -74,6 +74,9 @@ if(TARGET tsdf_client)
       SOURCES test_daemon_ring.c ${PROJECT_SOURCE_DIR}/client/client_ring.c
       LIBS tsdfd_testlib LABELS daemon TIMEOUT 300)
     target_include_directories(test_daemon_ring PRIVATE ${PROJECT_SOURCE_DIR}/client)
+    if(TARGET tsdfctl)
+      target_compile_definitions(test_daemon_ring PRIVATE TSDFCTL_BIN="$<TARGET_FILE:tsdfctl>")
+    endif()
     # The daemon against proto/PROTOCOL.md, on the points where a client
     # written from the document alone found the two apart.
     tsdf_add_test(NAME daemon_protocol SOURCES test_daemon_protocol.c

@@ -6,7 +6,8 @@
  * token, a slot outside the ring, another process's ring, a ring named
  * over the frames socket), with the volume untouched; a ring is detached
  * with its connection; and a client whose daemon lost its ring (a
- * restart) goes back to sending frames in the request by itself.
+ * restart) goes back to sending frames in the request by itself; and
+ * tsdfctl replay --ring streams through a ring.
  */
 #define _GNU_SOURCE
 
@@ -328,6 +329,39 @@ static int other_process(const char *url, const char *token_text)
     return 1;
 }
 
+/* tsdfctl replay --ack --ring: every frame through the ring. */
+static void test_tsdfctl_replay_ring(void **state)
+{
+    (void)state;
+#ifndef TSDFCTL_BIN
+    skip();
+#else
+    tsdfd_harness h;
+    char path[TSDFD_HARNESS_PATH_LEN + 16];
+    assert_int_equal(start_daemon(&h, ring_ini, NULL), 0);
+    ring_path(&h, path, sizeof path);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        execl(TSDFCTL_BIN, "tsdfctl", "--url", h.req_url, "--timeout-ms", "60000", "replay",
+              "--synthetic", "sphere", "--ack", "--size", "80", "60", "--max-frames", "5", "--map",
+              "replayed", "--ring", path, (char *)NULL);
+        _exit(127);
+    }
+    int wst = 0;
+    assert_int_equal(waitpid(child, &wst, 0), child);
+    assert_true(WIFEXITED(wst));
+    assert_int_equal(WEXITSTATUS(wst), 0);
+    tsdf_client *c = open_client(&h, 0);
+    tsdf_rep_stats *st = stats_of(c, "replayed");
+    assert_int_equal(stat_get(st, "rings.frames"), 5);
+    assert_int_equal(stat_get(st, "map.frames_integrated"), 5);
+    free(st);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+#endif
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--other-process") == 0)
@@ -336,6 +370,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ring_integrates_identically),
         cmocka_unit_test(test_ring_refusals),
         cmocka_unit_test(test_ring_lost_falls_back),
+        cmocka_unit_test(test_tsdfctl_replay_ring),
     };
     return daemon_tests_run("daemon_ring", tests, sizeof tests / sizeof tests[0]);
 }
