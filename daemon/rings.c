@@ -7,10 +7,10 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -30,7 +30,7 @@ typedef struct {
     pid_t pid; /* SO_PEERCRED at accept */
     uid_t uid;
     uint64_t token; /* 0: no ring yet */
-    const uint8_t *base;
+    int memfd;      /* the ring, read with pread; -1: none */
     uint64_t bytes;
 } ring_conn;
 
@@ -57,20 +57,44 @@ static void conn_reset(ring_conn *c)
 {
     memset(c, 0, sizeof *c);
     c->fd = -1;
+    c->memfd = -1;
 }
 
-/* Unmaps c's ring and closes its connection (exclusive lock held). */
+/* Drops c's ring and closes its connection (exclusive lock held; the
+ * caller logs, after unlocking). */
 static void conn_close(rings *r, ring_conn *c)
 {
     if (c->token != 0) {
-        munmap((void *)c->base, c->bytes);
+        close(c->memfd);
         r->attached--;
         r->mapped -= c->bytes;
-        TSDF_LOG(TSDF_LOG_INFO, "frame ring of process %ld detached (%llu bytes)", (long)c->pid,
-                 (unsigned long long)c->bytes);
     }
     close(c->fd);
     conn_reset(c);
+}
+
+static void *close_main(void *arg)
+{
+    close((int)(intptr_t)arg);
+    return NULL;
+}
+
+/* Closes a descriptor a client sent. A memfd (F_GET_SEALS answers without
+ * calling into any filesystem) is closed here; anything else may be a
+ * file whose close waits on its filesystem (a FUSE server that never
+ * answers a flush), so a detached thread closes it, not the ring thread. */
+static void close_received(int fd)
+{
+    pthread_t t;
+    pthread_attr_t a;
+    if (fcntl(fd, F_GET_SEALS) >= 0 || pthread_attr_init(&a) != 0) {
+        close(fd);
+        return;
+    }
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &a, close_main, (void *)(intptr_t)fd) != 0)
+        close(fd);
+    pthread_attr_destroy(&a);
 }
 
 static void reply(int fd, int status, uint64_t token, const char *reason)
@@ -87,18 +111,19 @@ static void reply(int fd, int status, uint64_t token, const char *reason)
     (void)n;
 }
 
-/* Why the memfd fd may not be mapped as a ring of `bytes`; NULL: it may. */
-static const char *check_memfd(int fd, uint64_t bytes, uint64_t room)
+/* Why fd may not be taken as a ring of `bytes` (and *status the code);
+ * NULL: it may. F_GET_SEALS first: it fails on anything but shared
+ * memory without calling into a filesystem, which fstatfs would. */
+static const char *check_memfd(int fd, uint64_t bytes, uint64_t room, int *status)
 {
-    /* A memfd lives on the kernel's tmpfs (shmem), where reading a hole
-     * gets a fresh page; on hugetlbfs it could fault (SIGBUS) when huge
-     * pages run out, so only shmem is taken. */
-    struct statfs fs;
-    if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC_NUMBER)
-        return "not a memfd (shared memory)";
+    *status = TSDF_EINVAL;
     int seals = fcntl(fd, F_GET_SEALS);
     if (seals < 0)
         return "not a sealable memfd";
+    /* Only the kernel's shmem, not hugetlbfs. */
+    struct statfs fs;
+    if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC_NUMBER)
+        return "not a memfd (shared memory)";
     if (!(seals & F_SEAL_SHRINK))
         return "not sealed against shrinking (F_SEAL_SHRINK)";
     struct stat st;
@@ -106,12 +131,15 @@ static const char *check_memfd(int fd, uint64_t bytes, uint64_t room)
         return "not a regular file";
     if (bytes == 0 || (uint64_t)st.st_size < bytes)
         return "smaller than the size asked for";
-    if (bytes > room)
+    if (bytes > room) {
+        *status = TSDF_ETOO_LARGE;
         return "over [server] ring_max_mb";
+    }
     return NULL;
 }
 
-/* One attach message on c: map the memfd it carries. */
+/* One attach message on c: take the memfd it carries. A refused one
+ * closes a connection that has no ring (so that it does not hold a slot). */
 static void attach(rings *r, ring_conn *c)
 {
     tsdf_ring_attach_msg m;
@@ -131,18 +159,23 @@ static void attach(rings *r, ring_conn *c)
         for (size_t i = 0; i < k && nfds < 4; i++)
             memcpy(&fds[nfds++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
     }
-    const char *why = NULL;
-    int status = TSDF_EINVAL;
+    const pid_t pid = c->pid;
+    const uint64_t had = c->token != 0 ? c->bytes : 0;
     if (n <= 0) {
         /* Closed, or broken: the ring goes with the connection. */
         for (int i = 0; i < nfds; i++)
-            close(fds[i]);
+            close_received(fds[i]);
         pthread_rwlock_wrlock(&r->lock);
         conn_close(r, c);
         pthread_rwlock_unlock(&r->lock);
+        if (had != 0)
+            TSDF_LOG(TSDF_LOG_INFO, "frame ring of process %ld detached (%llu bytes)", (long)pid,
+                     (unsigned long long)had);
         return;
     }
-    if ((size_t)n != sizeof m || m.magic != TSDF_RING_MAGIC)
+    const char *why = NULL;
+    int status = TSDF_EINVAL;
+    if ((size_t)n != sizeof m || (h.msg_flags & MSG_TRUNC) || m.magic != TSDF_RING_MAGIC)
         why = "not a ring attach message";
     else if (m.version != TSDF_RING_VERSION)
         why = "unsupported ring protocol version", status = TSDF_EVERSION;
@@ -150,37 +183,37 @@ static void attach(rings *r, ring_conn *c)
         why = "the message must carry exactly one descriptor";
     else if (c->token != 0)
         why = "this connection already has a ring";
-    else if ((why = check_memfd(fds[0], m.bytes, r->max_bytes - r->mapped)) != NULL)
-        status = m.bytes > r->max_bytes - r->mapped ? TSDF_ETOO_LARGE : TSDF_EINVAL;
-    void *base = MAP_FAILED;
-    if (why == NULL) {
-        base = mmap(NULL, (size_t)m.bytes, PROT_READ, MAP_SHARED, fds[0], 0);
-        if (base == MAP_FAILED)
-            why = "cannot map it", status = TSDF_ENOMEM;
-    }
-    for (int i = 0; i < nfds; i++)
-        close(fds[i]);
+    else
+        why = check_memfd(fds[0], m.bytes, r->max_bytes - r->mapped, &status);
     uint64_t token = 0;
-    while (why == NULL && token == 0) {
-        if (getrandom(&token, sizeof token, 0) != (ssize_t)sizeof token) {
+    while (why == NULL && token == 0)
+        if (getrandom(&token, sizeof token, 0) != (ssize_t)sizeof token)
             why = "no random token", status = TSDF_EINTERNAL;
-            munmap(base, (size_t)m.bytes);
-        }
-    }
+    /* The ring's descriptor is kept and read with pread, never mapped: a
+     * read of a hole gives zeros and a failure is a return value, where a
+     * mapping's page fault could kill the daemon (SIGBUS). */
+    for (int i = why == NULL ? 1 : 0; i < nfds; i++)
+        close_received(fds[i]);
     if (why != NULL) {
-        r->refused++;
-        TSDF_LOG(TSDF_LOG_WARN, "frame ring of process %ld refused: %s", (long)c->pid, why);
+        atomic_fetch_add(&r->refused, 1);
+        TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "frame ring refused",
+                             "frame ring of process %ld refused: %s", (long)pid, why);
         reply(c->fd, status, 0, why);
+        if (c->token == 0) {
+            pthread_rwlock_wrlock(&r->lock);
+            conn_close(r, c);
+            pthread_rwlock_unlock(&r->lock);
+        }
         return;
     }
     pthread_rwlock_wrlock(&r->lock);
-    c->base = base;
+    c->memfd = fds[0];
     c->bytes = m.bytes;
     c->token = token;
     r->attached++;
     r->mapped += m.bytes;
     pthread_rwlock_unlock(&r->lock);
-    TSDF_LOG(TSDF_LOG_INFO, "frame ring of process %ld attached (%llu bytes)", (long)c->pid,
+    TSDF_LOG(TSDF_LOG_INFO, "frame ring of process %ld attached (%llu bytes)", (long)pid,
              (unsigned long long)m.bytes);
     reply(c->fd, TSDF_OK, token, NULL);
 }
@@ -197,7 +230,7 @@ static void accept_one(rings *r)
         if (r->conns[i].fd < 0)
             slot = &r->conns[i];
     if (slot == NULL || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) {
-        r->refused++;
+        atomic_fetch_add(&r->refused, 1);
         TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "ring socket full",
                              "ring socket: refused a connection (%u rings at most)", r->max_rings);
         close(fd);
@@ -370,9 +403,20 @@ int rings_read(rings *r, uint64_t token, uint64_t pid, uint64_t offset, void *ds
         else if (offset > c->bytes || bytes > c->bytes - offset)
             rc = TSDF_EBAD_SIZE;
         else {
-            memcpy(dst, c->base + offset, bytes);
-            atomic_fetch_add(&r->frames, 1);
-            rc = TSDF_OK;
+            size_t done = 0;
+            while (done < bytes) {
+                ssize_t k =
+                    pread(c->memfd, (uint8_t *)dst + done, bytes - done, (off_t)(offset + done));
+                if (k > 0)
+                    done += (size_t)k;
+                else if (k < 0 && errno == EINTR)
+                    continue;
+                else
+                    break;
+            }
+            rc = done == bytes ? TSDF_OK : TSDF_EIO;
+            if (rc == TSDF_OK)
+                atomic_fetch_add(&r->frames, 1);
         }
         break;
     }

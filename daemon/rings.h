@@ -4,21 +4,27 @@
  *
  * A local client creates a memfd, seals it against shrinking, and passes
  * it over a unix socket of its own ([server] ring_socket, SOCK_SEQPACKET,
- * SCM_RIGHTS). The daemon maps it read-only and answers a token; an
+ * SCM_RIGHTS). The daemon keeps the descriptor and answers a token; an
  * integrate request then names the token and a byte offset instead of
- * carrying the depth, and the request thread copies the samples out of
- * the mapping once (into the frame's page-locked buffer on CUDA). nng 1.5
+ * carrying the depth, and the request thread reads the samples from the
+ * descriptor once (pread, into the frame's page-locked buffer on CUDA).
+ * It never maps a ring: a mapping's page fault (a hole the client left,
+ * memory the kernel cannot commit) would be a SIGBUS in the daemon, where
+ * pread gives zeros or an error code. nng 1.5
  * reads every socket of a process on one thread, which a 614 KB frame per
  * request saturates near 10,000 frames/s (bench/RESULTS.md, 2026-12-03
  * evening); a ring takes the frames' bytes off that thread.
  *
- * Safety: the seal means the client cannot truncate the file under the
- * mapping (which would make the daemon's read fault, SIGBUS); the token is
+ * Safety: only a shmem memfd sealed against shrinking is taken, and
+ * checked with F_GET_SEALS before any call that reaches a filesystem;
+ * other descriptors a client sends are closed on a detached thread (a
+ * FUSE file's close can wait forever on its server); the token is
  * 64 random bits and only honoured for requests whose ipc:// connection
  * comes from the process that attached the ring (SO_PEERCRED against
- * NNG_OPT_IPC_PEER_PID); every read is bounds-checked; the mappings'
- * total is bounded ([server] ring_max_mb). A ring is detached when its
- * connection closes; a read in progress finishes first.
+ * NNG_OPT_IPC_PEER_PID); every read is bounds-checked; the rings' total
+ * size is bounded ([server] ring_max_mb); a refused attach closes its
+ * connection, and refusals are logged rate-limited. A ring is detached
+ * when its connection closes; a read in progress finishes first.
  */
 #ifndef TSDFD_RINGS_H
 #define TSDFD_RINGS_H
@@ -33,11 +39,11 @@ typedef struct rings rings;
 
 /* Listens on path (a stale socket file there is replaced) with the given
  * file mode and group (-1: unchanged), and serves attachments on a thread
- * of its own: at most max_rings at once, mapping at most max_bytes in all. */
+ * of its own: at most max_rings at once, max_bytes of rings in all. */
 int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64_t max_bytes,
                 rings **out, char *err, size_t err_len);
 
-/* Stops the thread, closes every connection and unmaps every ring. */
+/* Stops the thread, closes every connection and every ring. */
 void rings_stop(rings *r);
 
 /* Copies bytes at offset of ring token into dst, when process pid
@@ -48,7 +54,7 @@ int rings_read(rings *r, uint64_t token, uint64_t pid, uint64_t offset, void *ds
 
 typedef struct {
     uint64_t attached; /* rings attached now */
-    uint64_t bytes;    /* what they map */
+    uint64_t bytes;    /* their size in all */
     uint64_t refused;  /* connections and attachments refused so far */
     uint64_t frames;   /* frames whose depth was read from a ring so far */
 } rings_stats;

@@ -185,6 +185,15 @@ static void test_ring_refusals(void **state)
     assert_non_null(strstr(rep.reason, "F_SEAL_SHRINK"));
     close(sock);
     close(fd);
+    /* Not shared memory at all (closed on a thread of its own: the close
+     * of a file elsewhere may wait on its filesystem): refused. */
+    fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    handshake(path, fd, U16_BYTES, &sock, &rep);
+    assert_int_equal(rep.status, TSDF_EINVAL);
+    assert_non_null(strstr(rep.reason, "memfd"));
+    close(sock);
+    close(fd);
     /* Larger than the file: refused. */
     fd = make_memfd(U16_BYTES, 1);
     handshake(path, fd, 2 * U16_BYTES, &sock, &rep);
@@ -232,7 +241,7 @@ static void test_ring_refusals(void **state)
                  WIFEXITED(wst) ? WEXITSTATUS(wst) : -1);
 
     tsdf_rep_stats *st = stats_of(c, NULL);
-    assert_int_equal(stat_get(st, "rings.refused"), 2);
+    assert_int_equal(stat_get(st, "rings.refused"), 3);
     assert_int_equal(stat_get(st, "rings.frames"), 0);
     assert_int_equal(stat_get(st, "frames.integrated"), 0);
     free(st);
