@@ -527,10 +527,13 @@ static int ring_slot(client_ring *ring, tsdf_request *q)
 }
 
 /* Whether the daemon answered (so it has read the slot, or never will):
- * not when the request timed out or its connection failed. */
+ * not when the request timed out, its connection failed, or nng ran out
+ * of memory receiving the reply. A TIMEOUT the daemon itself answered
+ * retires the slot too: rare, and on the safe side. */
 static int ring_answered(int rc)
 {
-    return rc != TSDF_ETIMEOUT && rc != TSDF_ECLOSED && rc != TSDF_ENNG && rc != TSDF_ECONNREFUSED;
+    return rc != TSDF_ETIMEOUT && rc != TSDF_ECLOSED && rc != TSDF_ENNG &&
+           rc != TSDF_ECONNREFUSED && rc != TSDF_ENOMEM;
 }
 
 /* Whether the daemon refused the frame for its ring token, not for the

@@ -266,10 +266,14 @@ class Client:
         second); CONNREFUSED when nothing listens there, the daemon's code
         when it refuses the ring. Should the daemon lose the ring (a
         restart), integrate sends the frames in the request again."""
-        if self._ring is not None:
+        ring = Ring(ring_socket, m.uint(slot_bytes, "slot_bytes"), m.uint(slots, "slots"),
+                    self._timeout_ms)
+        with self._lock:
+            if self._ring is None:
+                self._ring, ring = ring, None
+        if ring is not None:
+            ring.close()
             raise TsdfError(ErrorCode.BUSY, "this client already has a ring")
-        self._ring = Ring(ring_socket, m.uint(slot_bytes, "slot_bytes"),
-                          m.uint(slots, "slots"), self._timeout_ms)
 
     def _integrate_via_ring(self, fields):
         """The integrate reply with fields' raw depth sent through the ring,
@@ -290,7 +294,7 @@ class Client:
         except TsdfError as e:
             # Unanswered: the daemon may still read the slot.
             answered = e.code not in (ErrorCode.TIMEOUT, ErrorCode.CLOSED, ErrorCode.NNG,
-                                      ErrorCode.CONNREFUSED)
+                                      ErrorCode.CONNREFUSED, ErrorCode.NOMEM)
             ring.release(slot, answered)
             if answered and e.code in (ErrorCode.NOT_FOUND, ErrorCode.FORBIDDEN) and \
                     e.message.startswith("ring_token"):
