@@ -296,6 +296,8 @@ static int ring_depth(daemon_ctx *d, worker_job *j, nng_msg *msg, char *why, siz
     else if (rc == TSDF_EBAD_SIZE)
         snprintf(why, why_len, "ring_offset: %" PRIu64 " + %zu bytes is not inside the ring",
                  rf->ring_offset, rf->frame.depth_size_bytes);
+    else if (rc != TSDF_OK)
+        snprintf(why, why_len, "ring_offset: the ring could not be read there");
     return rc;
 }
 

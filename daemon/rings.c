@@ -27,8 +27,7 @@
 /* One connection of the ring socket, and the ring it attached (if any). */
 typedef struct {
     int fd;
-    pid_t pid; /* SO_PEERCRED at accept */
-    uid_t uid;
+    pid_t pid;      /* SO_PEERCRED at accept */
     uint64_t token; /* 0: no ring yet */
     int memfd;      /* the ring, read with pread; -1: none */
     uint64_t bytes;
@@ -48,7 +47,7 @@ struct rings {
     pthread_rwlock_t lock;
     ring_conn *conns;  /* max_rings entries; fd -1: free */
     uint32_t attached; /* both: under lock */
-    uint64_t mapped;
+    uint64_t held;     /* the attached rings' bytes */
     atomic_uint_least64_t refused;
     atomic_uint_least64_t frames;
 };
@@ -67,7 +66,7 @@ static void conn_close(rings *r, ring_conn *c)
     if (c->token != 0) {
         close(c->memfd);
         r->attached--;
-        r->mapped -= c->bytes;
+        r->held -= c->bytes;
     }
     close(c->fd);
     conn_reset(c);
@@ -184,7 +183,7 @@ static void attach(rings *r, ring_conn *c)
     else if (c->token != 0)
         why = "this connection already has a ring";
     else
-        why = check_memfd(fds[0], m.bytes, r->max_bytes - r->mapped, &status);
+        why = check_memfd(fds[0], m.bytes, r->max_bytes - r->held, &status);
     uint64_t token = 0;
     while (why == NULL && token == 0)
         if (getrandom(&token, sizeof token, 0) != (ssize_t)sizeof token)
@@ -211,7 +210,7 @@ static void attach(rings *r, ring_conn *c)
     c->bytes = m.bytes;
     c->token = token;
     r->attached++;
-    r->mapped += m.bytes;
+    r->held += m.bytes;
     pthread_rwlock_unlock(&r->lock);
     TSDF_LOG(TSDF_LOG_INFO, "frame ring of process %ld attached (%llu bytes)", (long)pid,
              (unsigned long long)m.bytes);
@@ -239,7 +238,6 @@ static void accept_one(rings *r)
     /* The slot is free, so no reader looks at it: no lock needed. */
     slot->fd = fd;
     slot->pid = cr.pid;
-    slot->uid = cr.uid;
 }
 
 static void *ring_main(void *arg)
@@ -285,9 +283,12 @@ static void *ring_main(void *arg)
 int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64_t max_bytes,
                 rings **out, char *err, size_t err_len)
 {
+    if (max_rings == 0) {
+        snprintf(err, err_len, "frame rings: no room for any ring");
+        return TSDF_EINVAL;
+    }
     rings *r = calloc(1, sizeof *r);
-    if (r == NULL || max_rings == 0) {
-        free(r);
+    if (r == NULL) {
         snprintf(err, err_len, "out of memory");
         return TSDF_ENOMEM;
     }
@@ -352,7 +353,7 @@ int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64
         goto fail;
     }
     r->started = 1;
-    TSDF_LOG(TSDF_LOG_INFO, "frame rings on %s: up to %u, %llu MiB mapped in all", path, max_rings,
+    TSDF_LOG(TSDF_LOG_INFO, "frame rings on %s: up to %u, %llu MiB in all", path, max_rings,
              (unsigned long long)(max_bytes >> 20));
     *out = r;
     return TSDF_OK;
@@ -431,7 +432,7 @@ void rings_get_stats(rings *r, rings_stats *out)
         return;
     pthread_rwlock_rdlock(&r->lock);
     out->attached = r->attached;
-    out->bytes = r->mapped;
+    out->bytes = r->held;
     pthread_rwlock_unlock(&r->lock);
     out->refused = atomic_load(&r->refused);
     out->frames = atomic_load(&r->frames);
