@@ -134,7 +134,7 @@ static size_t job_bytes(const worker_job *j)
     const tsdf_frame *f = &j->req.u.frame.frame;
     size_t n = j->msg != NULL ? nng_msg_len(j->msg) : 0;
     if (j->depth_aligned != NULL)
-        n += (size_t)f->width * f->height * (f->depth_format == TSDF_DEPTH_F32 ? 4u : 2u);
+        n += job_depth_bytes(j);
     if (j->rgb_pinned != NULL)
         n += (size_t)f->width * f->height * 3u;
     return n;

@@ -139,14 +139,13 @@ static int prepare_depth(worker_job *j, frame_pool *pool, tsdf_proto_error *err)
 {
     tsdf_req_frame *rf = &j->req.u.frame;
     tsdf_frame *f = &rf->frame;
-    size_t bytes = (size_t)f->width * f->height * (f->depth_format == TSDF_DEPTH_F32 ? 4u : 2u);
+    size_t bytes = job_depth_bytes(j);
     int coded = rf->depth_encoding != TSDF_DEPTH_ENC_RAW;
     int in_place = !coded && (f->depth == NULL || ((uintptr_t)f->depth % 4u) == 0);
 
-    if (in_place && (pool == NULL || f->depth == NULL))
-        return TSDF_OK;
-    /* Already in a buffer of the job's own (job_depth_buffer). */
-    if (f->depth != NULL && f->depth == j->depth_aligned)
+    /* Used where it is without a pool, and with one when it is already in
+     * a buffer of the job's own (job_depth_buffer). */
+    if (in_place && (pool == NULL || f->depth == NULL || f->depth == j->depth_aligned))
         return TSDF_OK;
     /* msgpack puts a bin payload wherever the encoder's header ends, so the
      * depth is usually misaligned; one copy here (on the decoding thread)
@@ -179,10 +178,15 @@ static int prepare_depth(worker_job *j, frame_pool *pool, tsdf_proto_error *err)
     return TSDF_OK;
 }
 
+size_t job_depth_bytes(const worker_job *j)
+{
+    const tsdf_frame *f = &j->req.u.frame.frame;
+    return (size_t)f->width * f->height * (f->depth_format == TSDF_DEPTH_F32 ? 4u : 2u);
+}
+
 void *job_depth_buffer(worker_job *j, frame_pool *pool)
 {
-    tsdf_frame *f = &j->req.u.frame.frame;
-    size_t bytes = (size_t)f->width * f->height * (f->depth_format == TSDF_DEPTH_F32 ? 4u : 2u);
+    size_t bytes = job_depth_bytes(j);
     void *p = frame_pool_get(pool, bytes);
     frame_pool *from = p != NULL ? pool : NULL;
     if (p == NULL && (p = malloc(bytes)) == NULL)

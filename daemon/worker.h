@@ -137,6 +137,10 @@ void job_free(worker_job *j);
  * TSDF_ENOMEM. Called on the decoding thread, before queueing. */
 int job_prepare_images(worker_job *j, frame_pool *pool, tsdf_proto_error *err);
 
+/* The bytes of a frame job's raw depth: width x height samples of its
+ * format. */
+size_t job_depth_bytes(const worker_job *j);
+
 /* A buffer of the job's own for its raw depth (width x height samples of
  * its format): page-locked from pool when it has room, else malloc'd; it
  * becomes the frame's depth, and job_prepare_images leaves it there. For a

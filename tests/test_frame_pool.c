@@ -318,12 +318,47 @@ static void test_prepare_rgb(void **state)
     free(rgb);
 }
 
+/* A depth the request thread copied into the job's own buffer (a shared
+ * ring's, job_depth_buffer) is page-locked from the pool when it has room
+ * and stays where it is: job_prepare_images copies it no second time. */
+static void test_depth_buffer(void **state)
+{
+    (void)state;
+    frame_pool *p;
+    /* Room for one frame. */
+    assert_int_equal(frame_pool_create(640 * 1024, &p), TSDF_OK);
+    worker_job *a = frame_job(NULL, 0), *b = frame_job(NULL, 0);
+    a->req.u.frame.frame.depth = b->req.u.frame.frame.depth = NULL;
+    void *pa = job_depth_buffer(a, p);
+    assert_non_null(pa);
+    assert_ptr_equal(a->depth_pool, p);
+    assert_int_equal(job_depth_bytes(a), FRAME_BYTES);
+    assert_int_equal(a->req.u.frame.frame.depth_size_bytes, FRAME_BYTES);
+    memset(pa, 0x5a, FRAME_BYTES);
+    assert_int_equal(job_prepare_images(a, p, NULL), TSDF_OK);
+    assert_ptr_equal(a->req.u.frame.frame.depth, pa);
+    assert_ptr_equal(a->depth_aligned, pa);
+    assert_int_equal(stats_of(p).bytes_out, 640 * 1024);
+    assert_int_equal(stats_of(p).fallbacks, 0);
+    /* No room left: ordinary memory, kept as well. */
+    void *pb = job_depth_buffer(b, p);
+    assert_non_null(pb);
+    assert_null(b->depth_pool);
+    assert_int_equal(job_prepare_images(b, p, NULL), TSDF_OK);
+    assert_ptr_equal(b->req.u.frame.frame.depth, pb);
+    job_free(a);
+    job_free(b);
+    assert_int_equal(stats_of(p).bytes_out, 0);
+    frame_pool_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_args),   cmocka_unit_test(test_reuse),
         cmocka_unit_test(test_limit),         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_prepare_depth), cmocka_unit_test(test_prepare_rgb),
+        cmocka_unit_test(test_depth_buffer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
