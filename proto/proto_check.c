@@ -133,10 +133,17 @@ static int check_frame(const tsdf_req_frame *q)
         return TSDF_EINVAL;
     if (!tsdf_depth_encoding_allows(q->depth_encoding, f->depth_format))
         return (unsigned)q->depth_encoding < TSDF_DEPTH_ENC_COUNT ? TSDF_EPROTO_KEY : TSDF_EINVAL;
-    if (q->has_ring ? q->depth_encoding != TSDF_DEPTH_ENC_RAW
-        : q->depth_encoding != TSDF_DEPTH_ENC_RAW
-            ? q->depth_coded == NULL || q->depth_coded_bytes == 0
-            : f->depth == NULL)
+    /* The samples: raw in a shared ring's slot, coded, or raw in the
+     * message. */
+    const int coded = q->depth_encoding != TSDF_DEPTH_ENC_RAW;
+    int missing;
+    if (q->has_ring)
+        missing = coded;
+    else if (coded)
+        missing = q->depth_coded == NULL || q->depth_coded_bytes == 0;
+    else
+        missing = f->depth == NULL;
+    if (missing)
         return TSDF_EINVAL;
     if (f->depth_format == TSDF_DEPTH_U16 && !(isfinite(f->depth_scale) && f->depth_scale > 0.0f))
         return TSDF_EBAD_DEPTH_RANGE;

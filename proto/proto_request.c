@@ -395,10 +395,10 @@ static int encode_request_body(proto_writer *w, const void *src)
         tsdf_depth_encoding enc = q->u.frame.depth_encoding;
         int coded = enc != TSDF_DEPTH_ENC_RAW;
         int u16 = f->depth_format == TSDF_DEPTH_U16;
-        /* A coded payload is decoded into a buffer of its own anyway: only
-         * raw samples are worth aligning ("pad"). */
-        /* The samples: "depth" and its "pad", or "depth_encoding" and
-         * "depth", or "ring_token" and "ring_offset". */
+        /* The samples take two keys: "depth" and its "pad" (a coded
+         * payload is decoded into a buffer of its own anyway: only raw
+         * samples are worth aligning), or "depth_encoding" and "depth", or
+         * "ring_token" and "ring_offset". */
         n += 14 + (u16 ? 1 : 0) + (f->rgb ? 1 : 0) + 1;
         msgpack_pack_map(&w->pk, n);
         proto_w_envelope(w, q->type, q->id);
