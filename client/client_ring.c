@@ -115,8 +115,9 @@ int client_ring_attach(const char *path, size_t slot_bytes, unsigned slots, int 
     int rc = TSDF_EIO;
     int fd = memfd_create("tsdf-frame-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0 ||
-        /* The daemon maps it: it must not be able to shrink under that
-         * mapping, and the seals themselves are final. */
+        /* The daemon takes only a ring that cannot shrink (PROTOCOL.md
+         * 6.10); growing is sealed too, and the seals themselves are
+         * final. */
         fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
         snprintf(why, why_len, "cannot make the ring's memfd: %s", strerror(errno));
         goto fail;

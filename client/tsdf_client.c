@@ -398,6 +398,12 @@ static int call_copy(tsdf_client *c, tsdf_request *q, int timeout_ms, void *out,
     return rc;
 }
 
+/* The bytes of f's raw depth: width x height samples of its format. */
+static size_t depth_bytes(const tsdf_frame *f)
+{
+    return (size_t)f->width * f->height * (f->depth_format == TSDF_DEPTH_U16 ? 2u : 4u);
+}
+
 /* Compresses the frame's depth into coded (caller-owned, initialised) when
  * f asks for an encoding, and points q's frame at it. The raw size is
  * checked first: the encoder reads width x height samples from the
@@ -420,7 +426,7 @@ static int encode_depth(const tsdf_client_frame *f, tsdf_req_frame *r, tsdf_buf 
         return client_fail(TSDF_EINVAL, "no depth");
     if (fr->width == 0 || fr->height == 0)
         return client_fail(TSDF_EEMPTY_IMAGE, "image of %ux%u pixels", fr->width, fr->height);
-    size_t bytes = (size_t)fr->width * fr->height * (fr->depth_format == TSDF_DEPTH_U16 ? 2u : 4u);
+    size_t bytes = depth_bytes(fr);
     if (fr->depth_size_bytes != 0 && fr->depth_size_bytes != bytes)
         return client_fail(TSDF_EBAD_SIZE, "depth: %zu bytes, expected %zu", fr->depth_size_bytes,
                            bytes);
@@ -520,8 +526,7 @@ static int ring_slot(client_ring *ring, tsdf_request *q)
     const tsdf_frame *f = &rf->frame;
     if (ring == NULL || rf->depth_encoding != TSDF_DEPTH_ENC_RAW || f->depth == NULL)
         return -1;
-    size_t bytes = (size_t)f->width * f->height * (f->depth_format == TSDF_DEPTH_U16 ? 2u : 4u);
-    int slot = client_ring_put(ring, f->depth, bytes, &rf->ring_token, &rf->ring_offset);
+    int slot = client_ring_put(ring, f->depth, depth_bytes(f), &rf->ring_token, &rf->ring_offset);
     rf->has_ring = slot >= 0;
     return slot;
 }

@@ -41,7 +41,7 @@ class Ring:
         fd = os.memfd_create("tsdf-frame-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, size)
-            # The daemon maps it: it must not shrink under that mapping.
+            # The daemon takes only a ring that cannot shrink (PROTOCOL.md 6.10).
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
                         fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
             self._map = mmap.mmap(fd, size)
