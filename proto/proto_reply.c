@@ -299,13 +299,60 @@ static int read_stats_rep(const proto_reader *r, tsdf_rep_stats *s)
     return TSDF_OK;
 }
 
+uint64_t tsdf_proto_raycast_ring_bytes(uint64_t px, int normals, int rgb)
+{
+    return px * (4u + (normals ? 12u : 0u) + (rgb ? 3u : 0u));
+}
+
+/* The arrays of a raycast reply in the sender's ring ("ring_offset" and
+ * "ring_bytes", PROTOCOL.md 6.10): ring_bytes says which of them are
+ * there, as the four layouts differ in size; no array may come in the
+ * message too. */
+static int read_raycast_ring(const proto_reader *r, tsdf_rep_raycast *q)
+{
+    const uint64_t px = (uint64_t)q->width * q->height;
+    uint64_t bytes = 0;
+    int present = 0;
+    const msgpack_object *o;
+    PROTO_TRY(proto_get_uint(r, "ring_offset", UINT64_MAX, &q->ring_offset, NULL));
+    PROTO_TRY(proto_get_uint(r, "ring_bytes", UINT64_MAX, &bytes, NULL));
+    static const char *const arrays[3] = {"depth", "normals", "rgb"};
+    for (int i = 0; i < 3; i++) {
+        int s = proto_find(r, arrays[i], &o);
+        if (s < 0)
+            return s;
+        if (s == 1)
+            return proto_fail(r->err, TSDF_EPROTO_KEY, arrays[i],
+                              "%s: a raycast reply in a shared ring carries no arrays", arrays[i]);
+    }
+    for (int k = 0; k < 4 && !present; k++) {
+        if (bytes == tsdf_proto_raycast_ring_bytes(px, k & 1, k & 2)) {
+            q->ring_normals = k & 1;
+            q->ring_rgb = (k & 2) != 0;
+            present = 1;
+        }
+    }
+    if (!present)
+        return proto_fail(r->err, TSDF_EBAD_SIZE, "ring_bytes",
+                          "ring_bytes: %llu is no layout of a %ux%u image",
+                          (unsigned long long)bytes, q->width, q->height);
+    q->in_ring = 1;
+    return TSDF_OK;
+}
+
 static int read_raycast_rep(const proto_reader *r, tsdf_rep_raycast *q)
 {
     PROTO_TRY(proto_read_size(r, &q->width, &q->height));
     size_t pixels = (size_t)q->width * q->height;
     size_t n;
     int present = 0;
+    const msgpack_object *o;
     PROTO_TRY(proto_get_uint(r, "version", UINT64_MAX, &q->version, &present));
+    int s = proto_find(r, "ring_offset", &o);
+    if (s < 0)
+        return s;
+    if (s == 1)
+        return read_raycast_ring(r, q);
     PROTO_TRY(proto_get_bin(r, "depth", &q->depth_m, &n, NULL));
     if (n != pixels * 4)
         return proto_fail(r->err, TSDF_EBAD_SIZE, "depth", "depth: %zu bytes, expected %zu", n,
@@ -697,9 +744,12 @@ static int encode_reply_body(proto_writer *w, const void *src)
     case TSDF_MSG_RAYCAST: {
         const tsdf_rep_raycast *q = &r->u.raycast;
         PROTO_TRY(proto_check_image(q->width, q->height));
-        if (q->depth_m == NULL)
+        if (q->in_ring)
+            msgpack_pack_map(&w->pk, env + 5);
+        else if (q->depth_m == NULL)
             return TSDF_EINVAL;
-        msgpack_pack_map(&w->pk, env + 4 + (q->normals ? 1 : 0) + (q->rgb ? 1 : 0));
+        else
+            msgpack_pack_map(&w->pk, env + 4 + (q->normals ? 1 : 0) + (q->rgb ? 1 : 0));
         break;
     }
     case TSDF_MSG_MESH: {
@@ -754,6 +804,12 @@ static int encode_reply_body(proto_writer *w, const void *src)
         proto_w_uint(w, "version", q->version);
         proto_w_uint(w, "width", q->width);
         proto_w_uint(w, "height", q->height);
+        if (q->in_ring) {
+            proto_w_uint(w, "ring_offset", q->ring_offset);
+            proto_w_uint(w, "ring_bytes",
+                         tsdf_proto_raycast_ring_bytes(px, q->ring_normals, q->ring_rgb));
+            break;
+        }
         proto_w_bin(w, "depth", q->depth_m, px * 4u);
         if (q->normals)
             proto_w_bin(w, "normals", q->normals, px * 12u);
@@ -926,6 +982,8 @@ size_t tsdf_proto_reply_bound(const tsdf_reply *rep)
         if (q->width > TSDF_MAX_IMAGE_DIM || q->height > TSDF_MAX_IMAGE_DIM)
             return n;
         size_t px = (size_t)q->width * q->height;
+        if (q->in_ring)
+            return n;
         return n + px * (4u + (q->normals ? 12u : 0u) + (q->rgb ? 3u : 0u));
     }
     case TSDF_MSG_MESH: {

@@ -106,18 +106,28 @@ static int read_path(const proto_reader *r, char *path)
     return TSDF_OK;
 }
 
-/* "ring_token" and "ring_offset": both or neither; with them the frame
- * carries no "depth" and raw samples only (PROTOCOL.md 6.10). */
-static int read_ring(const proto_reader *r, tsdf_req_frame *f)
+/* "ring_token" and "ring_offset" of a frame or a raycast (PROTOCOL.md
+ * 6.10): both or neither; *has 1 with both. */
+static int read_ring_keys(const proto_reader *r, int *has, uint64_t *token, uint64_t *offset)
 {
     int has_token = 0, has_offset = 0;
-    const msgpack_object *o;
-    PROTO_TRY(proto_get_uint(r, "ring_token", UINT64_MAX, &f->ring_token, &has_token));
-    PROTO_TRY(proto_get_uint(r, "ring_offset", UINT64_MAX, &f->ring_offset, &has_offset));
+    PROTO_TRY(proto_get_uint(r, "ring_token", UINT64_MAX, token, &has_token));
+    PROTO_TRY(proto_get_uint(r, "ring_offset", UINT64_MAX, offset, &has_offset));
     if (has_token != has_offset)
         return proto_fail(r->err, TSDF_EPROTO_KEY, has_token ? "ring_offset" : "ring_token",
                           "ring_token and ring_offset go together");
-    if (!has_token)
+    *has = has_token;
+    return TSDF_OK;
+}
+
+/* A frame's ring keys: with them the frame carries no "depth" and raw
+ * samples only. */
+static int read_ring(const proto_reader *r, tsdf_req_frame *f)
+{
+    int has = 0;
+    const msgpack_object *o;
+    PROTO_TRY(read_ring_keys(r, &has, &f->ring_token, &f->ring_offset));
+    if (!has)
         return TSDF_OK;
     if (f->depth_encoding != TSDF_DEPTH_ENC_RAW)
         return proto_fail(r->err, TSDF_EPROTO_KEY, "depth_encoding",
@@ -259,6 +269,7 @@ static int read_raycast(const proto_reader *r, tsdf_req_raycast *q)
     PROTO_TRY(proto_get_uint(r, "scale", UINT64_MAX, &scale, &present));
     q->scale = scale <= TSDF_PROTO_MAX_RAYCAST_SCALE ? (uint32_t)scale : 0u;
     PROTO_TRY(read_after(r, &q->after));
+    PROTO_TRY(read_ring_keys(r, &q->has_ring, &q->ring_token, &q->ring_offset));
     /* Refuse a raycast whose reply could not be sent (depth, normals and
      * rgb as asked for, at the scaled size, plus room for the envelope). */
     const char *key = NULL;
@@ -441,7 +452,8 @@ static int encode_request_body(proto_writer *w, const void *src)
          * before them sent, and daemons before them read it unchanged. */
         int no_normals = !r->want_normals, scaled = r->scale != 1;
         int after = r->after != TSDF_AFTER_INTEGRATED;
-        msgpack_pack_map(&w->pk, n + 10 + (uint32_t)(no_normals + scaled + after));
+        msgpack_pack_map(&w->pk,
+                         n + 10 + (uint32_t)(no_normals + scaled + after + 2 * !!r->has_ring));
         proto_w_envelope(w, q->type, q->id);
         proto_w_str(w, "map", q->map);
         proto_w_uint(w, "width", r->width);
@@ -457,6 +469,10 @@ static int encode_request_body(proto_writer *w, const void *src)
             proto_w_uint(w, "scale", r->scale);
         if (after)
             proto_w_str(w, "after", proto_after_name(r->after));
+        if (r->has_ring) {
+            proto_w_uint(w, "ring_token", r->ring_token);
+            proto_w_uint(w, "ring_offset", r->ring_offset);
+        }
         return TSDF_OK;
     }
     case TSDF_MSG_MESH: {

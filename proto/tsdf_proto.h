@@ -194,6 +194,13 @@ typedef struct {
      * written only when it is not. */
     uint32_t scale;
     tsdf_query_after after; /* "after"; written only when not the default */
+    /* "ring_token" and "ring_offset" (PROTOCOL.md 6.10): has_ring 1 asks
+     * for the image's arrays in the sender's shared ring from ring_offset
+     * on (depth, then normals, then rgb, each as in the reply), and a
+     * reply that only says where (tsdf_rep_raycast.in_ring). */
+    int has_ring;
+    uint64_t ring_token;
+    uint64_t ring_offset;
 } tsdf_req_raycast;
 
 /* The image a raycast request asks the engine for: its size divided by
@@ -254,7 +261,20 @@ typedef struct {
     const void *normals;
     const uint8_t *rgb; /* optional width*height*3, or NULL */
     uint64_t version;   /* "version": the map's version the image shows; 0: not sent */
+    /* The reply to a request with has_ring (PROTOCOL.md 6.10): in_ring 1
+     * when the arrays are in the sender's ring from ring_offset on, not in
+     * the message ("ring_offset", "ring_bytes"); then depth_m, normals and
+     * rgb are NULL, and ring_normals / ring_rgb say which arrays follow
+     * the depth there. The encoder writes the ring's keys when in_ring is
+     * set and ignores the three pointers. */
+    int in_ring;
+    uint64_t ring_offset;
+    int ring_normals, ring_rgb;
 } tsdf_rep_raycast;
+
+/* The bytes of a raycast image of px pixels laid out in a ring: depth (4
+ * a pixel), normals (12) when normals, rgb (3) when rgb. */
+uint64_t tsdf_proto_raycast_ring_bytes(uint64_t px, int normals, int rgb);
 
 typedef struct {
     uint64_t version; /* the map's version the mesh was made at */

@@ -121,7 +121,8 @@ static void test_fixed_buffer(void **state)
     tsdf_reply *r = calloc(1, sizeof(*r));
     assert_non_null(r);
     tsdf_reply_init(r, TSDF_MSG_RAYCAST, 9);
-    r->u.raycast = (tsdf_rep_raycast){W, H, depth, normals, g_rgb, 77};
+    r->u.raycast = (tsdf_rep_raycast){
+        .width = W, .height = H, .depth_m = depth, .normals = normals, .rgb = g_rgb, .version = 77};
     bound = tsdf_proto_reply_bound(r);
     assert_true(bound <= 4096u + 1024u + W * H * 19u);
     uint8_t *rm = malloc(bound);
@@ -322,7 +323,7 @@ static void test_mesh_after_and_replies(void **state)
     assert_non_null(r);
     assert_non_null(dr);
     tsdf_reply_init(r, TSDF_MSG_RAYCAST, 9);
-    r->u.raycast = (tsdf_rep_raycast){W, H, depth, NULL, NULL, 3};
+    r->u.raycast = (tsdf_rep_raycast){.width = W, .height = H, .depth_m = depth, .version = 3};
     tsdf_buf_init(&b);
     assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_OK);
     assert_false(contains(&b, "normals"));
@@ -331,7 +332,8 @@ static void test_mesh_after_and_replies(void **state)
     assert_int_equal(dr->u.raycast.version, 3);
     tsdf_buf_clear(&b);
     /* Normals of the wrong size are still refused. */
-    r->u.raycast = (tsdf_rep_raycast){W, H, depth, normals, NULL, 0};
+    r->u.raycast =
+        (tsdf_rep_raycast){.width = W, .height = H, .depth_m = depth, .normals = normals};
     assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_OK);
     assert_int_equal(tsdf_proto_decode_reply(b.data, b.len - 1, dr, NULL), TSDF_EFORMAT);
     tsdf_buf_fini(&b);

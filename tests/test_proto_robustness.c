@@ -83,7 +83,8 @@ static int sample_messages(tsdf_buf *out, int max)
     tsdf_buf_init(&out[n]);
     assert_int_equal(tsdf_proto_encode_reply(r, &out[n++]), TSDF_OK);
     tsdf_reply_init(r, TSDF_MSG_RAYCAST, 2);
-    r->u.raycast = (tsdf_rep_raycast){4, 3, depth, normals, NULL, 0};
+    r->u.raycast =
+        (tsdf_rep_raycast){.width = 4, .height = 3, .depth_m = depth, .normals = normals};
     tsdf_buf_init(&out[n]);
     assert_int_equal(tsdf_proto_encode_reply(r, &out[n++]), TSDF_OK);
     tsdf_reply_init(r, TSDF_MSG_STATS, 3);

@@ -149,6 +149,87 @@ static void test_ring_keys(void **state)
     tsdf_buf_fini(&b);
 }
 
+/* A raycast into the sender's ring (PROTOCOL.md 6.10): the request's two
+ * ring keys (both or neither), and a reply that names the slot and the
+ * bytes written there instead of carrying its arrays. */
+static void test_raycast_ring_keys(void **state)
+{
+    (void)state;
+    tsdf_request q;
+    tsdf_request_init(&q, TSDF_MSG_RAYCAST);
+    q.id = 5;
+    q.u.raycast.width = W;
+    q.u.raycast.height = H;
+    q.u.raycast.K = (tsdf_intrinsics){10.0f, 10.0f, W / 2.0f, H / 2.0f};
+    q.u.raycast.has_ring = 1;
+    q.u.raycast.ring_token = 0xfedcba9876543210ull;
+    q.u.raycast.ring_offset = 4096;
+    tsdf_buf b;
+    encode_req(&q, &b);
+    tsdf_proto_error err;
+    tsdf_request *d = malloc(sizeof(*d));
+    tsdf_reply *r = malloc(sizeof(*r)), *dr = malloc(sizeof(*dr));
+    assert_true(d != NULL && r != NULL && dr != NULL);
+    assert_int_equal(tsdf_proto_decode_request(b.data, b.len, d, &err), TSDF_OK);
+    assert_true(d->u.raycast.has_ring);
+    assert_true(d->u.raycast.ring_token == 0xfedcba9876543210ull);
+    assert_int_equal(d->u.raycast.ring_offset, 4096);
+    rebuild(&b, "ring_token", NULL, NULL);
+    tsdf_buf t = take_rebuilt();
+    assert_int_equal(tsdf_proto_decode_request(t.data, t.len, d, &err), TSDF_EPROTO_KEY);
+    assert_string_equal(err.key, "ring_token");
+    free(t.data);
+    /* Without the keys the request is what it was before them. */
+    q.u.raycast.has_ring = 0;
+    tsdf_buf_clear(&b);
+    encode_req(&q, &b);
+    assert_int_equal(tsdf_proto_decode_request(b.data, b.len, d, &err), TSDF_OK);
+    assert_false(d->u.raycast.has_ring);
+    assert_null(memmem(b.data, b.len, "ring_", 5));
+
+    /* The reply: each of the four layouts round-trips. */
+    for (int k = 0; k < 4; k++) {
+        tsdf_reply_init(r, TSDF_MSG_RAYCAST, 5);
+        r->u.raycast = (tsdf_rep_raycast){.width = W,
+                                          .height = H,
+                                          .version = 3,
+                                          .in_ring = 1,
+                                          .ring_offset = 128,
+                                          .ring_normals = k & 1,
+                                          .ring_rgb = (k & 2) != 0};
+        tsdf_buf_clear(&b);
+        assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_OK);
+        assert_true(b.len < 256);
+        assert_int_equal(tsdf_proto_decode_reply(b.data, b.len, dr, &err), TSDF_OK);
+        assert_true(dr->u.raycast.in_ring);
+        assert_int_equal(dr->u.raycast.ring_offset, 128);
+        assert_int_equal(dr->u.raycast.ring_normals, k & 1);
+        assert_int_equal(dr->u.raycast.ring_rgb, (k & 2) != 0);
+        assert_null(dr->u.raycast.depth_m);
+        assert_int_equal(dr->u.raycast.version, 3);
+    }
+    /* A size that is no layout of the image, or an array in the message
+     * as well: refused. */
+    rebuild(&b, "ring_bytes", "ring_bytes", v_u2);
+    t = take_rebuilt();
+    assert_int_equal(tsdf_proto_decode_reply(t.data, t.len, dr, &err), TSDF_EBAD_SIZE);
+    assert_string_equal(err.key, "ring_bytes");
+    free(t.data);
+    rebuild(&b, NULL, "depth", v_bin_short);
+    t = take_rebuilt();
+    assert_int_equal(tsdf_proto_decode_reply(t.data, t.len, dr, &err), TSDF_EPROTO_KEY);
+    assert_string_equal(err.key, "depth");
+    free(t.data);
+    rebuild(&b, "ring_bytes", NULL, NULL);
+    t = take_rebuilt();
+    assert_int_equal(tsdf_proto_decode_reply(t.data, t.len, dr, &err), TSDF_EPROTO_KEY);
+    free(t.data);
+    free(d);
+    free(r);
+    free(dr);
+    tsdf_buf_fini(&b);
+}
+
 static void test_validation_frame(void **state)
 {
     (void)state;
@@ -397,6 +478,7 @@ int main(void)
         cmocka_unit_test(test_validation_frame),
         cmocka_unit_test(test_depth_encoding_key),
         cmocka_unit_test(test_ring_keys),
+        cmocka_unit_test(test_raycast_ring_keys),
         cmocka_unit_test(test_validation_other),
         cmocka_unit_test(test_validation_envelope_and_structure),
     };
