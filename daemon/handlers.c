@@ -265,40 +265,109 @@ static void set_error(tsdf_reply *rep, int rc, const char *what)
         tsdf_reply_set_error(rep, rc, NULL);
 }
 
-/* The depth of a frame that names a slot of its sender's shared ring
- * (PROTOCOL.md 6.10), copied out of the ring into a buffer of the job's
- * own (page-locked on CUDA: the one copy the frame's depth gets), so the
- * slot is the sender's again once we reply. Only over ipc://, from the
- * process that attached the ring. */
-static int ring_depth(daemon_ctx *d, worker_job *j, nng_msg *msg, char *why, size_t why_len)
+/* The pid of the process on msg's ipc:// connection, for a request that
+ * names a shared ring (PROTOCOL.md 6.10): TSDF_ENOT_FOUND when this
+ * daemon has no ring socket, TSDF_EFORBIDDEN over another transport. */
+static int ring_peer(daemon_ctx *d, nng_msg *msg, uint64_t *pid, char *why, size_t why_len)
 {
-    const tsdf_req_frame *rf = &j->req.u.frame;
-    uint64_t pid = 0;
     if (d->rings == NULL) {
         snprintf(why, why_len, "ring_token: this daemon has no ring socket ([server] ring_socket)");
         return TSDF_ENOT_FOUND;
     }
-    if (nng_pipe_get_uint64(nng_msg_get_pipe(msg), NNG_OPT_IPC_PEER_PID, &pid) != 0) {
+    if (nng_pipe_get_uint64(nng_msg_get_pipe(msg), NNG_OPT_IPC_PEER_PID, pid) != 0) {
         snprintf(why, why_len, "ring_token: a shared ring serves ipc:// connections only");
         return TSDF_EFORBIDDEN;
     }
-    void *p = job_depth_buffer(j, d->frame_buffers);
-    if (p == NULL) {
-        snprintf(why, why_len, "out of memory");
-        return TSDF_ENOMEM;
-    }
-    int rc =
-        rings_read(d->rings, rf->ring_token, pid, rf->ring_offset, p, rf->frame.depth_size_bytes);
+    return TSDF_OK;
+}
+
+/* The message of a refused ring access (rings_read's codes). */
+static void ring_refusal(int rc, uint64_t offset, uint64_t bytes, char *why, size_t why_len)
+{
     if (rc == TSDF_ENOT_FOUND)
         snprintf(why, why_len, "ring_token: no such ring (never attached, or detached)");
     else if (rc == TSDF_EFORBIDDEN)
         snprintf(why, why_len, "ring_token: the ring of another process");
     else if (rc == TSDF_EBAD_SIZE)
-        snprintf(why, why_len, "ring_offset: %" PRIu64 " + %zu bytes is not inside the ring",
-                 rf->ring_offset, rf->frame.depth_size_bytes);
+        snprintf(why, why_len,
+                 "ring_offset: %" PRIu64 " + %" PRIu64 " bytes is not inside the ring", offset,
+                 bytes);
     else if (rc != TSDF_OK)
-        snprintf(why, why_len, "ring_offset: the ring could not be read there");
+        snprintf(why, why_len, "ring_offset: the ring could not be read or written there");
+}
+
+/* The depth of a frame that names a slot of its sender's shared ring,
+ * copied out of the ring into a buffer of the job's own (page-locked on
+ * CUDA: the one copy the frame's depth gets), so the slot is the sender's
+ * again once we reply. Only over ipc://, from the process that attached
+ * the ring. */
+static int ring_depth(daemon_ctx *d, worker_job *j, nng_msg *msg, char *why, size_t why_len)
+{
+    const tsdf_req_frame *rf = &j->req.u.frame;
+    uint64_t pid = 0;
+    int rc = ring_peer(d, msg, &pid, why, why_len);
+    if (rc != TSDF_OK)
+        return rc;
+    void *p = job_depth_buffer(j, d->frame_buffers);
+    if (p == NULL) {
+        snprintf(why, why_len, "out of memory");
+        return TSDF_ENOMEM;
+    }
+    rc = rings_read(d->rings, rf->ring_token, pid, rf->ring_offset, p, rf->frame.depth_size_bytes);
+    ring_refusal(rc, rf->ring_offset, rf->frame.depth_size_bytes, why, why_len);
     return rc;
+}
+
+/* The bytes of the reply to raycast request rq in a ring: its image's
+ * arrays as asked for, rgb counted (the map may have colour). */
+static uint64_t raycast_ring_need(const tsdf_req_raycast *rq)
+{
+    uint32_t w, h;
+    tsdf_intrinsics K;
+    tsdf_proto_raycast_scaled(rq, &w, &h, &K);
+    return tsdf_proto_raycast_ring_bytes((uint64_t)w * h, rq->want_normals, rq->want_rgb);
+}
+
+/* A raycast that asked for its image in the sender's ring: checked before
+ * the raycast runs (no work for an image that could not be delivered),
+ * and after it the arrays written there, the reply only saying where. */
+static int raycast_ring_check(daemon_ctx *d, const tsdf_req_raycast *rq, nng_msg *msg,
+                              uint64_t *pid, tsdf_reply *rep)
+{
+    char why[160];
+    int rc = ring_peer(d, msg, pid, why, sizeof why);
+    if (rc == TSDF_OK)
+        rc = rings_check(d->rings, rq->ring_token, *pid, rq->ring_offset, raycast_ring_need(rq));
+    if (rc != TSDF_OK) {
+        ring_refusal(rc, rq->ring_offset, raycast_ring_need(rq), why, sizeof why);
+        tsdf_reply_set_error(rep, rc, "%s", why);
+    }
+    return rc;
+}
+
+static void raycast_ring_reply(daemon_ctx *d, const tsdf_req_raycast *rq, uint64_t pid,
+                               const worker_job *j, tsdf_reply *rep)
+{
+    const size_t px = (size_t)j->out_width * j->out_height;
+    struct iovec v[3];
+    int n = 0;
+    v[n++] = (struct iovec){j->depth_m, px * 4u};
+    if (j->normals != NULL)
+        v[n++] = (struct iovec){j->normals, px * 12u};
+    if (j->rgb != NULL)
+        v[n++] = (struct iovec){j->rgb, px * 3u};
+    int rc = rings_write(d->rings, rq->ring_token, pid, rq->ring_offset, v, n);
+    if (rc != TSDF_OK) {
+        char why[160];
+        ring_refusal(rc, rq->ring_offset, tsdf_proto_raycast_ring_bytes(px, 1, 1), why, sizeof why);
+        tsdf_reply_set_error(rep, rc, "%s", why);
+        return;
+    }
+    tsdf_rep_raycast *rr = &rep->u.raycast;
+    rr->in_ring = 1;
+    rr->ring_offset = rq->ring_offset;
+    rr->ring_normals = j->normals != NULL;
+    rr->ring_rgb = j->rgb != NULL;
 }
 
 static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_reply *rep,
@@ -589,16 +658,23 @@ void handle_request(daemon_ctx *d, nng_msg *msg, handler_result *res)
                                  rq->width / rq->scale, rq->height / rq->scale, bytes);
             break;
         }
+        uint64_t pid = 0;
+        if (rq->has_ring && raycast_ring_check(d, rq, msg, &pid, rep) != TSDF_OK)
+            break;
         if (find_map(d, req->map, rep, &m) != TSDF_OK)
             break;
         if (handlers_run_query(d, m, JOB_RAYCAST, req, rep, &j) != TSDF_OK)
             break;
         rep->u.raycast.width = j->out_width;
         rep->u.raycast.height = j->out_height;
+        rep->u.raycast.version = j->version;
+        if (rq->has_ring) {
+            raycast_ring_reply(d, rq, pid, j, rep);
+            break;
+        }
         rep->u.raycast.depth_m = j->depth_m;
         rep->u.raycast.normals = j->normals;
         rep->u.raycast.rgb = j->rgb;
-        rep->u.raycast.version = j->version;
         break;
     }
     case TSDF_MSG_MESH:

@@ -389,10 +389,35 @@ void rings_stop(rings *r)
     free(r);
 }
 
-int rings_read(rings *r, uint64_t token, uint64_t pid, uint64_t offset, void *dst, size_t bytes)
+/* len bytes between buf and fd at off, whole: pread or pwrite again after
+ * a short transfer or EINTR. */
+static int ring_xfer(int fd, uint8_t *buf, size_t len, uint64_t off, int write)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t k = write ? pwrite(fd, buf + done, len - done, (off_t)(off + done))
+                          : pread(fd, buf + done, len - done, (off_t)(off + done));
+        if (k > 0)
+            done += (size_t)k;
+        else if (k < 0 && errno == EINTR)
+            continue;
+        else
+            return TSDF_EIO;
+    }
+    return TSDF_OK;
+}
+
+/* The n pieces of iov, one after the other from offset of ring token of
+ * process pid: read into them, written from them (write), or with io 0
+ * only checked. The codes of rings_read. */
+static int ring_io(rings *r, uint64_t token, uint64_t pid, uint64_t offset, const struct iovec *iov,
+                   int n, int io, int write)
 {
     if (r == NULL || token == 0)
         return TSDF_ENOT_FOUND;
+    uint64_t bytes = 0;
+    for (int k = 0; k < n; k++)
+        bytes += iov[k].iov_len;
     int rc = TSDF_ENOT_FOUND;
     pthread_rwlock_rdlock(&r->lock);
     for (uint32_t i = 0; i < r->max_rings; i++) {
@@ -403,26 +428,36 @@ int rings_read(rings *r, uint64_t token, uint64_t pid, uint64_t offset, void *ds
             rc = TSDF_EFORBIDDEN;
         else if (offset > c->bytes || bytes > c->bytes - offset)
             rc = TSDF_EBAD_SIZE;
-        else {
-            size_t done = 0;
-            while (done < bytes) {
-                ssize_t k =
-                    pread(c->memfd, (uint8_t *)dst + done, bytes - done, (off_t)(offset + done));
-                if (k > 0)
-                    done += (size_t)k;
-                else if (k < 0 && errno == EINTR)
-                    continue;
-                else
-                    break;
-            }
-            rc = done == bytes ? TSDF_OK : TSDF_EIO;
-            if (rc == TSDF_OK)
-                atomic_fetch_add(&r->frames, 1);
-        }
+        else
+            rc = TSDF_OK;
+        for (int k = 0; rc == TSDF_OK && io && k < n; offset += iov[k].iov_len, k++)
+            rc = ring_xfer(c->memfd, iov[k].iov_base, iov[k].iov_len, offset, write);
         break;
     }
     pthread_rwlock_unlock(&r->lock);
     return rc;
+}
+
+int rings_read(rings *r, uint64_t token, uint64_t pid, uint64_t offset, void *dst, size_t bytes)
+{
+    struct iovec v = {dst, bytes};
+    int rc = ring_io(r, token, pid, offset, &v, 1, 1, 0);
+    if (rc == TSDF_OK)
+        atomic_fetch_add(&r->frames, 1);
+    return rc;
+}
+
+int rings_check(rings *r, uint64_t token, uint64_t pid, uint64_t offset, uint64_t bytes)
+{
+    /* Only the length is looked at. */
+    struct iovec v = {NULL, (size_t)bytes};
+    return ring_io(r, token, pid, offset, &v, 1, 0, 0);
+}
+
+int rings_write(rings *r, uint64_t token, uint64_t pid, uint64_t offset, const struct iovec *iov,
+                int n)
+{
+    return ring_io(r, token, pid, offset, iov, n, 1, 1);
 }
 
 void rings_get_stats(rings *r, rings_stats *out)

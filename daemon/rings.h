@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include "tsdf_ring_wire.h"
 
@@ -51,6 +52,16 @@ void rings_stop(rings *r);
  * connection closed); TSDF_EFORBIDDEN: another process's ring;
  * TSDF_EBAD_SIZE: [offset, offset + bytes) is not inside the ring. */
 int rings_read(rings *r, uint64_t token, uint64_t pid, uint64_t offset, void *dst, size_t bytes);
+
+/* Whether rings_read or rings_write of bytes at offset of ring token by
+ * process pid would be allowed: the same codes, nothing copied. */
+int rings_check(rings *r, uint64_t token, uint64_t pid, uint64_t offset, uint64_t bytes);
+
+/* Writes the n pieces of iov one after the other from offset of ring
+ * token (a raycast's arrays, PROTOCOL.md 6.10): rings_read's codes, and
+ * TSDF_EIO when the file takes fewer bytes (a write seal). */
+int rings_write(rings *r, uint64_t token, uint64_t pid, uint64_t offset, const struct iovec *iov,
+                int n);
 
 typedef struct {
     uint64_t attached; /* rings attached now */
