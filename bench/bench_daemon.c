@@ -319,6 +319,11 @@ static void *query_main(void *arg)
         normals = q->ro.want_normals ? malloc(3 * n * sizeof *normals) : NULL;
         if (depth == NULL || (q->ro.want_normals && normals == NULL))
             rc = TSDF_ENOMEM;
+        /* With --ring the images come back through a ring of five slots
+         * of a depth image each: room for depth, normals and colour
+         * (19 bytes a pixel). */
+        if (rc == TSDF_OK && run->ring_path != NULL)
+            rc = tsdf_client_attach_ring(c, run->ring_path, n * sizeof *depth, 5);
     }
     if (rc != TSDF_OK) {
         note_error(&q->first_error, q->first_message, sizeof q->first_message, rc);
@@ -789,7 +794,8 @@ static void print_setup(const bench *b)
     printf("  requests %s%s%s\n", b->run.req_url, o->mode == MODE_FF ? ", frames " : "",
            o->mode == MODE_FF ? b->run.frames_url : "");
     if (b->run.ring_path != NULL)
-        printf("  clients' depth through shared-memory rings at %s\n", b->run.ring_path);
+        printf("  clients' depth and raycast images through shared-memory rings at %s\n",
+               b->run.ring_path);
     for (size_t i = 0; i < o->set_count; i++)
         printf("  --set %s\n", o->sets[i]);
 }

@@ -166,30 +166,58 @@ void client_ring_close(client_ring *r)
     free(r);
 }
 
-int client_ring_put(client_ring *r, const void *src, size_t bytes, uint64_t *token,
-                    uint64_t *offset)
+/* The bits of n slots from slot on. */
+static uint64_t span_bits(int slot, unsigned n)
 {
-    if (r == NULL || bytes > r->slot_bytes || atomic_load(&r->broken))
+    return (n >= 64 ? UINT64_MAX : (((uint64_t)1 << n) - 1u)) << slot;
+}
+
+int client_ring_take(client_ring *r, size_t bytes, client_ring_span *sp)
+{
+    sp->slot = -1;
+    sp->count = 0;
+    if (r == NULL || bytes == 0 || atomic_load(&r->broken))
+        return -1;
+    const size_t n = (bytes + r->slot_bytes - 1) / r->slot_bytes;
+    if (n > r->slots)
         return -1;
     uint64_t mask = atomic_load(&r->free_mask);
     for (;;) {
-        if (mask == 0)
+        /* Bit i of runs: slots i .. i + n - 1 are all free. */
+        uint64_t runs = mask;
+        for (size_t i = 1; i < n && runs != 0; i++)
+            runs &= mask >> i;
+        if (runs == 0)
             return -1;
-        int slot = __builtin_ctzll(mask);
-        uint64_t bit = (uint64_t)1 << slot;
-        if (atomic_compare_exchange_weak(&r->free_mask, &mask, mask & ~bit)) {
-            memcpy(r->base + (size_t)slot * r->slot_bytes, src, bytes);
-            *token = r->token;
-            *offset = (uint64_t)slot * r->slot_bytes;
-            return slot;
+        int slot = __builtin_ctzll(runs);
+        uint64_t bits = span_bits(slot, (unsigned)n);
+        if (atomic_compare_exchange_weak(&r->free_mask, &mask, mask & ~bits)) {
+            sp->slot = slot;
+            sp->count = (unsigned)n;
+            sp->token = r->token;
+            sp->offset = (uint64_t)slot * r->slot_bytes;
+            return TSDF_OK;
         }
     }
 }
 
-void client_ring_release(client_ring *r, int slot, int answered)
+int client_ring_put(client_ring *r, const void *src, size_t bytes, client_ring_span *sp)
 {
-    if (r != NULL && slot >= 0 && answered)
-        atomic_fetch_or(&r->free_mask, (uint64_t)1 << slot);
+    if (client_ring_take(r, bytes, sp) != TSDF_OK)
+        return -1;
+    memcpy(r->base + sp->offset, src, bytes);
+    return TSDF_OK;
+}
+
+const void *client_ring_data(const client_ring *r, uint64_t offset)
+{
+    return r->base + offset;
+}
+
+void client_ring_release(client_ring *r, const client_ring_span *sp, int answered)
+{
+    if (r != NULL && sp->slot >= 0 && answered)
+        atomic_fetch_or(&r->free_mask, span_bits(sp->slot, sp->count));
 }
 
 void client_ring_break(client_ring *r)

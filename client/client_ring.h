@@ -7,8 +7,10 @@
  * integrate then copies the frame's depth into a free slot and names
  * (token, offset) instead of carrying the samples; the slot is free again
  * once the daemon has answered, because the daemon copies the samples out
- * before it answers. A slot whose request got no answer (timeout, broken
- * connection) is never used again: the daemon may still read it.
+ * before it answers. A raycast names a run of free slots that its image
+ * fits in, and the daemon writes the image there before it answers. A
+ * slot whose request got no answer (timeout, broken connection) is never
+ * used again: the daemon may still read or write it.
  */
 #ifndef TSDF_CLIENT_RING_H
 #define TSDF_CLIENT_RING_H
@@ -40,15 +42,29 @@ int client_ring_handshake(const char *path, int fd, uint64_t bytes, int timeout_
 /* Detaches (closes the ring socket's connection) and unmaps. */
 void client_ring_close(client_ring *r);
 
-/* Copies bytes (<= the slot size) into a free slot: its index, the token
- * and the slot's offset. -1: none free, or too large, or the ring is
- * broken (client_ring_break). */
-int client_ring_put(client_ring *r, const void *src, size_t bytes, uint64_t *token,
-                    uint64_t *offset);
+/* Consecutive slots of a ring, taken for one request. */
+typedef struct {
+    int slot;        /* the first; -1: none */
+    unsigned count;  /* how many */
+    uint64_t token;  /* the ring's token, for the request */
+    uint64_t offset; /* the first slot's byte offset */
+} client_ring_span;
 
-/* Frees slot after the daemon answered its request (answered = 1), or
- * retires it for good (0). */
-void client_ring_release(client_ring *r, int slot, int answered);
+/* Takes the fewest consecutive free slots that hold bytes, into *sp.
+ * TSDF_OK, or -1 (sp->slot -1) when no such run is free, bytes is 0 or
+ * more than the ring, or the ring is broken (client_ring_break). */
+int client_ring_take(client_ring *r, size_t bytes, client_ring_span *sp);
+
+/* client_ring_take, then the copy of bytes from src into the span. */
+int client_ring_put(client_ring *r, const void *src, size_t bytes, client_ring_span *sp);
+
+/* The ring's bytes at offset, as the daemon wrote them (a raycast's
+ * image; valid while the span that holds them is taken). */
+const void *client_ring_data(const client_ring *r, uint64_t offset);
+
+/* Frees sp's slots after the daemon answered its request (answered = 1),
+ * or retires them for good (0). Nothing for a span of no slot. */
+void client_ring_release(client_ring *r, const client_ring_span *sp, int answered);
 
 /* The daemon no longer knows the ring (it restarted, or detached it):
  * client_ring_put refuses from now on. */

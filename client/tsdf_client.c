@@ -517,18 +517,19 @@ int tsdf_client_send_frame(tsdf_client *c, const tsdf_client_frame *f, int timeo
     return TSDF_OK;
 }
 
-/* Puts q's raw depth into a free slot of ring and makes q name it
- * instead of carrying it: the slot, or -1 when q goes as it is (no ring,
- * compressed depth, no slot free). */
-static int ring_slot(client_ring *ring, tsdf_request *q)
+/* Puts q's raw depth into free slots of ring and makes q name them
+ * instead of carrying it; sp->slot -1 when q goes as it is (no ring,
+ * compressed depth, no slots free). */
+static void ring_frame(client_ring *ring, tsdf_request *q, client_ring_span *sp)
 {
     tsdf_req_frame *rf = &q->u.frame;
     const tsdf_frame *f = &rf->frame;
+    sp->slot = -1;
     if (ring == NULL || rf->depth_encoding != TSDF_DEPTH_ENC_RAW || f->depth == NULL)
-        return -1;
-    int slot = client_ring_put(ring, f->depth, depth_bytes(f), &rf->ring_token, &rf->ring_offset);
-    rf->has_ring = slot >= 0;
-    return slot;
+        return;
+    rf->has_ring = client_ring_put(ring, f->depth, depth_bytes(f), sp) == TSDF_OK;
+    rf->ring_token = sp->token;
+    rf->ring_offset = sp->offset;
 }
 
 /* Whether the daemon answered (so it has read the slot, or never will):
@@ -563,10 +564,11 @@ int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, int timeou
     int rc = frame_request(f, TSDF_MSG_INTEGRATE, q, &coded);
     if (rc == TSDF_OK) {
         client_ring *ring = atomic_load(&c->ring);
-        int slot = ring_slot(ring, q);
+        client_ring_span sp;
+        ring_frame(ring, q, &sp);
         rc = call_copy(c, q, timeout_ms, out, sizeof(*out));
-        if (slot >= 0) {
-            client_ring_release(ring, slot, ring_answered(rc));
+        if (sp.slot >= 0) {
+            client_ring_release(ring, &sp, ring_answered(rc));
             if (ring_lost(rc)) {
                 /* The daemon no longer has the ring (it restarted): this
                  * frame and the next ones go in the request. */
@@ -614,6 +616,53 @@ int tsdf_client_raycast(tsdf_client *c, const char *map, const tsdf_raycast_para
     return rc;
 }
 
+/* Where a raycast's image goes and what was asked for it. */
+typedef struct {
+    const tsdf_req_raycast *q;
+    uint32_t w, h;        /* the image asked for (the request's size over its scale) */
+    client_ring *ring;    /* the ring its image was asked into, or NULL */
+    uint64_t ring_offset; /* and where in it */
+} raycast_dest;
+
+/* Checks raycast reply rr against what d asked for and copies its arrays
+ * (from the message, or from the ring) into out. */
+static int raycast_copy_out(const raycast_dest *d, const tsdf_rep_raycast *rr,
+                            tsdf_raycast_output *out, tsdf_client_raycast_info *info)
+{
+    const size_t px = (size_t)d->w * d->h;
+    const void *depth = rr->depth_m, *normals = rr->normals, *rgb = rr->rgb;
+    if (rr->width != d->w || rr->height != d->h)
+        /* A daemon from before "scale" renders the full image. */
+        return client_fail(TSDF_EBAD_SIZE, "raycast reply is %ux%u, asked for %ux%u", rr->width,
+                           rr->height, d->w, d->h);
+    if (rr->in_ring) {
+        if (d->ring == NULL || rr->ring_offset != d->ring_offset)
+            return client_fail(TSDF_EFORMAT, "raycast reply names a ring slot not asked for");
+        const uint8_t *at = client_ring_data(d->ring, rr->ring_offset);
+        depth = at;
+        normals = rr->ring_normals ? at + px * 4u : NULL;
+        rgb = rr->ring_rgb ? at + px * (rr->ring_normals ? 16u : 4u) : NULL;
+    }
+    if (d->q->want_normals && normals == NULL)
+        return client_fail(TSDF_EPROTO_KEY, "raycast reply without the normals asked for");
+    memcpy(out->depth_m, depth, px * 4u);
+    if (d->q->want_normals)
+        memcpy(out->normals, normals, px * 12u);
+    if (out->rgb != NULL) {
+        if (rgb != NULL)
+            memcpy(out->rgb, rgb, px * 3u);
+        else
+            memset(out->rgb, 0, px * 3u);
+    }
+    if (info != NULL) {
+        info->width = d->w;
+        info->height = d->h;
+        info->has_rgb = rgb != NULL;
+        info->version = rr->version;
+    }
+    return TSDF_OK;
+}
+
 int tsdf_client_raycast_ex(tsdf_client *c, const char *map, const tsdf_raycast_params *p,
                            const tsdf_client_raycast_options *o, tsdf_raycast_output *out,
                            tsdf_client_raycast_info *info, int timeout_ms)
@@ -649,37 +698,33 @@ int tsdf_client_raycast_ex(tsdf_client *c, const char *map, const tsdf_raycast_p
     tsdf_intrinsics K_scaled;
     tsdf_proto_raycast_scaled(r, &w, &h, &K_scaled);
 
+    /* With a ring, the image comes back in its slots rather than through
+     * the socket (PROTOCOL.md 6.10); where no run of slots is free or big
+     * enough, in the reply as usual. */
+    client_ring *ring = atomic_load(&c->ring);
+    client_ring_span sp;
+    const uint64_t need =
+        tsdf_proto_raycast_ring_bytes((uint64_t)w * h, r->want_normals, r->want_rgb);
+    r->has_ring = client_ring_take(ring, need, &sp) == TSDF_OK;
+    r->ring_token = sp.token;
+    r->ring_offset = sp.offset;
     tsdf_reply *rep;
     nng_msg *m;
     rc = call_alloc(c, &q, timeout_ms, &rep, &m);
-    if (rc != TSDF_OK)
-        return rc;
-    const tsdf_rep_raycast *rr = &rep->u.raycast;
-    if (rr->width != w || rr->height != h) {
-        /* A daemon from before "scale" renders the full image. */
-        rc = client_fail(TSDF_EBAD_SIZE, "raycast reply is %ux%u, asked for %ux%u", rr->width,
-                         rr->height, w, h);
-    } else if (r->want_normals && rr->normals == NULL) {
-        rc = client_fail(TSDF_EPROTO_KEY, "raycast reply without the normals asked for");
-    } else {
-        size_t px = (size_t)w * h;
-        memcpy(out->depth_m, rr->depth_m, px * 4u);
-        if (r->want_normals)
-            memcpy(out->normals, rr->normals, px * 12u);
-        if (out->rgb != NULL) {
-            if (rr->rgb != NULL)
-                memcpy(out->rgb, rr->rgb, px * 3u);
-            else
-                memset(out->rgb, 0, px * 3u);
-        }
-        if (info != NULL) {
-            info->width = w;
-            info->height = h;
-            info->has_rgb = rr->rgb != NULL;
-            info->version = rr->version;
-        }
+    if (r->has_ring && ring_lost(rc)) {
+        /* The daemon no longer has the ring (it restarted). */
+        client_ring_break(ring);
+        client_ring_release(ring, &sp, 1);
+        sp.slot = -1;
+        r->has_ring = 0;
+        rc = call_alloc(c, &q, timeout_ms, &rep, &m);
     }
-    call_free(rep, m);
+    if (rc == TSDF_OK) {
+        const raycast_dest d = {r, w, h, sp.slot >= 0 ? ring : NULL, sp.offset};
+        rc = raycast_copy_out(&d, &rep->u.raycast, out, info);
+        call_free(rep, m);
+    }
+    client_ring_release(ring, &sp, ring_answered(rc));
     return rc;
 }
 

@@ -154,22 +154,28 @@ TSDF_API int tsdf_client_send_frame(tsdf_client *c, const tsdf_client_frame *f, 
  * integrated or rejected it. Returns the frame's status. out (optional)
  * receives seq, the map version after the frame and the integration time.
  * With a ring attached (tsdf_client_attach_ring), raw depth goes through
- * it when a slot is free; else, and for compressed depth, in the request. */
+ * it when slots that hold it are free; else, and for compressed depth, in
+ * the request. */
 TSDF_API int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, int timeout_ms,
                                    tsdf_rep_integrate *out);
 
-/* Frames through shared memory (PROTOCOL.md 6.10), for a client on the
- * daemon's host connected over ipc://: the daemon reads the depth of
- * tsdf_client_integrate's frames from a ring of `slots` (1..64) slots of
- * slot_bytes each (at least one frame's depth: 614,400 for 640 x 480
- * u16) that this process shares with it, instead of out of the request,
- * so the frame's bytes do not go through the sockets (one copy into the
- * slot, one out of it on the daemon's side). ring_socket is the daemon's
- * [server] ring_socket. Once per client; TSDF_EBUSY for a second ring,
- * TSDF_ECONNREFUSED when nothing listens there, the daemon's code (and
- * tsdf_client_last_message) when it refuses the ring. Should the daemon
- * lose the ring (a restart), integrate sends frames in the request again,
- * by itself. Colour images always travel in the request. */
+/* Frames and raycast images through shared memory (PROTOCOL.md 6.10),
+ * for a client on the daemon's host connected over ipc://: the daemon
+ * reads the depth of tsdf_client_integrate's frames from a ring of
+ * `slots` (1..64) slots of slot_bytes each that this process shares with
+ * it, instead of out of the request, and writes the images of
+ * tsdf_client_raycast(_ex) into it instead of into the reply, so those
+ * bytes do not go through the sockets (one copy into the ring, one out of
+ * it). A frame or an image takes as many consecutive free slots as it
+ * needs: a frame's depth is 614,400 bytes at 640 x 480 u16, an image 4
+ * bytes a pixel, 16 with normals, 19 with colour too; one that does not
+ * fit in the free slots travels through the socket as without a ring.
+ * ring_socket is the daemon's [server] ring_socket. Once per client;
+ * TSDF_EBUSY for a second ring, TSDF_ECONNREFUSED when nothing listens
+ * there, the daemon's code (and tsdf_client_last_message) when it
+ * refuses the ring. Should the daemon lose the ring (a restart), frames
+ * and images go through the socket again, by themselves. Colour images
+ * of frames always travel in the request. */
 TSDF_API int tsdf_client_attach_ring(tsdf_client *c, const char *ring_socket, size_t slot_bytes,
                                      unsigned slots);
 

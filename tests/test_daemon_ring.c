@@ -110,6 +110,92 @@ static void test_ring_integrates_identically(void **state)
     frames_free(&fs);
 }
 
+/* The raycast of f's camera (its pose, intrinsics and size). */
+static void camera_of(const tsdf_frame *f, tsdf_raycast_params *rp)
+{
+    memset(rp, 0, sizeof *rp);
+    rp->width = f->width;
+    rp->height = f->height;
+    rp->K = f->K;
+    memcpy(rp->T_world_cam, f->T_world_cam, sizeof rp->T_world_cam);
+    rp->min_depth_m = 0.1f;
+    rp->max_depth_m = 5.0f;
+}
+
+/* The pixels of depth with a surface. */
+static size_t hits(const float *depth, size_t px)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < px; i++)
+        n += depth[i] == depth[i];
+    return n;
+}
+
+/* One raycast of map by c as opts say, into depth (and normals). */
+static void raycast_ok(tsdf_client *c, const char *map, const tsdf_raycast_params *rp,
+                       const tsdf_client_raycast_options *o, float *depth, float *normals,
+                       tsdf_client_raycast_info *info)
+{
+    tsdf_raycast_output out = {depth, o->want_normals ? normals : NULL, NULL};
+    int rc = tsdf_client_raycast_ex(c, map, rp, o, &out, info, 30000);
+    if (rc != TSDF_OK)
+        fail_msg("raycast of %s: %s (%s)", map, tsdf_strerror(rc), tsdf_client_last_message());
+}
+
+/* libtsdf's raycasts through a ring: the same image as in the reply, with
+ * and without normals, at full and half size, and in the reply when the
+ * image is larger than the whole ring. */
+static void test_ring_raycast_identical(void **state)
+{
+    (void)state;
+    frame_set fs;
+    tsdfd_harness h;
+    char path[TSDFD_HARNESS_PATH_LEN + 16];
+    const size_t px = (size_t)IMG_W * IMG_H;
+    frames_make(&fs, "room", IMG_W, IMG_H, N_FRAMES);
+    assert_int_equal(start_daemon(&h, ring_ini, NULL), 0);
+    ring_path(&h, path, sizeof path);
+    tsdf_client *plain = open_client(&h, 0), *ring = open_client(&h, 0),
+                *small = open_client(&h, 0);
+    for (uint32_t i = 0; i < fs.count; i++)
+        integrate_ok(plain, "m", &fs.frames[i], i);
+    /* Slots of a depth image each: depth and normals take four. */
+    assert_int_equal(tsdf_client_attach_ring(ring, path, px * 4u, 6), TSDF_OK);
+    /* Too small for depth and normals (16 bytes a pixel) in all. */
+    assert_int_equal(tsdf_client_attach_ring(small, path, px * 4u, 2), TSDF_OK);
+
+    float *buf = malloc(6 * px * 16u);
+    assert_non_null(buf);
+    float *d0 = buf, *n0 = buf + px, *d1 = buf + 4 * px, *n1 = buf + 5 * px, *d2 = buf + 8 * px,
+          *n2 = buf + 9 * px;
+    tsdf_raycast_params rp;
+    camera_of(&fs.frames[N_FRAMES / 2], &rp);
+    for (int k = 0; k < 4; k++) {
+        const tsdf_client_raycast_options o = {.want_normals = k & 1, .scale = k & 2 ? 2u : 1u};
+        tsdf_client_raycast_info i0, i1, i2;
+        raycast_ok(plain, "m", &rp, &o, d0, n0, &i0);
+        raycast_ok(ring, "m", &rp, &o, d1, n1, &i1);
+        raycast_ok(small, "m", &rp, &o, d2, n2, &i2);
+        const size_t n = (size_t)i0.width * i0.height;
+        assert_int_equal(i1.width, i0.width);
+        assert_int_equal(i1.height, i0.height);
+        assert_int_equal(i1.version, i0.version);
+        assert_true(hits(d0, n) > n / 4);
+        assert_memory_equal(d1, d0, n * 4u);
+        assert_memory_equal(d2, d0, n * 4u);
+        if (o.want_normals) {
+            assert_memory_equal(n1, n0, n * 12u);
+            assert_memory_equal(n2, n0, n * 12u);
+        }
+    }
+    free(buf);
+    tsdf_client_close(small);
+    tsdf_client_close(ring);
+    tsdf_client_close(plain);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    frames_free(&fs);
+}
+
 /* A memfd of bytes, sealed against shrinking when seal; -1 on failure. */
 static int make_memfd(size_t bytes, int seal)
 {
@@ -280,6 +366,114 @@ static void test_ring_refusals(void **state)
     frames_free(&fs);
 }
 
+/* A raycast request that names (token, offset) of ring s's connection,
+ * sent on q; the reply in *rep. */
+static void ring_raycast(nng_socket q, const tsdf_raycast_params *rp, int normals, uint64_t token,
+                         uint64_t offset, tsdf_reply *rep)
+{
+    tsdf_request *r = malloc(sizeof *r);
+    assert_non_null(r);
+    tsdf_request_init(r, TSDF_MSG_RAYCAST);
+    r->id = 9;
+    snprintf(r->map, sizeof r->map, "m");
+    tsdf_req_raycast *c = &r->u.raycast;
+    c->width = rp->width;
+    c->height = rp->height;
+    c->K = rp->K;
+    memcpy(c->T_world_cam, rp->T_world_cam, sizeof c->T_world_cam);
+    c->min_depth_m = rp->min_depth_m;
+    c->max_depth_m = rp->max_depth_m;
+    c->want_normals = normals;
+    c->has_ring = 1;
+    c->ring_token = token;
+    c->ring_offset = offset;
+    tsdf_buf b;
+    tsdf_buf_init(&b);
+    assert_int_equal(tsdf_proto_encode_request(r, &b), TSDF_OK);
+    free(r);
+    raw_roundtrip(q, b.data, b.len, rep);
+    tsdf_buf_fini(&b);
+}
+
+/* The protocol of a raycast into a ring (PROTOCOL.md 6.10): the reply
+ * names the slot and carries no array, the image is there as the reply
+ * would have carried it; outside the ring, or with a token that is not
+ * the sender's ring, refused before anything is written. */
+static void test_ring_raycast_protocol(void **state)
+{
+    (void)state;
+    frame_set fs;
+    tsdfd_harness h;
+    char path[TSDFD_HARNESS_PATH_LEN + 16];
+    const size_t px = (size_t)IMG_W * IMG_H, bytes = 64 + px * 16u;
+    frames_make(&fs, "room", IMG_W, IMG_H, N_FRAMES);
+    assert_int_equal(start_daemon(&h, ring_ini, NULL), 0);
+    ring_path(&h, path, sizeof path);
+    tsdf_client *c = open_client(&h, 0);
+    for (uint32_t i = 0; i < fs.count; i++)
+        integrate_ok(c, "m", &fs.frames[i], i);
+    int fd = make_memfd(bytes, 1), sock = -1;
+    tsdf_ring_attach_reply ar;
+    handshake(path, fd, bytes, &sock, &ar);
+    assert_int_equal(ar.status, TSDF_OK);
+    uint8_t *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(base != MAP_FAILED);
+    memset(base, 0xab, bytes);
+    nng_socket q = raw_req(&h);
+    tsdf_reply *rep = malloc(sizeof *rep);
+    assert_non_null(rep);
+
+    float *want = malloc(px * 16u);
+    assert_non_null(want);
+    tsdf_raycast_params rp;
+    camera_of(&fs.frames[1], &rp);
+    const tsdf_client_raycast_options o = {.want_normals = 1};
+    tsdf_client_raycast_info info;
+    raycast_ok(c, "m", &rp, &o, want, want + px, &info);
+
+    /* Depth and normals at offset 64. */
+    ring_raycast(q, &rp, 1, ar.token, 64, rep);
+    assert_int_equal(rep->status, TSDF_OK);
+    assert_true(rep->u.raycast.in_ring);
+    assert_int_equal(rep->u.raycast.ring_offset, 64);
+    assert_true(rep->u.raycast.ring_normals);
+    assert_false(rep->u.raycast.ring_rgb);
+    assert_null(rep->u.raycast.depth_m);
+    assert_int_equal(rep->u.raycast.version, info.version);
+    assert_memory_equal(base + 64, want, px * 16u);
+    for (int i = 0; i < 64; i++)
+        assert_int_equal(base[i], 0xab);
+
+    /* Refused before the raycast: nothing written. */
+    memset(base, 0xab, bytes);
+    ring_raycast(q, &rp, 1, ar.token, 65, rep); /* one byte past the end */
+    assert_int_equal(rep->status, TSDF_EBAD_SIZE);
+    assert_int_equal(strncmp(rep->message, "ring_offset", 11), 0);
+    ring_raycast(q, &rp, 1, ar.token, UINT64_MAX - 8, rep);
+    assert_int_equal(rep->status, TSDF_EBAD_SIZE);
+    ring_raycast(q, &rp, 1, ar.token ^ 1u, 0, rep);
+    assert_int_equal(rep->status, TSDF_ENOT_FOUND);
+    assert_int_equal(strncmp(rep->message, "ring_token", 10), 0);
+    for (size_t i = 0; i < bytes; i++)
+        if (base[i] != 0xab)
+            fail_msg("byte %zu of the ring written by a refused raycast", i);
+    /* Depth alone fits at 65. */
+    ring_raycast(q, &rp, 0, ar.token, 65, rep);
+    assert_int_equal(rep->status, TSDF_OK);
+    assert_false(rep->u.raycast.ring_normals);
+    assert_memory_equal(base + 65, want, px * 4u);
+
+    free(want);
+    free(rep);
+    nng_close(q);
+    munmap(base, bytes);
+    close(sock);
+    close(fd);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    frames_free(&fs);
+}
+
 /* A daemon without a ring socket refuses a ring's frame, and libtsdf's
  * frames go in the request again after its daemon restarted. */
 static void test_ring_lost_falls_back(void **state)
@@ -295,6 +489,9 @@ static void test_ring_lost_falls_back(void **state)
     ring_path(&a, path, sizeof path);
     tsdf_client *c = open_client(&a, 0);
     assert_int_equal(tsdf_client_attach_ring(c, path, U16_BYTES, 1), TSDF_OK);
+    /* A client whose ring only ever takes raycasts. */
+    tsdf_client *viewer = open_client(&a, 0);
+    assert_int_equal(tsdf_client_attach_ring(viewer, path, U16_BYTES, 1), TSDF_OK);
     integrate_ok(c, "m", &u16[0], 0);
     assert_int_equal(tsdfd_harness_stop(&a, 30000), 0);
 
@@ -312,6 +509,19 @@ static void test_ring_lost_falls_back(void **state)
     assert_reconciled(st);
     free(st);
 
+    /* A raycast whose image the lost ring was to take comes in its reply
+     * (80 x 60 depth fits the one slot). */
+    float depth[IMG_W * IMG_H];
+    tsdf_raycast_params rp;
+    camera_of(&fs.frames[1], &rp);
+    const tsdf_client_raycast_options half = {.scale = 2};
+    tsdf_raycast_output out = {depth, NULL, NULL};
+    tsdf_client_raycast_info info;
+    assert_int_equal(tsdf_client_raycast_ex(viewer, "m", &rp, &half, &out, &info, 30000), TSDF_OK);
+    assert_int_equal(info.width, IMG_W / 2);
+    assert_true(hits(depth, (size_t)info.width * info.height) > 0);
+
+    tsdf_client_close(viewer);
     tsdf_client_close(c);
     free(mm0);
     free(mm1);
@@ -384,6 +594,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_integrates_identically),
         cmocka_unit_test(test_ring_refusals),
+        cmocka_unit_test(test_ring_raycast_identical),
+        cmocka_unit_test(test_ring_raycast_protocol),
         cmocka_unit_test(test_ring_lost_falls_back),
         cmocka_unit_test(test_tsdfctl_replay_ring),
     };
