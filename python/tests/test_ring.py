@@ -1,7 +1,9 @@
-"""Frames through a shared-memory ring (PROTOCOL.md 6.10): the same map as
-frames in the request, every one counted as read from the ring, the slot
-reused, and the refusals of attach_ring."""
+"""Frames and raycast images through a shared-memory ring (PROTOCOL.md
+6.10): the same map as frames in the request, every one counted as read
+from the ring, the slot reused; the same images as in the reply; and the
+refusals of attach_ring."""
 
+import concurrent.futures
 import shutil
 import tempfile
 
@@ -61,6 +63,33 @@ def test_ring_frames_build_the_same_map(daemon, client):
     assert np.array_equal(a.vertices, b.vertices)
     assert np.array_equal(a.faces, b.faces)
     assert np.array_equal(a.normals, b.normals)
+
+
+def test_ring_raycasts_match_the_reply(daemon, client):
+    T = list(orbit_poses(rings=(0,), per_ring=4))[0]
+    depth = np.round(render_sphere(T) * 1000.0).astype(np.uint16)
+    client.integrate("ring-py-ray", depth, K, T)
+    h, w = depth.shape
+    with tsdf.Client(daemon.req_url, timeout_ms=20000) as rc:
+        # Slots of a depth image: depth and normals take four of the six.
+        rc.attach_ring(daemon.ring_path, w * h * 4, slots=6)
+        for normals, scale in ((True, 1), (False, 1), (True, 2)):
+            a = client.raycast("ring-py-ray", w, h, K, T, normals=normals, scale=scale)
+            b = rc.raycast("ring-py-ray", w, h, K, T, normals=normals, scale=scale)
+            assert np.count_nonzero(np.isfinite(a.depth)) > a.depth.size // 10
+            assert a.depth.tobytes() == b.depth.tobytes()
+            assert (b.normals is None) == (not normals)
+            if normals:
+                assert a.normals.tobytes() == b.normals.tobytes()
+            assert a.version == b.version
+        # Several at once share the ring's slots, or go through the socket
+        # when none is free: the same images either way.
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda _: rc.raycast("ring-py-ray", w, h, K, T), range(8)))
+        want = client.raycast("ring-py-ray", w, h, K, T)
+        for g in got:
+            assert g.depth.tobytes() == want.depth.tobytes()
+            assert g.normals.tobytes() == want.normals.tobytes()
 
 
 def test_attach_ring_refusals(daemon):

@@ -3,11 +3,13 @@ libtsdf's client/client_ring.c.
 
 A memfd of `slots` slots, sealed against shrinking and growing, mapped
 here and handed to the daemon over its ring socket (SCM_RIGHTS), which
-answers a token. An integrate then copies its raw depth into a free slot
+answers a token. An integrate then copies its raw depth into free slots
 and names (token, offset) instead of carrying the samples. The daemon
-copies them out before it answers, so a slot is free again once the reply
-arrived; a slot whose request got no answer (timeout, broken connection) is
-never used again, since the daemon may still read it.
+copies them out before it answers, so the slots are free again once the
+reply arrived. A raycast names free slots that its image fits in, and the
+daemon writes the image there before it answers. A slot whose request got
+no answer (timeout, broken connection) is never used again, since the
+daemon may still read or write it.
 """
 
 import fcntl
@@ -70,24 +72,41 @@ class Ring:
         finally:
             os.close(fd)
 
-    def put(self, samples):
-        """Copies samples (bytes) into a free slot: (slot, offset), or None
-        when none is free, they do not fit, or the ring is broken."""
-        if self.broken or len(samples) > self.slot_bytes:
+    def take(self, nbytes):
+        """The fewest consecutive free slots that hold nbytes: (slots,
+        offset), or None when no such run is free, nbytes is 0, or the ring
+        is broken."""
+        count = -(-nbytes // self.slot_bytes)
+        if self.broken or nbytes <= 0:
             return None
         with self._lock:
-            if not self._free:
-                return None
-            slot = self._free.pop()
-        offset = slot * self.slot_bytes
-        self._map[offset:offset + len(samples)] = samples
-        return slot, offset
+            free = set(self._free)
+            for first in sorted(free):
+                run = range(first, first + count)
+                if all(s in free for s in run):
+                    self._free = [s for s in self._free if s not in run]
+                    return list(run), first * self.slot_bytes
+        return None
 
-    def release(self, slot, answered):
-        """Frees slot after the daemon answered its request; else retires it."""
+    def put(self, samples):
+        """Copies samples (bytes) into free slots: (slots, offset), or None
+        as take."""
+        taken = self.take(len(samples))
+        if taken is not None:
+            offset = taken[1]
+            self._map[offset:offset + len(samples)] = samples
+        return taken
+
+    def read(self, offset, nbytes):
+        """A copy of nbytes of the ring from offset (a raycast's image)."""
+        return bytes(self._map[offset:offset + nbytes])
+
+    def release(self, slots, answered):
+        """Frees slots after the daemon answered their request; else
+        retires them."""
         if answered:
             with self._lock:
-                self._free.append(slot)
+                self._free.extend(slots)
 
     def close(self):
         """Detaches (closes the ring socket's connection) and unmaps."""

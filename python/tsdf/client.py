@@ -257,15 +257,19 @@ class Client:
                           integrate_ms=float(r.get("integrate_ms", 0.0)))
 
     def attach_ring(self, ring_socket, slot_bytes, slots=2):
-        """Frames through shared memory (PROTOCOL.md 6.10), for a client on
-        the daemon's host over ipc://: integrate then copies raw depth into
-        a free slot of a ring of `slots` (1..64) slots of slot_bytes (at
-        least one frame's depth: 614400 for 640 x 480 uint16) shared with
-        the daemon, instead of sending it in the request. ring_socket is
-        the daemon's [server] ring_socket. Once per client (BUSY for a
-        second); CONNREFUSED when nothing listens there, the daemon's code
-        when it refuses the ring. Should the daemon lose the ring (a
-        restart), integrate sends the frames in the request again."""
+        """Frames and raycast images through shared memory (PROTOCOL.md
+        6.10), for a client on the daemon's host over ipc://: integrate then
+        copies raw depth into free slots of a ring of `slots` (1..64) slots
+        of slot_bytes shared with the daemon, instead of sending it in the
+        request, and raycast takes its image out of the ring instead of the
+        reply. Each takes as many consecutive free slots as it needs (a
+        frame's depth is 614400 bytes at 640 x 480 uint16; an image 4 bytes
+        a pixel, 16 with normals, 19 with colour too), and goes through the
+        socket when they are not free. ring_socket is the daemon's [server]
+        ring_socket. Once per client (BUSY for a second); CONNREFUSED when
+        nothing listens there, the daemon's code when it refuses the ring.
+        Should the daemon lose the ring (a restart), frames and images go
+        through the socket again."""
         ring = Ring(ring_socket, m.uint(slot_bytes, "slot_bytes"), m.uint(slots, "slots"),
                     self._timeout_ms)
         with self._lock:
@@ -285,24 +289,61 @@ class Client:
         put = ring.put(fields["depth"])
         if put is None:
             return None
-        slot, offset = put
         named = {k: v for k, v in fields.items() if k != "depth"}
-        named["ring_token"] = ring.token
-        named["ring_offset"] = offset
+        return self._request_via_ring(ring, put, "integrate", named, lambda r: r)
+
+    def _request_via_ring(self, ring, taken, msg_type, fields, answer):
+        """answer(reply) of a request naming the ring slots taken ((slots,
+        offset) of ring.take); None when the daemon lost the ring, which
+        is then broken (the caller asks again without it)."""
+        slots, offset = taken
+        fields["ring_token"] = ring.token
+        fields["ring_offset"] = offset
         try:
-            r = self.request("integrate", **named)
+            r = self.request(msg_type, **fields)
         except TsdfError as e:
-            # Unanswered: the daemon may still read the slot.
+            # Unanswered: the daemon may still read or write the slots.
             answered = e.code not in (ErrorCode.TIMEOUT, ErrorCode.CLOSED, ErrorCode.NNG,
                                       ErrorCode.CONNREFUSED, ErrorCode.NOMEM)
-            ring.release(slot, answered)
+            ring.release(slots, answered)
             if answered and e.code in (ErrorCode.NOT_FOUND, ErrorCode.FORBIDDEN) and \
                     e.message.startswith("ring_token"):
                 ring.broken = True
                 return None
             raise
-        ring.release(slot, True)
-        return r
+        try:
+            return answer(r)
+        finally:
+            ring.release(slots, True)
+
+    def _raycast_via_ring(self, fields, width, height, normals, rgb):
+        """The raycast reply with its image taken out of the ring into the
+        reply's keys, or None when it comes in the reply (no ring, no free
+        run of slots that holds it, or the daemon lost the ring)."""
+        ring = self._ring
+        px = width * height
+        taken = ring.take(px * (4 + (12 if normals else 0) + (3 if rgb else 0))) \
+            if ring is not None else None
+        if taken is None:
+            return None
+
+        def answer(r):
+            if "ring_offset" not in r:
+                return r
+            at, nbytes = r.get("ring_offset"), r.get("ring_bytes")
+            layouts = {px * (4 + 12 * n + 3 * c): (n, c) for n in (0, 1) for c in (0, 1)}
+            if at != taken[1] or nbytes not in layouts:
+                raise TsdfError(ErrorCode.FORMAT, "raycast reply names a ring slot not asked for")
+            has_normals, has_rgb = layouts[nbytes]
+            image = ring.read(at, nbytes)
+            r = dict(r, depth=image[:px * 4])
+            if has_normals:
+                r["normals"] = image[px * 4:px * 16]
+            if has_rgb:
+                r["rgb"] = image[nbytes - px * 3:]
+            return r
+
+        return self._request_via_ring(ring, taken, "raycast", dict(fields), answer)
 
     def send_frame(self, map, depth, K, T_world_cam, rgb=None, sensor=None, seq=0,
                    stamp_ns=None, depth_scale=0.001, min_depth=0.1, max_depth=5.0, block=True,
@@ -347,14 +388,17 @@ class Client:
             raise ArgumentError(ErrorCode.INVAL,
                                 f"scale {scale}: not 1..{MAX_RAYCAST_SCALE}, or no pixel of a "
                                 f"{width}x{height} image left")
-        r = self.request("raycast", map=m.check_map(map), width=width, height=height,
-                         **m.intrinsics(K), T_world_cam=m.pose(T_world_cam),
-                         min_depth=m.num(min_depth, "min_depth"),
-                         max_depth=m.num(max_depth, "max_depth"), rgb=bool(rgb),
-                         # Each only when not the default, as libtsdf sends them.
-                         normals=None if normals else False,
-                         scale=scale if scale != 1 else None, after=m.after(after))
-        return m.raycast_result(r, width // scale, height // scale, normals)
+        fields = dict(map=m.check_map(map), width=width, height=height, **m.intrinsics(K),
+                      T_world_cam=m.pose(T_world_cam), min_depth=m.num(min_depth, "min_depth"),
+                      max_depth=m.num(max_depth, "max_depth"), rgb=bool(rgb),
+                      # Each only when not the default, as libtsdf sends them.
+                      normals=None if normals else False,
+                      scale=scale if scale != 1 else None, after=m.after(after))
+        w, h = width // scale, height // scale
+        r = self._raycast_via_ring(fields, w, h, normals, bool(rgb))
+        if r is None:
+            r = self.request("raycast", **fields)
+        return m.raycast_result(r, w, h, normals)
 
     def mesh(self, map, box=None, since=None, by_block=False, after="integrated"):
         """The map's triangle mesh. box: (minx, miny, minz, maxx, maxy, maxz)
