@@ -181,7 +181,7 @@ static void test_raycast_ring_keys(void **state)
     free(t.data);
     /* Without the keys the request is what it was before them. */
     q.u.raycast.has_ring = 0;
-    tsdf_buf_clear(&b);
+    tsdf_buf_fini(&b);
     encode_req(&q, &b);
     assert_int_equal(tsdf_proto_decode_request(b.data, b.len, d, &err), TSDF_OK);
     assert_false(d->u.raycast.has_ring);
