@@ -288,6 +288,10 @@ static void ring_refusal(int rc, uint64_t offset, uint64_t bytes, char *why, siz
         snprintf(why, why_len, "ring_token: no such ring (never attached, or detached)");
     else if (rc == TSDF_EFORBIDDEN)
         snprintf(why, why_len, "ring_token: the ring of another process");
+    else if (rc == TSDF_EINVAL)
+        snprintf(why, why_len,
+                 "ring_token: the ring is sealed against writing (or was sent read-only): "
+                 "no raycast image can go into it");
     else if (rc == TSDF_EBAD_SIZE)
         snprintf(why, why_len,
                  "ring_offset: %" PRIu64 " + %" PRIu64 " bytes is not inside the ring", offset,
@@ -337,7 +341,7 @@ static int raycast_ring_check(daemon_ctx *d, const tsdf_req_raycast *rq, nng_msg
     char why[160];
     int rc = ring_peer(d, msg, pid, why, sizeof why);
     if (rc == TSDF_OK)
-        rc = rings_check(d->rings, rq->ring_token, *pid, rq->ring_offset, raycast_ring_need(rq));
+        rc = rings_check(d->rings, rq->ring_token, *pid, rq->ring_offset, raycast_ring_need(rq), 1);
     if (rc != TSDF_OK) {
         ring_refusal(rc, rq->ring_offset, raycast_ring_need(rq), why, sizeof why);
         tsdf_reply_set_error(rep, rc, "%s", why);
@@ -359,7 +363,9 @@ static void raycast_ring_reply(daemon_ctx *d, const tsdf_req_raycast *rq, uint64
     int rc = rings_write(d->rings, rq->ring_token, pid, rq->ring_offset, v, n);
     if (rc != TSDF_OK) {
         char why[160];
-        ring_refusal(rc, rq->ring_offset, tsdf_proto_raycast_ring_bytes(px, 1, 1), why, sizeof why);
+        ring_refusal(rc, rq->ring_offset,
+                     tsdf_proto_raycast_ring_bytes(px, j->normals != NULL, j->rgb != NULL), why,
+                     sizeof why);
         tsdf_reply_set_error(rep, rc, "%s", why);
         return;
     }

@@ -31,6 +31,7 @@ typedef struct {
     uint64_t token; /* 0: no ring yet */
     int memfd;      /* the ring, read with pread; -1: none */
     uint64_t bytes;
+    int writable; /* no write seal, opened read-write: raycast images may go in */
 } ring_conn;
 
 struct rings {
@@ -205,7 +206,13 @@ static void attach(rings *r, ring_conn *c)
         }
         return;
     }
+    int seals = fcntl(fds[0], F_GET_SEALS), fl = fcntl(fds[0], F_GETFL);
+    int write_seals = F_SEAL_WRITE;
+#ifdef F_SEAL_FUTURE_WRITE
+    write_seals |= F_SEAL_FUTURE_WRITE;
+#endif
     pthread_rwlock_wrlock(&r->lock);
+    c->writable = seals >= 0 && !(seals & write_seals) && fl >= 0 && (fl & O_ACCMODE) == O_RDWR;
     c->memfd = fds[0];
     c->bytes = m.bytes;
     c->token = token;
@@ -429,7 +436,7 @@ static int ring_io(rings *r, uint64_t token, uint64_t pid, uint64_t offset, cons
         else if (offset > c->bytes || bytes > c->bytes - offset)
             rc = TSDF_EBAD_SIZE;
         else
-            rc = TSDF_OK;
+            rc = write && !c->writable ? TSDF_EINVAL : TSDF_OK;
         for (int k = 0; rc == TSDF_OK && io && k < n; offset += iov[k].iov_len, k++)
             rc = ring_xfer(c->memfd, iov[k].iov_base, iov[k].iov_len, offset, write);
         break;
@@ -447,11 +454,11 @@ int rings_read(rings *r, uint64_t token, uint64_t pid, uint64_t offset, void *ds
     return rc;
 }
 
-int rings_check(rings *r, uint64_t token, uint64_t pid, uint64_t offset, uint64_t bytes)
+int rings_check(rings *r, uint64_t token, uint64_t pid, uint64_t offset, uint64_t bytes, int write)
 {
     /* Only the length is looked at. */
     struct iovec v = {NULL, (size_t)bytes};
-    return ring_io(r, token, pid, offset, &v, 1, 0, 0);
+    return ring_io(r, token, pid, offset, &v, 1, 0, write);
 }
 
 int rings_write(rings *r, uint64_t token, uint64_t pid, uint64_t offset, const struct iovec *iov,

@@ -53,13 +53,15 @@ void rings_stop(rings *r);
  * TSDF_EBAD_SIZE: [offset, offset + bytes) is not inside the ring. */
 int rings_read(rings *r, uint64_t token, uint64_t pid, uint64_t offset, void *dst, size_t bytes);
 
-/* Whether rings_read or rings_write of bytes at offset of ring token by
- * process pid would be allowed: the same codes, nothing copied. */
-int rings_check(rings *r, uint64_t token, uint64_t pid, uint64_t offset, uint64_t bytes);
+/* Whether rings_read (write 0) or rings_write (1) of bytes at offset of
+ * ring token by process pid would be allowed: the same codes, nothing
+ * copied. */
+int rings_check(rings *r, uint64_t token, uint64_t pid, uint64_t offset, uint64_t bytes, int write);
 
 /* Writes the n pieces of iov one after the other from offset of ring
- * token (a raycast's arrays, PROTOCOL.md 6.10): rings_read's codes, and
- * TSDF_EIO when the file takes fewer bytes (a write seal). */
+ * token (a raycast's arrays, PROTOCOL.md 6.10): rings_read's codes,
+ * TSDF_EINVAL for a ring sealed against writing (or sent read-only), and
+ * TSDF_EIO when the file takes fewer bytes. */
 int rings_write(rings *r, uint64_t token, uint64_t pid, uint64_t offset, const struct iovec *iov,
                 int n);
 
