@@ -174,8 +174,7 @@ static uint64_t span_bits(int slot, unsigned n)
 
 int client_ring_take(client_ring *r, size_t bytes, client_ring_span *sp)
 {
-    sp->slot = -1;
-    sp->count = 0;
+    *sp = (client_ring_span){-1, 0, 0, 0};
     if (r == NULL || bytes == 0 || atomic_load(&r->broken))
         return -1;
     const size_t n = (bytes + r->slot_bytes - 1) / r->slot_bytes;

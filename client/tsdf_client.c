@@ -335,11 +335,14 @@ done:
     return rc;
 }
 
-/* Requests that change nothing, which may be sent again. */
-static int is_query(tsdf_msg_type t)
+/* Requests that change nothing, which may be sent again: not a raycast
+ * into a ring, whose first copy may still be writing its image there when
+ * the second's answer has freed the slots. */
+static int is_query(const tsdf_request *q)
 {
+    const tsdf_msg_type t = q->type;
     return t == TSDF_MSG_PING || t == TSDF_MSG_STATS || t == TSDF_MSG_MAPS ||
-           t == TSDF_MSG_RAYCAST || t == TSDF_MSG_MESH;
+           (t == TSDF_MSG_RAYCAST && !q->u.raycast.has_ring) || t == TSDF_MSG_MESH;
 }
 
 /* call_once, and once more for a query whose connection was reset or shut
@@ -354,8 +357,8 @@ static int call(tsdf_client *c, tsdf_request *q, int timeout_ms, tsdf_reply *rep
     const int64_t deadline = now_ms() + effective_timeout(c, timeout_ms);
     int recv_rv;
     int rc = call_once(c, q, deadline, rep, reply_msg, &recv_rv);
-    if (rc != TSDF_OK && is_query(q->type) &&
-        (recv_rv == NNG_ECONNRESET || recv_rv == NNG_ECONNSHUT) && deadline - now_ms() > 0)
+    if (rc != TSDF_OK && is_query(q) && (recv_rv == NNG_ECONNRESET || recv_rv == NNG_ECONNSHUT) &&
+        deadline - now_ms() > 0)
         rc = call_once(c, q, deadline, rep, reply_msg, &recv_rv);
     return rc;
 }
@@ -636,8 +639,13 @@ static int raycast_copy_out(const raycast_dest *d, const tsdf_rep_raycast *rr,
         return client_fail(TSDF_EBAD_SIZE, "raycast reply is %ux%u, asked for %ux%u", rr->width,
                            rr->height, d->w, d->h);
     if (rr->in_ring) {
-        if (d->ring == NULL || rr->ring_offset != d->ring_offset)
-            return client_fail(TSDF_EFORMAT, "raycast reply names a ring slot not asked for");
+        /* Only the layout asked for lies inside the slots taken: normals
+         * as asked, colour only when asked (a map without colour sends
+         * none). */
+        if (d->ring == NULL || rr->ring_offset != d->ring_offset ||
+            rr->ring_normals != (d->q->want_normals != 0) || (rr->ring_rgb && !d->q->want_rgb))
+            return client_fail(TSDF_EFORMAT,
+                               "raycast reply names a ring slot or a layout not asked for");
         const uint8_t *at = client_ring_data(d->ring, rr->ring_offset);
         depth = at;
         normals = rr->ring_normals ? at + px * 4u : NULL;

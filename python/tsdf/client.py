@@ -335,6 +335,9 @@ class Client:
             if at != taken[1] or nbytes not in layouts:
                 raise TsdfError(ErrorCode.FORMAT, "raycast reply names a ring slot not asked for")
             has_normals, has_rgb = layouts[nbytes]
+            # Only the layout asked for lies inside the slots taken.
+            if has_normals != bool(normals) or (has_rgb and not rgb):
+                raise TsdfError(ErrorCode.FORMAT, "raycast reply names a layout not asked for")
             image = ring.read(at, nbytes)
             r = dict(r, depth=image[:px * 4])
             if has_normals:
