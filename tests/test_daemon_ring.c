@@ -131,20 +131,47 @@ static size_t hits(const float *depth, size_t px)
     return n;
 }
 
-/* One raycast of map by c as opts say, into depth (and normals). */
+/* The pages of this process's libtsdf rings (mappings of the memfd
+ * "tsdf-frame-ring") in memory: 0 until something was written into them,
+ * which for a ring that only takes raycasts is the daemon. */
+static size_t ring_pages_resident(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[512];
+    size_t pages = 0, page = (size_t)sysconf(_SC_PAGESIZE);
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned long lo, hi;
+        if (strstr(line, "tsdf-frame-ring") == NULL || sscanf(line, "%lx-%lx", &lo, &hi) != 2)
+            continue;
+        size_t n = (hi - lo) / page;
+        unsigned char *vec = malloc(n);
+        assert_non_null(vec);
+        assert_int_equal(mincore((void *)lo, hi - lo, vec), 0);
+        for (size_t i = 0; i < n; i++)
+            pages += vec[i] & 1u;
+        free(vec);
+    }
+    fclose(f);
+    return pages;
+}
+
+/* One raycast of map by c as opts say, into depth (and normals, rgb). */
 static void raycast_ok(tsdf_client *c, const char *map, const tsdf_raycast_params *rp,
                        const tsdf_client_raycast_options *o, float *depth, float *normals,
-                       tsdf_client_raycast_info *info)
+                       uint8_t *rgb, tsdf_client_raycast_info *info)
 {
-    tsdf_raycast_output out = {depth, o->want_normals ? normals : NULL, NULL};
+    tsdf_raycast_output out = {depth, o->want_normals ? normals : NULL, rgb};
     int rc = tsdf_client_raycast_ex(c, map, rp, o, &out, info, 30000);
     if (rc != TSDF_OK)
         fail_msg("raycast of %s: %s (%s)", map, tsdf_strerror(rc), tsdf_client_last_message());
 }
 
 /* libtsdf's raycasts through a ring: the same image as in the reply, with
- * and without normals, at full and half size, and in the reply when the
- * image is larger than the whole ring. */
+ * and without normals, at full and half size, with colour from a map that
+ * has it and zeros from one that has none, and in the reply when the
+ * image is larger than the whole ring; the rings' pages, untouched by
+ * this process, are written by the daemon. */
 static void test_ring_raycast_identical(void **state)
 {
     (void)state;
@@ -157,37 +184,61 @@ static void test_ring_raycast_identical(void **state)
     ring_path(&h, path, sizeof path);
     tsdf_client *plain = open_client(&h, 0), *ring = open_client(&h, 0),
                 *small = open_client(&h, 0);
-    for (uint32_t i = 0; i < fs.count; i++)
+    uint8_t *colour = malloc(px * 3u);
+    assert_non_null(colour);
+    for (size_t i = 0; i < px * 3u; i++)
+        colour[i] = (uint8_t)(i * 7u);
+    for (uint32_t i = 0; i < fs.count; i++) {
         integrate_ok(plain, "m", &fs.frames[i], i);
+        tsdf_frame f = fs.frames[i];
+        f.rgb = colour;
+        f.rgb_size_bytes = px * 3u;
+        integrate_ok(plain, "c", &f, i);
+    }
     /* Slots of a depth image each: depth and normals take four. */
     assert_int_equal(tsdf_client_attach_ring(ring, path, px * 4u, 6), TSDF_OK);
     /* Too small for depth and normals (16 bytes a pixel) in all. */
     assert_int_equal(tsdf_client_attach_ring(small, path, px * 4u, 2), TSDF_OK);
 
-    float *buf = malloc(6 * px * 16u);
-    assert_non_null(buf);
-    float *d0 = buf, *n0 = buf + px, *d1 = buf + 4 * px, *n1 = buf + 5 * px, *d2 = buf + 8 * px,
-          *n2 = buf + 9 * px;
+    float *buf = malloc(3 * px * 16u);
+    uint8_t *rgb = malloc(3 * px * 3u);
+    assert_true(buf != NULL && rgb != NULL);
+    float *d[3] = {buf, buf + 4 * px, buf + 8 * px},
+          *nr[3] = {buf + px, buf + 5 * px, buf + 9 * px};
+    uint8_t *c[3] = {rgb, rgb + px * 3u, rgb + px * 6u};
+    tsdf_client *who[3] = {plain, ring, small};
     tsdf_raycast_params rp;
     camera_of(&fs.frames[N_FRAMES / 2], &rp);
-    for (int k = 0; k < 4; k++) {
-        const tsdf_client_raycast_options o = {.want_normals = k & 1, .scale = k & 2 ? 2u : 1u};
-        tsdf_client_raycast_info i0, i1, i2;
-        raycast_ok(plain, "m", &rp, &o, d0, n0, &i0);
-        raycast_ok(ring, "m", &rp, &o, d1, n1, &i1);
-        raycast_ok(small, "m", &rp, &o, d2, n2, &i2);
-        const size_t n = (size_t)i0.width * i0.height;
-        assert_int_equal(i1.width, i0.width);
-        assert_int_equal(i1.height, i0.height);
-        assert_int_equal(i1.version, i0.version);
-        assert_true(hits(d0, n) > n / 4);
-        assert_memory_equal(d1, d0, n * 4u);
-        assert_memory_equal(d2, d0, n * 4u);
-        if (o.want_normals) {
-            assert_memory_equal(n1, n0, n * 12u);
-            assert_memory_equal(n2, n0, n * 12u);
+    assert_int_equal(ring_pages_resident(), 0);
+    /* k: bit 0 normals, bit 1 half size; from 3 on colour asked for, of
+     * the map without it (3) and of the one with it (4..7). */
+    for (int k = 0; k < 8; k++) {
+        const tsdf_client_raycast_options o = {
+            .want_normals = k & 1, .want_rgb = k >= 3, .scale = k & 2 ? 2u : 1u};
+        const char *map = k >= 4 ? "c" : "m";
+        tsdf_client_raycast_info info[3];
+        memset(rgb, 0x5a, 3 * px * 3u);
+        for (int w = 0; w < 3; w++)
+            raycast_ok(who[w], map, &rp, &o, d[w], nr[w], o.want_rgb ? c[w] : NULL, &info[w]);
+        const size_t n = (size_t)info[0].width * info[0].height;
+        assert_true(hits(d[0], n) > n / 4);
+        assert_int_equal(info[0].has_rgb, k >= 4);
+        for (int w = 1; w < 3; w++) {
+            assert_int_equal(info[w].width, info[0].width);
+            assert_int_equal(info[w].height, info[0].height);
+            assert_int_equal(info[w].version, info[0].version);
+            assert_int_equal(info[w].has_rgb, info[0].has_rgb);
+            assert_memory_equal(d[w], d[0], n * 4u);
+            if (o.want_normals)
+                assert_memory_equal(nr[w], nr[0], n * 12u);
+            if (o.want_rgb)
+                assert_memory_equal(c[w], c[0], n * 3u);
         }
     }
+    /* At least one image of each ring client: its depth's pages. */
+    assert_true(ring_pages_resident() * (size_t)sysconf(_SC_PAGESIZE) >= 2 * px * 4u);
+    free(rgb);
+    free(colour);
     free(buf);
     tsdf_client_close(small);
     tsdf_client_close(ring);
@@ -429,7 +480,7 @@ static void test_ring_raycast_protocol(void **state)
     camera_of(&fs.frames[1], &rp);
     const tsdf_client_raycast_options o = {.want_normals = 1};
     tsdf_client_raycast_info info;
-    raycast_ok(c, "m", &rp, &o, want, want + px, &info);
+    raycast_ok(c, "m", &rp, &o, want, want + px, NULL, &info);
 
     /* Depth and normals at offset 64. */
     ring_raycast(q, &rp, 1, ar.token, 64, rep);
@@ -462,6 +513,18 @@ static void test_ring_raycast_protocol(void **state)
     assert_int_equal(rep->status, TSDF_OK);
     assert_false(rep->u.raycast.ring_normals);
     assert_memory_equal(base + 65, want, px * 4u);
+
+    /* A ring sealed against writing takes frames but no image. */
+    int ro = make_memfd(bytes, 1), ro_sock = -1;
+    assert_int_equal(fcntl(ro, F_ADD_SEALS, F_SEAL_WRITE), 0);
+    handshake(path, ro, bytes, &ro_sock, &ar);
+    assert_int_equal(ar.status, TSDF_OK);
+    ring_raycast(q, &rp, 0, ar.token, 0, rep);
+    assert_int_equal(rep->status, TSDF_EINVAL);
+    assert_int_equal(strncmp(rep->message, "ring_token", 10), 0);
+    assert_non_null(strstr(rep->message, "writing"));
+    close(ro_sock);
+    close(ro);
 
     free(want);
     free(rep);

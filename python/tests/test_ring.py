@@ -65,23 +65,39 @@ def test_ring_frames_build_the_same_map(daemon, client):
     assert np.array_equal(a.normals, b.normals)
 
 
-def test_ring_raycasts_match_the_reply(daemon, client):
+def test_ring_raycasts_match_the_reply(daemon, client, monkeypatch):
     T = list(orbit_poses(rings=(0,), per_ring=4))[0]
     depth = np.round(render_sphere(T) * 1000.0).astype(np.uint16)
-    client.integrate("ring-py-ray", depth, K, T)
     h, w = depth.shape
+    colour = (np.arange(h * w * 3) % 251).astype(np.uint8).reshape(h, w, 3)
+    client.integrate("ring-py-ray", depth, K, T)
+    client.integrate("ring-py-ray-rgb", depth, K, T, rgb=colour)
+    # Every image that came through the ring, as read out of it.
+    reads = []
+    read = tsdf._ring.Ring.read
+    monkeypatch.setattr(tsdf._ring.Ring, "read",
+                        lambda self, at, n: reads.append(n) or read(self, at, n))
     with tsdf.Client(daemon.req_url, timeout_ms=20000) as rc:
         # Slots of a depth image: depth and normals take four of the six.
         rc.attach_ring(daemon.ring_path, w * h * 4, slots=6)
-        for normals, scale in ((True, 1), (False, 1), (True, 2)):
-            a = client.raycast("ring-py-ray", w, h, K, T, normals=normals, scale=scale)
-            b = rc.raycast("ring-py-ray", w, h, K, T, normals=normals, scale=scale)
+        cases = [("ring-py-ray", True, 1, False), ("ring-py-ray", False, 1, False),
+                 ("ring-py-ray", True, 2, False), ("ring-py-ray", True, 1, True),
+                 ("ring-py-ray-rgb", True, 1, True), ("ring-py-ray-rgb", False, 2, True)]
+        for name, normals, scale, rgb in cases:
+            a = client.raycast(name, w, h, K, T, normals=normals, scale=scale, rgb=rgb)
+            b = rc.raycast(name, w, h, K, T, normals=normals, scale=scale, rgb=rgb)
             assert np.count_nonzero(np.isfinite(a.depth)) > a.depth.size // 10
             assert a.depth.tobytes() == b.depth.tobytes()
             assert (b.normals is None) == (not normals)
             if normals:
                 assert a.normals.tobytes() == b.normals.tobytes()
+            assert (b.rgb is None) == (a.rgb is None) == (not rgb or name == "ring-py-ray")
+            if a.rgb is not None:
+                assert a.rgb.tobytes() == b.rgb.tobytes()
             assert a.version == b.version
+        px = [(w // s) * (h // s) for _, _, s, _ in cases]
+        assert reads == [p * (4 + 12 * n + 3 * (c and name.endswith("rgb")))
+                         for p, (name, n, _, c) in zip(px, cases)]
         # Several at once share the ring's slots, or go through the socket
         # when none is free: the same images either way.
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
