@@ -24,6 +24,17 @@
  * and the server reads the number and the stamp from the slot. What the
  * daemon's frames would cost if they came through such a ring: the
  * socket's own floor, no frame bytes through nng's single I/O thread.
+ *
+ * --reply: the other direction, a raycast's: 24-byte requests and replies
+ * of --bytes (a 640x480 image is 1,228,800 bytes of depth, 4,915,200 with
+ * normals). The server writes the sequence number and a stamp into its
+ * image and sends it in the reply (one copy into the message, as the
+ * daemon encodes a reply), and the client copies it out of the reply into
+ * its own buffer (as libtsdf does). With --shm the server writes the
+ * image into the slot the request names with pwrite (as the daemon does,
+ * never mapping the ring) and replies with 24 bytes, and the client copies
+ * the image out of its mapping. Printed beside the round trip: the
+ * client's copy out.
  */
 #define _GNU_SOURCE
 
@@ -54,7 +65,36 @@ typedef struct {
     const uint8_t *ring; /* --shm: the server's view of the ring, else NULL */
     size_t slot_bytes;
     int rc;
+    uint8_t *image; /* --reply: the image the server sends back, else NULL */
+    int ring_fd;    /* --reply --shm: the ring, written with pwrite */
 } server_arg;
+
+/* --reply: the server's image for the request in m ({seq, slot, length}),
+ * stamped with its sequence number and a stamp of it, into m (replacing
+ * the request) or, with a ring, into the slot with a 24-byte reply. */
+static int reply_image(server_arg *s, nng_msg *m)
+{
+    uint64_t h[3];
+    if (nng_msg_len(m) != sizeof h)
+        return NNG_EINVAL;
+    memcpy(h, nng_msg_body(m), sizeof h);
+    if (h[1] >= RING || h[2] != s->slot_bytes)
+        return NNG_EINVAL;
+    const uint64_t stamp = ~h[0] * 0x9e3779b97f4a7c15ull;
+    memcpy(s->image, &h[0], 8);
+    memcpy(s->image + s->slot_bytes - 8, &stamp, 8);
+    nng_msg_clear(m);
+    if (s->ring_fd < 0)
+        return nng_msg_append(m, s->image, s->slot_bytes);
+    for (size_t done = 0; done < s->slot_bytes;) {
+        ssize_t k = pwrite(s->ring_fd, s->image + done, s->slot_bytes - done,
+                           (off_t)(h[1] * s->slot_bytes + done));
+        if (k <= 0)
+            return NNG_EINTERNAL;
+        done += (size_t)k;
+    }
+    return nng_msg_append(m, h, sizeof h);
+}
 
 /* Where a request's frame is: the message itself, or with --shm the slot
  * it names ({seq, slot, length}, 24 bytes); NULL when it names none. */
@@ -86,6 +126,15 @@ static void *serve(void *arg)
             s->rc = 1;
             return NULL;
         }
+        if (s->image != NULL) {
+            if ((rv = reply_image(s, m)) != 0 || (rv = nng_sendmsg(s->rep, m, 0)) != 0) {
+                fprintf(stderr, "bench_transport: server reply: %s\n", nng_strerror(rv));
+                nng_msg_free(m);
+                s->rc = 1;
+                return NULL;
+            }
+            continue;
+        }
         uint64_t out[3] = {UINT64_MAX, 0, 0};
         size_t len;
         const uint8_t *frame = request_frame(s, m, &len);
@@ -115,8 +164,8 @@ static void print_row(const char *name, const double *v, uint32_t skip, uint32_t
 
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: bench_transport [--bytes N] [--reps R] [--transport ipc|tcp] [--shm]\n");
+    fprintf(stderr, "usage: bench_transport [--bytes N] [--reps R] [--transport ipc|tcp] [--shm] "
+                    "[--reply]\n");
 }
 
 int main(int argc, char **argv)
@@ -124,12 +173,16 @@ int main(int argc, char **argv)
     size_t bytes = 614400;
     uint32_t reps = 2000;
     const char *transport = "ipc";
-    int shm = 0;
+    int shm = 0, reply = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
         if (strcmp(argv[i], "--shm") == 0) {
             shm = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--reply") == 0) {
+            reply = 1;
             continue;
         }
         if (strcmp(argv[i], "--bytes") == 0 && v) {
@@ -189,6 +242,7 @@ int main(int argc, char **argv)
     }
     /* --shm: one memfd, mapped once for each side. */
     uint8_t *ring_client = NULL, *ring_server = NULL;
+    int ring_fd = -1;
     if (shm) {
         int fd = memfd_create("bench-transport-ring", MFD_CLOEXEC);
         if (fd < 0 || ftruncate(fd, (off_t)(RING * bytes)) != 0) {
@@ -197,16 +251,21 @@ int main(int argc, char **argv)
         }
         ring_client = mmap(NULL, RING * bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         ring_server = mmap(NULL, RING * bytes, PROT_READ, MAP_SHARED, fd, 0);
-        close(fd);
+        /* --reply: the server writes into the ring through the file. */
+        if (reply)
+            ring_fd = fd;
+        else
+            close(fd);
         if (ring_client == MAP_FAILED || ring_server == MAP_FAILED) {
             fprintf(stderr, "bench_transport: mapping the ring: %s\n", strerror(errno));
             return 1;
         }
     }
-    /* The frame the client sends: pseudo-random bytes. */
-    uint8_t *frame = malloc(bytes);
+    /* The frame the client sends, or with --reply the image the server
+     * sends: pseudo-random bytes; and the client's copy of the image. */
+    uint8_t *frame = malloc(bytes), *got = reply ? malloc(bytes) : NULL;
     double *rt = calloc(reps, sizeof *rt), *cp = calloc(reps, sizeof *cp);
-    if (frame == NULL || rt == NULL || cp == NULL) {
+    if (frame == NULL || rt == NULL || cp == NULL || (reply && got == NULL)) {
         fprintf(stderr, "bench_transport: out of memory\n");
         return 1;
     }
@@ -216,14 +275,43 @@ int main(int argc, char **argv)
         frame[i] = (uint8_t)(x >> 24);
     }
 
-    server_arg sa = {rep, reps, ring_server, bytes, 0};
+    server_arg sa = {rep, reps, ring_server, bytes, 0, reply ? frame : NULL, ring_fd};
     pthread_t th;
     if (pthread_create(&th, NULL, serve, &sa) != 0) {
         fprintf(stderr, "bench_transport: cannot start the server thread\n");
         return 1;
     }
     uint32_t bad = 0;
-    for (uint32_t i = 0; i < reps; i++) {
+    for (uint32_t i = 0; reply && i < reps; i++) {
+        const uint64_t seq = i, stamp = ~seq * 0x9e3779b97f4a7c15ull, h[3] = {seq, i % RING, bytes};
+        double t0 = now_ms();
+        nng_msg *m;
+        if ((rv = nng_msg_alloc(&m, 0)) != 0 || (rv = nng_msg_append(m, h, sizeof h)) != 0 ||
+            (rv = nng_sendmsg(req, m, 0)) != 0 || (rv = nng_recvmsg(req, &m, 0)) != 0) {
+            fprintf(stderr, "bench_transport: round trip %u: %s\n", i, nng_strerror(rv));
+            return 1;
+        }
+        double t1 = now_ms();
+        const uint8_t *src = NULL;
+        if (!shm && nng_msg_len(m) == bytes)
+            src = nng_msg_body(m);
+        else if (shm && nng_msg_len(m) == sizeof h && memcmp(nng_msg_body(m), h, sizeof h) == 0)
+            src = ring_client + h[1] * bytes;
+        if (src != NULL)
+            memcpy(got, src, bytes);
+        double t2 = now_ms();
+        uint64_t back[2] = {UINT64_MAX, 0};
+        if (src != NULL) {
+            memcpy(&back[0], got, 8);
+            memcpy(&back[1], got + bytes - 8, 8);
+        }
+        if (back[0] != seq || back[1] != stamp)
+            bad++;
+        nng_msg_free(m);
+        rt[i] = t2 - t0;
+        cp[i] = t2 - t1;
+    }
+    for (uint32_t i = 0; !reply && i < reps; i++) {
         const uint64_t seq = i, stamp = ~seq * 0x9e3779b97f4a7c15ull;
         memcpy(frame, &seq, 8);
         memcpy(frame + bytes - 8, &stamp, 8);
@@ -271,7 +359,16 @@ int main(int argc, char **argv)
     const uint32_t skip = reps / 10, n = reps - skip;
     qsort(rt + skip, n, sizeof *rt, cmp_double);
     qsort(cp + skip, n, sizeof *cp, cmp_double);
-    if (shm)
+    if (reply && shm)
+        printf("bench_transport: %s, 24-byte requests naming a slot of a shared ring of %d, "
+               "%zu-byte images written there (pwrite), 24-byte replies, %u round trips (the "
+               "first %u not counted), every image checked\n",
+               transport, RING, bytes, reps, skip);
+    else if (reply)
+        printf("bench_transport: %s, 24-byte requests, %zu-byte replies, %u round trips (the "
+               "first %u not counted), every reply checked\n",
+               transport, bytes, reps, skip);
+    else if (shm)
         printf("bench_transport: %s, %zu-byte frames through a shared ring of %d slots, "
                "24-byte requests naming the slot, 24-byte replies, %u round trips (the first %u "
                "not counted), every reply checked\n",
@@ -282,12 +379,17 @@ int main(int argc, char **argv)
                transport, bytes, reps, skip);
     printf("  %-34s %9s %9s %9s %9s\n", "(ms)", "p50", "p90", "p99", "max");
     print_row("round trip", rt, skip, n);
-    print_row(shm ? "of it, the copy into the slot" : "of it, the copy into the message", cp, skip,
-              n);
+    print_row(reply ? (shm ? "of it, the copy out of the slot" : "of it, the copy out of the reply")
+              : shm ? "of it, the copy into the slot"
+                    : "of it, the copy into the message",
+              cp, skip, n);
     if (shm) {
         munmap(ring_client, RING * bytes);
         munmap(ring_server, RING * bytes);
     }
+    if (ring_fd >= 0)
+        close(ring_fd);
+    free(got);
     free(frame);
     free(rt);
     free(cp);

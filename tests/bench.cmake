@@ -26,6 +26,9 @@ if(TARGET bench_transport)
   add_test(NAME bench_transport_smoke_ipc COMMAND bench_transport --reps 20)
   add_test(NAME bench_transport_smoke_tcp COMMAND bench_transport --reps 20 --transport tcp)
   add_test(NAME bench_transport_smoke_shm COMMAND bench_transport --reps 20 --shm)
+  add_test(NAME bench_transport_smoke_reply COMMAND bench_transport --reps 20 --reply)
+  add_test(NAME bench_transport_smoke_reply_shm COMMAND bench_transport --reps 20 --reply --shm)
   set_tests_properties(bench_transport_smoke_ipc bench_transport_smoke_tcp
-    bench_transport_smoke_shm PROPERTIES TIMEOUT 60 LABELS bench)
+    bench_transport_smoke_shm bench_transport_smoke_reply bench_transport_smoke_reply_shm
+    PROPERTIES TIMEOUT 60 LABELS bench)
 endif()
