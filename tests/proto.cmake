@@ -22,6 +22,13 @@ if(TARGET bench_depth_codec)
 endif()
 tsdf_add_test(NAME client SOURCES test_client.c LIBS tsdf_client_static Threads::Threads
   TIMEOUT 120)
+# The ring's slot runs (client_ring.c compiled in: it is not exported),
+# against a stand-in for the daemon's ring socket.
+tsdf_add_test(NAME client_ring
+  SOURCES test_client_ring.c ${PROJECT_SOURCE_DIR}/client/client_ring.c
+  LIBS Threads::Threads TIMEOUT 60)
+target_include_directories(test_client_ring PRIVATE ${PROJECT_SOURCE_DIR}/client
+  ${PROJECT_SOURCE_DIR}/proto)
 
 # tsdfctl end to end: every subcommand against a real daemon.
 add_test(NAME tsdfctl
