@@ -712,7 +712,7 @@ int tsdf_client_raycast_ex(tsdf_client *c, const char *map, const tsdf_raycast_p
     client_ring *ring = atomic_load(&c->ring);
     client_ring_span sp;
     const uint64_t need =
-        tsdf_proto_raycast_ring_bytes((uint64_t)w * h, r->want_normals, r->want_rgb);
+        tsdf_proto_raycast_image_bytes((uint64_t)w * h, r->want_normals, r->want_rgb);
     r->has_ring = client_ring_take(ring, need, &sp) == TSDF_OK;
     r->ring_token = sp.token;
     r->ring_offset = sp.offset;

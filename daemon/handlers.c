@@ -329,7 +329,7 @@ static uint64_t raycast_ring_need(const tsdf_req_raycast *rq)
     uint32_t w, h;
     tsdf_intrinsics K;
     tsdf_proto_raycast_scaled(rq, &w, &h, &K);
-    return tsdf_proto_raycast_ring_bytes((uint64_t)w * h, rq->want_normals, rq->want_rgb);
+    return tsdf_proto_raycast_image_bytes((uint64_t)w * h, rq->want_normals, rq->want_rgb);
 }
 
 /* A raycast that asked for its image in the sender's ring: checked before
@@ -339,11 +339,12 @@ static int raycast_ring_check(daemon_ctx *d, const tsdf_req_raycast *rq, nng_msg
                               uint64_t *pid, tsdf_reply *rep)
 {
     char why[160];
+    const uint64_t need = raycast_ring_need(rq);
     int rc = ring_peer(d, msg, pid, why, sizeof why);
     if (rc == TSDF_OK)
-        rc = rings_check(d->rings, rq->ring_token, *pid, rq->ring_offset, raycast_ring_need(rq), 1);
+        rc = rings_check(d->rings, rq->ring_token, *pid, rq->ring_offset, need, 1);
     if (rc != TSDF_OK) {
-        ring_refusal(rc, rq->ring_offset, raycast_ring_need(rq), why, sizeof why);
+        ring_refusal(rc, rq->ring_offset, need, why, sizeof why);
         tsdf_reply_set_error(rep, rc, "%s", why);
     }
     return rc;
@@ -364,7 +365,7 @@ static void raycast_ring_reply(daemon_ctx *d, const tsdf_req_raycast *rq, uint64
     if (rc != TSDF_OK) {
         char why[160];
         ring_refusal(rc, rq->ring_offset,
-                     tsdf_proto_raycast_ring_bytes(px, j->normals != NULL, j->rgb != NULL), why,
+                     tsdf_proto_raycast_image_bytes(px, j->normals != NULL, j->rgb != NULL), why,
                      sizeof why);
         tsdf_reply_set_error(rep, rc, "%s", why);
         return;

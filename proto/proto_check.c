@@ -59,12 +59,17 @@ void tsdf_proto_raycast_scaled(const tsdf_req_raycast *q, uint32_t *width, uint3
 /* Room for the envelope and the keys of a raycast reply beside its bins. */
 #define RAYCAST_REPLY_OVERHEAD 4096u
 
+uint64_t tsdf_proto_raycast_image_bytes(uint64_t px, int normals, int rgb)
+{
+    return px * (4u + (normals ? 12u : 0u) + (rgb ? 3u : 0u));
+}
+
 uint64_t tsdf_proto_raycast_reply_bytes(const tsdf_req_raycast *q)
 {
     uint32_t s = q->scale >= 1 ? q->scale : 1;
     uint64_t px = (uint64_t)(q->width / s) * (q->height / s);
-    uint64_t per_px = 4u + (q->want_normals ? 12u : 0u) + (q->want_rgb ? 3u : 0u);
-    return px * per_px + RAYCAST_REPLY_OVERHEAD;
+    return tsdf_proto_raycast_image_bytes(px, q->want_normals, q->want_rgb) +
+           RAYCAST_REPLY_OVERHEAD;
 }
 
 int proto_check_raycast_shape(const tsdf_req_raycast *q, const char **key)

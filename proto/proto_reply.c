@@ -299,11 +299,6 @@ static int read_stats_rep(const proto_reader *r, tsdf_rep_stats *s)
     return TSDF_OK;
 }
 
-uint64_t tsdf_proto_raycast_ring_bytes(uint64_t px, int normals, int rgb)
-{
-    return px * (4u + (normals ? 12u : 0u) + (rgb ? 3u : 0u));
-}
-
 /* The arrays of a raycast reply in the sender's ring ("ring_offset" and
  * "ring_bytes", PROTOCOL.md 6.10): ring_bytes says which of them are
  * there, as the four layouts differ in size; no array may come in the
@@ -326,7 +321,7 @@ static int read_raycast_ring(const proto_reader *r, tsdf_rep_raycast *q)
                               "%s: a raycast reply in a shared ring carries no arrays", arrays[i]);
     }
     for (int k = 0; k < 4 && !present; k++) {
-        if (bytes == tsdf_proto_raycast_ring_bytes(px, k & 1, k & 2)) {
+        if (bytes == tsdf_proto_raycast_image_bytes(px, k & 1, k & 2)) {
             q->ring_normals = k & 1;
             q->ring_rgb = (k & 2) != 0;
             present = 1;
@@ -807,7 +802,7 @@ static int encode_reply_body(proto_writer *w, const void *src)
         if (q->in_ring) {
             proto_w_uint(w, "ring_offset", q->ring_offset);
             proto_w_uint(w, "ring_bytes",
-                         tsdf_proto_raycast_ring_bytes(px, q->ring_normals, q->ring_rgb));
+                         tsdf_proto_raycast_image_bytes(px, q->ring_normals, q->ring_rgb));
             break;
         }
         proto_w_bin(w, "depth", q->depth_m, px * 4u);
@@ -984,7 +979,7 @@ size_t tsdf_proto_reply_bound(const tsdf_reply *rep)
         size_t px = (size_t)q->width * q->height;
         if (q->in_ring)
             return n;
-        return n + px * (4u + (q->normals ? 12u : 0u) + (q->rgb ? 3u : 0u));
+        return n + tsdf_proto_raycast_image_bytes(px, q->normals != NULL, q->rgb != NULL);
     }
     case TSDF_MSG_MESH: {
         const tsdf_rep_mesh *q = &rep->u.mesh;

@@ -218,6 +218,11 @@ void tsdf_proto_raycast_scaled(const tsdf_req_raycast *q, uint32_t *width, uint3
  * a daemon with a lower limit compares with its own. */
 uint64_t tsdf_proto_raycast_reply_bytes(const tsdf_req_raycast *q);
 
+/* The bytes of a raycast image of px pixels, its arrays one after the
+ * other as a reply or a ring holds them: depth (4 a pixel), normals (12)
+ * when normals, rgb (3) when rgb. */
+uint64_t tsdf_proto_raycast_image_bytes(uint64_t px, int normals, int rgb);
+
 typedef struct {
     int use_box; /* 1 when "box" was given */
     tsdf_aabb box;
@@ -271,10 +276,6 @@ typedef struct {
     uint64_t ring_offset;
     int ring_normals, ring_rgb;
 } tsdf_rep_raycast;
-
-/* The bytes of a raycast image of px pixels laid out in a ring: depth (4
- * a pixel), normals (12) when normals, rgb (3) when rgb. */
-uint64_t tsdf_proto_raycast_ring_bytes(uint64_t px, int normals, int rgb);
 
 typedef struct {
     uint64_t version; /* the map's version the mesh was made at */
