@@ -341,12 +341,12 @@ static int raycast_ring_check(daemon_ctx *d, const tsdf_req_raycast *rq, nng_msg
     char why[160];
     const uint64_t need = raycast_ring_need(rq);
     int rc = ring_peer(d, msg, pid, why, sizeof why);
-    if (rc == TSDF_OK)
+    if (rc == TSDF_OK) {
         rc = rings_check(d->rings, rq->ring_token, *pid, rq->ring_offset, need, 1);
-    if (rc != TSDF_OK) {
         ring_refusal(rc, rq->ring_offset, need, why, sizeof why);
-        tsdf_reply_set_error(rep, rc, "%s", why);
     }
+    if (rc != TSDF_OK)
+        tsdf_reply_set_error(rep, rc, "%s", why);
     return rc;
 }
 

@@ -583,6 +583,15 @@ static void test_ring_lost_falls_back(void **state)
     assert_int_equal(tsdf_client_raycast_ex(viewer, "m", &rp, &half, &out, &info, 30000), TSDF_OK);
     assert_int_equal(info.width, IMG_W / 2);
     assert_true(hits(depth, (size_t)info.width * info.height) > 0);
+    /* What the refusal it fell back on says. */
+    nng_socket q = raw_req(&b);
+    tsdf_reply *rep = malloc(sizeof *rep);
+    assert_non_null(rep);
+    ring_raycast(q, &rp, 0, 1, 0, rep);
+    assert_int_equal(rep->status, TSDF_ENOT_FOUND);
+    assert_non_null(strstr(rep->message, "no ring socket"));
+    free(rep);
+    nng_close(q);
 
     tsdf_client_close(viewer);
     tsdf_client_close(c);
