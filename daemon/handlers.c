@@ -566,6 +566,8 @@ int handlers_run_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request
     }
     if (req != NULL)
         j->req = *req;
+    if (kind == JOB_RAYCAST)
+        job_raycast_outputs(j, d->frame_buffers);
     int rc = handlers_run_job(d, m, j, d->cfg->request_timeout_ms, rep);
     if (rc == TSDF_OK)
         *jp = j;

@@ -114,9 +114,13 @@ void job_free(worker_job *j)
         nng_msg_free(j->msg);
     image_free(j->depth_pool, j->depth_aligned);
     image_free(j->rgb_pool, j->rgb_pinned);
-    free(j->depth_m);
-    free(j->normals);
-    free(j->rgb);
+    if (j->out_buf != NULL) {
+        frame_pool_put(j->out_pool, j->out_buf);
+    } else {
+        free(j->depth_m);
+        free(j->normals);
+        free(j->rgb);
+    }
     tsdf_mesh_fini(&j->mesh);
     tsdf_block_set_fini(&j->blocks);
     tsdf_block_set_fini(&j->spilled);
@@ -201,6 +205,26 @@ int job_prepare_images(worker_job *j, frame_pool *pool, tsdf_proto_error *err)
     if (rc == TSDF_OK)
         pin_rgb(j, pool);
     return rc;
+}
+
+void job_raycast_outputs(worker_job *j, frame_pool *pool)
+{
+    const tsdf_req_raycast *rq = &j->req.u.raycast;
+    uint32_t w, h;
+    tsdf_intrinsics K;
+    tsdf_proto_raycast_scaled(rq, &w, &h, &K);
+    const size_t px = (size_t)w * h;
+    uint8_t *p = pool != NULL ? frame_pool_get(pool, (size_t)tsdf_proto_raycast_image_bytes(
+                                                         px, rq->want_normals, rq->want_rgb))
+                              : NULL;
+    if (p == NULL)
+        return;
+    /* Depth, then normals (4-byte aligned after px floats), then colour. */
+    j->out_buf = p;
+    j->out_pool = pool;
+    j->depth_m = (float *)(void *)p;
+    j->normals = rq->want_normals ? (float *)(void *)(p + px * 4u) : NULL;
+    j->rgb = rq->want_rgb ? p + px * (rq->want_normals ? 16u : 4u) : NULL;
 }
 
 int job_wait(worker_job *j, int timeout_ms)
@@ -425,11 +449,13 @@ static int run_raycast(dmap *m, worker_job *j)
     size_t px = (size_t)p.width * p.height;
     j->out_width = p.width;
     j->out_height = p.height;
-    j->depth_m = malloc(px * sizeof(float));
-    if (rq->want_normals)
-        j->normals = malloc(px * 3 * sizeof(float));
-    if (rq->want_rgb)
-        j->rgb = malloc(px * 3);
+    if (j->out_buf == NULL) {
+        j->depth_m = malloc(px * sizeof(float));
+        if (rq->want_normals)
+            j->normals = malloc(px * 3 * sizeof(float));
+        if (rq->want_rgb)
+            j->rgb = malloc(px * 3);
+    }
     if (j->depth_m == NULL || (rq->want_normals && j->normals == NULL) ||
         (rq->want_rgb && j->rgb == NULL))
         return TSDF_ENOMEM;
@@ -603,7 +629,8 @@ static void run_query(dmap *m, worker_job *j)
          * (PROTOCOL.md 6.2): otherwise it would be all zeros, which a client
          * cannot tell from a black surface. */
         if (j->kind == JOB_RAYCAST && !st.has_color) {
-            free(j->rgb);
+            if (j->out_buf == NULL) /* else it lies in out_buf */
+                free(j->rgb);
             j->rgb = NULL;
         }
     }

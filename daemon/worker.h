@@ -99,6 +99,11 @@ typedef struct worker_job {
     float *depth_m; /* raycast outputs, owned, at the request's scaled size */
     float *normals; /* NULL when the request said "normals": false */
     uint8_t *rgb;
+    /* With out_buf, the three arrays above lie in that one buffer of
+     * out_pool (page-locked: the device copies the image straight into
+     * it); else each is malloc'd. */
+    void *out_buf;
+    frame_pool *out_pool;
     uint32_t out_width, out_height; /* the raycast's image (the request's size / scale) */
     tsdf_mesh mesh;                 /* owned */
     tsdf_volume_stats vstats;
@@ -147,6 +152,13 @@ size_t job_depth_bytes(const worker_job *j);
  * depth the request thread copies in from elsewhere (a shared ring,
  * rings.h). NULL: out of memory. */
 void *job_depth_buffer(worker_job *j, frame_pool *pool);
+
+/* Puts a raycast job's outputs (depth, and normals and colour as its
+ * request asks, at its scaled size) in one buffer of pool when it has
+ * room, so that the CUDA backend's copies of the image land in
+ * page-locked memory; else the worker mallocs them as it would without a
+ * pool. */
+void job_raycast_outputs(worker_job *j, frame_pool *pool);
 
 /* Waits for the worker to finish j, up to timeout_ms. TSDF_OK: j->status
  * holds the result and the caller owns j again. TSDF_ETIMEOUT: the caller
