@@ -11,7 +11,9 @@
  *  - a reset, an import or a record of removals that no longer reaches back
  *    far enough make an incremental mesh a full one, and say so;
  *  - a mesh by block comes in parts that together are the whole mesh, each
- *    with vertices of its own.
+ *    with vertices of its own;
+ *  - meshing again into the same struct, which reuses its arrays, gives
+ *    what a fresh struct gets.
  */
 #include <math.h>
 #include <stdio.h>
@@ -37,8 +39,9 @@ static tsdf_volume *make_volume(tsdf_layout layout)
     return v;
 }
 
-/* Frames [first, first + n) of the "room" sequence at 160x120. */
-static void fuse_room(tsdf_volume *v, uint32_t first, uint32_t n)
+/* Frames [first, first + n) of the "room" sequence at 160x120, with
+ * their colour when with_rgb. */
+static void fuse_room_rgb(tsdf_volume *v, uint32_t first, uint32_t n, int with_rgb)
 {
     tsdf_synth_sequence seq;
     assert_int_equal(tsdf_synth_sequence_init(&seq, "room"), TSDF_OK);
@@ -49,12 +52,18 @@ static void fuse_room(tsdf_volume *v, uint32_t first, uint32_t n)
     assert_non_null(rgb);
     for (uint32_t i = first; i < first + n; i++) {
         tsdf_frame f;
-        assert_int_equal(tsdf_synth_sequence_frame(&seq, i % seq.frame_count, depth, rgb, &f),
-                         TSDF_OK);
+        assert_int_equal(
+            tsdf_synth_sequence_frame(&seq, i % seq.frame_count, depth, with_rgb ? rgb : NULL, &f),
+            TSDF_OK);
         assert_int_equal(tsdf_volume_integrate(v, &f), TSDF_OK);
     }
     free(depth);
     free(rgb);
+}
+
+static void fuse_room(tsdf_volume *v, uint32_t first, uint32_t n)
+{
+    fuse_room_rgb(v, first, n, 1);
 }
 
 static tsdf_volume_stats stats_of(tsdf_volume *v)
@@ -510,13 +519,90 @@ static void test_mesh_by_block(void **state)
     tsdf_volume_destroy(v);
 }
 
+/* n elements of `elem` bytes at a and b are equal (both NULL for none). */
+static void assert_same_array(const void *a, const void *b, size_t n, size_t elem)
+{
+    assert_true((a == NULL) == (b == NULL));
+    if (a != NULL && n != 0)
+        assert_memory_equal(a, b, n * elem);
+}
+
+/* The mesh of params into `reused` (which holds an earlier mesh, whose
+ * arrays the engine reuses) is the mesh into a fresh struct, array for
+ * array. */
+static void assert_mesh_as_fresh(tsdf_volume *v, const tsdf_mesh_params *mp, tsdf_mesh *reused)
+{
+    tsdf_mesh fresh;
+    tsdf_mesh_init(&fresh);
+    assert_int_equal(tsdf_volume_mesh(v, mp, reused), TSDF_OK);
+    assert_int_equal(tsdf_volume_mesh(v, mp, &fresh), TSDF_OK);
+    const tsdf_mesh *a = reused, *b = &fresh;
+    assert_int_equal(a->vertex_count, b->vertex_count);
+    assert_int_equal(a->triangle_count, b->triangle_count);
+    assert_int_equal(a->block_count, b->block_count);
+    assert_int_equal(a->removed_count, b->removed_count);
+    assert_int_equal(a->full, b->full);
+    assert_same_array(a->positions, b->positions, 3 * a->vertex_count, sizeof(float));
+    assert_same_array(a->normals, b->normals, 3 * a->vertex_count, sizeof(float));
+    assert_same_array(a->colors, b->colors, 3 * a->vertex_count, 1);
+    assert_same_array(a->indices, b->indices, 3 * a->triangle_count, sizeof(uint32_t));
+    assert_same_array(a->block_coords, b->block_coords, 3 * a->block_count, sizeof(int32_t));
+    if (mp->by_block) {
+        assert_same_array(a->block_vertex_start, b->block_vertex_start, a->block_count + 1,
+                          sizeof(uint32_t));
+        assert_same_array(a->block_triangle_start, b->block_triangle_start, a->block_count + 1,
+                          sizeof(uint32_t));
+    }
+    assert_same_array(a->removed_coords, b->removed_coords, 3 * a->removed_count, sizeof(int32_t));
+    tsdf_mesh_fini(&fresh);
+}
+
+/* Meshing again into the same struct (the cheap way, which reuses its
+ * arrays and the volume's by-block scratch) gives what a fresh struct
+ * gets, as the meshes grow, shrink, lose their colour, switch between
+ * shared vertices and parts, and between volumes. */
+static void test_mesh_reuse(void **state)
+{
+    (void)state;
+    tsdf_volume *a = make_volume(TSDF_LAYOUT_S16), *b = make_volume(TSDF_LAYOUT_F32);
+    tsdf_mesh m;
+    tsdf_mesh_init(&m);
+    tsdf_mesh_params mp;
+    memset(&mp, 0, sizeof mp);
+    fuse_room(a, 0, 8);
+    fuse_room_rgb(b, 0, 10, 0);
+    mp.by_block = 1;
+    assert_mesh_as_fresh(a, &mp, &m); /* every block, in parts, coloured */
+    assert_non_null(m.colors);
+    const size_t whole_parts = m.block_count;
+    const uint64_t before = stats_of(a).version;
+    fuse_room(a, 8, 1);
+    mp.since_version = before;
+    assert_mesh_as_fresh(a, &mp, &m); /* what one frame changed: fewer parts */
+    assert_true(m.block_count > 0 && m.block_count < whole_parts);
+    mp.since_version = 0;
+    assert_mesh_as_fresh(b, &mp, &m); /* another volume, no colour */
+    assert_null(m.colors);
+    assert_true(m.block_count > 0);
+    mp.by_block = 0;
+    assert_mesh_as_fresh(b, &mp, &m); /* shared vertices, no parts */
+    assert_int_equal(m.block_count, 0);
+    mp.by_block = 1;
+    assert_mesh_as_fresh(a, &mp, &m); /* parts and colour again, grown */
+    assert_true(m.block_count > whole_parts - 1);
+    assert_non_null(m.colors);
+    tsdf_mesh_fini(&m);
+    tsdf_volume_destroy(a);
+    tsdf_volume_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_selections),        cmocka_unit_test(test_select_frustum),
         cmocka_unit_test(test_evict_and_restore), cmocka_unit_test(test_evict_drop_reuses_memory),
         cmocka_unit_test(test_full_meshes),       cmocka_unit_test(test_removed_record_is_bounded),
-        cmocka_unit_test(test_mesh_by_block),
+        cmocka_unit_test(test_mesh_by_block),     cmocka_unit_test(test_mesh_reuse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
