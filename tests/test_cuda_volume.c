@@ -224,6 +224,16 @@ static void check_mesh_sane(const tsdf_mesh *m)
     }
 }
 
+/* The sum of every triangle's corner positions: the same for two meshes
+ * with the same triangles, whatever their order and vertex numbering. */
+static void triangle_sum(const tsdf_mesh *m, double sum[3])
+{
+    sum[0] = sum[1] = sum[2] = 0.0;
+    for (size_t i = 0; i < 3 * m->triangle_count; i++)
+        for (int k = 0; k < 3; k++)
+            sum[k] += (double)m->positions[3 * (size_t)m->indices[i] + k];
+}
+
 static void compare_meshes(tsdf_volume *cpu, tsdf_volume *gpu, const tsdf_mesh_params *mp,
                            float voxel, const char *what)
 {
@@ -255,6 +265,18 @@ static void compare_meshes(tsdf_volume *cpu, tsdf_volume *gpu, const tsdf_mesh_p
     assert_true(dt <= 1e-3 * (double)a.triangle_count);
     assert_int_equal(far, 0);
     assert_int_equal(a.colors != NULL, b.colors != NULL);
+    /* With the same triangle count, the triangles themselves: each one's
+     * corners are the CPU's (an index into the wrong vertex, or a
+     * triangle not written, moves the sum by about a voxel or more). */
+    if (a.triangle_count == b.triangle_count) {
+        double sa[3], sb[3];
+        triangle_sum(&a, sa);
+        triangle_sum(&b, sb);
+        /* Vertices may differ by max_d (0 so far: the same bits). */
+        const double tol = 1e-3 * voxel + max_d * 3.0 * (double)a.triangle_count;
+        for (int k = 0; k < 3; k++)
+            assert_true(fabs(sa[k] - sb[k]) <= tol);
+    }
     tsdf_mesh_fini(&a);
     tsdf_mesh_fini(&b);
 }
@@ -690,7 +712,11 @@ static void test_dense_mesh(void **state)
     memset(&mp, 0, sizeof mp);
     mp.by_block = 1;
     compare_mesh_structure(cpu, gpu, &mp, "dense");
+    /* The GPU sizes a mesh's output by the largest of its kind so far
+     * and emits it again when the counts outgrow that: the first whole
+     * mesh outgrows nothing, the second fits. */
     compare_meshes(cpu, gpu, NULL, voxel, "dense");
+    compare_meshes(cpu, gpu, NULL, voxel, "dense, again");
     tsdf_mesh m;
     tsdf_mesh_init(&m);
     assert_int_equal(tsdf_volume_mesh(gpu, NULL, &m), TSDF_OK);
@@ -709,6 +735,10 @@ static void test_dense_mesh(void **state)
     compare_mesh_structure(cpu, gpu, &mp, "dense");
     mp.by_block = 0;
     compare_meshes(cpu, gpu, &mp, voxel, "dense, since");
+    /* The whole mesh, now over four times the size it was: past the output
+     * sized by the first, so emitted again; then within it. */
+    compare_meshes(cpu, gpu, NULL, voxel, "dense, grown");
+    compare_meshes(cpu, gpu, NULL, voxel, "dense, grown, again");
     tsdf_volume_destroy(cpu);
     tsdf_volume_destroy(gpu);
 }
