@@ -633,7 +633,11 @@ static int decode_reply(const proto_reader *r, tsdf_reply *out)
         int present = 0;
         PROTO_TRY(proto_get_str(r, "server", out->u.ping.server, sizeof(out->u.ping.server), 1,
                                 &present));
-        return proto_get_uint(r, "uptime_ms", UINT64_MAX, &out->u.ping.uptime_ms, &present);
+        PROTO_TRY(proto_get_uint(r, "uptime_ms", UINT64_MAX, &out->u.ping.uptime_ms, &present));
+        /* Optional (daemons before it never send it); never truncated: a
+         * cut path would name another socket. */
+        return proto_get_str(r, "ring_socket", out->ring_socket, sizeof(out->ring_socket), 0,
+                             &present);
     }
     case TSDF_MSG_ERROR:
         return proto_fail(r->err, TSDF_EPROTO_KEY, "status",
@@ -773,9 +777,10 @@ static int encode_reply_body(proto_writer *w, const void *src)
         msgpack_pack_map(&w->pk, env + 1);
         break;
     case TSDF_MSG_PING:
-        if (memchr(r->u.ping.server, '\0', sizeof(r->u.ping.server)) == NULL)
+        if (memchr(r->u.ping.server, '\0', sizeof(r->u.ping.server)) == NULL ||
+            memchr(r->ring_socket, '\0', sizeof(r->ring_socket)) == NULL)
             return TSDF_EINVAL;
-        msgpack_pack_map(&w->pk, env + 2);
+        msgpack_pack_map(&w->pk, env + 2 + (r->ring_socket[0] != '\0'));
         break;
     case TSDF_MSG_ERROR:
         return TSDF_EINVAL; /* an error reply needs a status */
@@ -911,6 +916,8 @@ static int encode_reply_body(proto_writer *w, const void *src)
     case TSDF_MSG_PING:
         proto_w_str(w, "server", r->u.ping.server);
         proto_w_uint(w, "uptime_ms", r->u.ping.uptime_ms);
+        if (r->ring_socket[0] != '\0')
+            proto_w_str(w, "ring_socket", r->ring_socket);
         break;
     default:
         break;

@@ -170,6 +170,10 @@ typedef struct {
 /* The most a raycast may shrink its image ("scale", PROTOCOL.md 6.2). */
 #define TSDF_PROTO_MAX_RAYCAST_SCALE 8u
 
+/* The longest ring socket path a ping reply carries (a Unix socket path:
+ * sun_path less its terminating NUL). */
+#define TSDF_PROTO_MAX_RING_SOCKET_LEN 107u
+
 /* When a query runs relative to the frames queued for its map ("after",
  * PROTOCOL.md 6.9). */
 typedef enum {
@@ -323,6 +327,10 @@ typedef struct {
         tsdf_rep_maps maps;
         tsdf_rep_ping ping;
     } u;
+    /* ping: the daemon's ring socket (PROTOCOL.md 6.8 and 6.10), "" when
+     * it has none. Beside the union, not in tsdf_rep_ping, whose size is
+     * part of libtsdf's ABI. */
+    char ring_socket[TSDF_PROTO_MAX_RING_SOCKET_LEN + 1];
 } tsdf_reply;
 
 /* Zeroes *r and sets type, id and status TSDF_OK. */

@@ -427,6 +427,22 @@ static void test_roundtrip_replies(void **state)
     roundtrip_reply(r, d, &b);
     assert_string_equal(d->u.ping.server, "tsdfd 0.1.0");
     assert_int_equal(d->u.ping.uptime_ms, 123456);
+    /* No ring socket: the key is left out, as daemons before it sent. */
+    assert_false(buf_contains(&b, "ring_socket"));
+    assert_string_equal(d->ring_socket, "");
+    tsdf_buf_fini(&b);
+    /* A ring socket travels whole, up to a Unix socket path's length. */
+    memset(r->ring_socket, 'r', TSDF_PROTO_MAX_RING_SOCKET_LEN);
+    r->ring_socket[0] = '/';
+    r->ring_socket[TSDF_PROTO_MAX_RING_SOCKET_LEN] = '\0';
+    roundtrip_reply(r, d, &b);
+    assert_string_equal(d->ring_socket, r->ring_socket);
+    assert_int_equal(d->u.ping.uptime_ms, 123456);
+    tsdf_buf_fini(&b);
+    /* Unterminated: refused rather than sent cut. */
+    memset(r->ring_socket, 'r', sizeof r->ring_socket);
+    tsdf_buf_init(&b);
+    assert_int_equal(tsdf_proto_encode_reply(r, &b), TSDF_EINVAL);
     tsdf_buf_fini(&b);
 
     tsdf_reply_init(r, TSDF_MSG_RESET, 13);
