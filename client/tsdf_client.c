@@ -594,8 +594,25 @@ int tsdf_client_attach_ring(tsdf_client *c, const char *ring_socket, size_t slot
     last_message[0] = '\0';
     client_ring *r = NULL;
     char why[160] = "";
-    int rc = client_ring_attach(ring_socket, slot_bytes, slots, c->default_timeout_ms, &r, why,
-                                sizeof why);
+    char advertised[TSDF_PROTO_MAX_RING_SOCKET_LEN + 1];
+    int rc;
+    if (ring_socket == NULL) {
+        /* The daemon's own: its ping reply names it (PROTOCOL.md 6.8). */
+        tsdf_request q;
+        tsdf_reply *rep = NULL;
+        nng_msg *m = NULL;
+        if ((rc = map_request(&q, TSDF_MSG_PING, NULL)) != TSDF_OK ||
+            (rc = call_alloc(c, &q, c->default_timeout_ms, &rep, &m)) != TSDF_OK)
+            return rc;
+        snprintf(advertised, sizeof advertised, "%s", rep->ring_socket);
+        call_free(rep, m);
+        if (advertised[0] == '\0')
+            return client_fail(TSDF_ENOT_FOUND,
+                               "the daemon has no ring socket ([server] ring_socket)");
+        ring_socket = advertised;
+    }
+    rc = client_ring_attach(ring_socket, slot_bytes, slots, c->default_timeout_ms, &r, why,
+                            sizeof why);
     if (rc != TSDF_OK)
         return client_fail(rc, "%s", why);
     client_ring *none = NULL;

@@ -170,7 +170,9 @@ TSDF_API int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, i
  * needs: a frame's depth is 614,400 bytes at 640 x 480 u16, an image 4
  * bytes a pixel, 16 with normals, 19 with colour too; one that does not
  * fit in the free slots travels through the socket as without a ring.
- * ring_socket is the daemon's [server] ring_socket. Once per client;
+ * ring_socket is the daemon's [server] ring_socket; NULL asks the
+ * daemon for it (its ping reply names it), TSDF_ENOT_FOUND when it has
+ * none. Once per client;
  * TSDF_EBUSY for a second ring, TSDF_ECONNREFUSED when nothing listens
  * there, the daemon's code (and tsdf_client_last_message) when it
  * refuses the ring. Should the daemon lose the ring (a restart), frames

@@ -42,9 +42,9 @@ static const char replay_help[] =
     "                      or rvl; png and rvl need u16 depth (a dataset), synthetic\n"
     "                      sequences are f32 (use zstd)\n"
     "  --compress-level N  png 1..9 (default 1), zstd 1..19 (default 3)\n"
-    "  --ring PATH         with --ack over ipc://: the depth through a shared-memory ring\n"
-    "                      attached at the daemon's [server] ring_socket PATH\n"
-    "                      (PROTOCOL.md 6.10), not in the requests\n"
+    "  --ring PATH|auto    with --ack over ipc://: the depth through a shared-memory ring\n"
+    "                      attached at the daemon's [server] ring_socket PATH (auto: the\n"
+    "                      one the daemon names; PROTOCOL.md 6.10), not in the requests\n"
     "Prints a progress bar on a terminal and a summary: frames sent, acknowledged,\n"
     "failed, seconds, frames per second. Exit status 1 if any frame failed.\n";
 
@@ -61,7 +61,7 @@ typedef struct {
     int depth_range_given;
     uint32_t width, height;
     tsdf_depth_encoding encoding;
-    const char *ring; /* --ring: the daemon's ring socket */
+    const char *ring; /* --ring: the daemon's ring socket, or "auto" */
     uint32_t level;
 } replay_opts;
 
@@ -310,7 +310,8 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
     if (o.ring != NULL) {
         /* Two slots of the largest depth a frame of this source has. */
         size_t w = ds != NULL ? info.width : seq->width, h = ds != NULL ? info.height : seq->height;
-        rc = tsdf_client_attach_ring(c, o.ring, w * h * sizeof(float), 2);
+        const int automatic = strcmp(o.ring, "auto") == 0;
+        rc = tsdf_client_attach_ring(c, automatic ? NULL : o.ring, w * h * sizeof(float), 2);
         if (rc != TSDF_OK) {
             fprintf(stderr, "tsdfctl: replay: ring %s: %s (%s)\n", o.ring, tsdf_strerror(rc),
                     tsdf_client_last_message());

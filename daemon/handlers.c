@@ -645,6 +645,10 @@ void handle_request(daemon_ctx *d, nng_msg *msg, handler_result *res)
     case TSDF_MSG_PING:
         snprintf(rep->u.ping.server, sizeof rep->u.ping.server, "%s", TSDFD_SERVER_NAME);
         rep->u.ping.uptime_ms = (uint64_t)ms_since(d->start_ns);
+        /* Where local clients attach a ring ([server] ring_socket), so
+         * that they need not be told (tsdf_client_attach_ring with NULL).
+         * A path too long for the reply was too long to bind. */
+        snprintf(rep->ring_socket, sizeof rep->ring_socket, "%s", rings_path(d->rings));
         break;
     case TSDF_MSG_MAPS: {
         dmap *all[TSDF_PROTO_MAX_MAPS];

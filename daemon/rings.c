@@ -53,6 +53,11 @@ struct rings {
     atomic_uint_least64_t frames;
 };
 
+const char *rings_path(const rings *r)
+{
+    return r != NULL ? r->path : "";
+}
+
 static void conn_reset(ring_conn *c)
 {
     memset(c, 0, sizeof *c);

@@ -47,6 +47,10 @@ int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64
 /* Stops the thread, closes every connection and every ring. */
 void rings_stop(rings *r);
 
+/* The socket path the rings listen on, as configured ("" for r NULL): what
+ * a ping reply advertises (PROTOCOL.md 6.8). */
+const char *rings_path(const rings *r);
+
 /* Copies bytes at offset of ring token into dst, when process pid
  * attached it. TSDF_ENOT_FOUND: no such ring (never attached, or its
  * connection closed); TSDF_EFORBIDDEN: another process's ring;

@@ -626,7 +626,68 @@ static int other_process(const char *url, const char *token_text)
     return 1;
 }
 
-/* tsdfctl replay --ack --ring: every frame through the ring. */
+/* The ping reply of h's daemon, raw (libtsdf's tsdf_rep_ping has no room
+ * for the ring socket: its size is part of the ABI). */
+static void raw_ping(const tsdfd_harness *h, tsdf_reply *rep)
+{
+    tsdf_request q;
+    tsdf_request_init(&q, TSDF_MSG_PING);
+    q.id = 9;
+    tsdf_buf b;
+    tsdf_buf_init(&b);
+    assert_int_equal(tsdf_proto_encode_request(&q, &b), TSDF_OK);
+    nng_socket s = raw_req(h);
+    raw_roundtrip(s, b.data, b.len, rep);
+    nng_close(s);
+    tsdf_buf_fini(&b);
+    assert_int_equal(rep->status, TSDF_OK);
+}
+
+/* A daemon with a ring socket names it in its ping reply, and a client
+ * attaches there without being told the path; one without says so. */
+static void test_ring_advertised(void **state)
+{
+    (void)state;
+    frame_set fs;
+    tsdfd_harness h;
+    char path[TSDFD_HARNESS_PATH_LEN + 16];
+    tsdf_reply *rep = malloc(sizeof *rep);
+    assert_non_null(rep);
+    frames_make(&fs, "room", IMG_W, IMG_H, 2);
+    assert_int_equal(start_daemon(&h, ring_ini, NULL), 0);
+    ring_path(&h, path, sizeof path);
+    raw_ping(&h, rep);
+    assert_string_equal(rep->ring_socket, path);
+    tsdf_client *c = open_client(&h, 0);
+    assert_int_equal(tsdf_client_attach_ring(c, NULL, (size_t)IMG_W * IMG_H * 4u, 2), TSDF_OK);
+    integrate_ok(c, "advertised", &fs.frames[0], 0);
+    integrate_ok(c, "advertised", &fs.frames[1], 1);
+    tsdf_rep_stats *st = malloc(sizeof *st);
+    assert_non_null(st);
+    wait_settled(c, NULL, 2, st);
+    assert_int_equal(stat_get(st, "rings.frames"), 2);
+    assert_int_equal(stat_get(st, "rings.attached"), 1);
+    free(st);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+
+    /* No ring socket: the key is absent, and attaching by it fails with
+     * a reason, without a ring. */
+    assert_int_equal(start_daemon(&h, NULL, NULL), 0);
+    raw_ping(&h, rep);
+    assert_string_equal(rep->ring_socket, "");
+    c = open_client(&h, 0);
+    assert_int_equal(tsdf_client_attach_ring(c, NULL, U16_BYTES, 2), TSDF_ENOT_FOUND);
+    assert_non_null(strstr(tsdf_client_last_message(), "ring_socket"));
+    integrate_ok(c, "plain", &fs.frames[0], 0);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    free(rep);
+    frames_free(&fs);
+}
+
+/* tsdfctl replay --ack --ring auto: every frame through the ring the
+ * daemon names. */
 static void test_tsdfctl_replay_ring(void **state)
 {
     (void)state;
@@ -642,7 +703,7 @@ static void test_tsdfctl_replay_ring(void **state)
     if (child == 0) {
         execl(TSDFCTL_BIN, "tsdfctl", "--url", h.req_url, "--timeout-ms", "60000", "replay",
               "--synthetic", "sphere", "--ack", "--size", "80", "60", "--max-frames", "5", "--map",
-              "replayed", "--ring", path, (char *)NULL);
+              "replayed", "--ring", "auto", (char *)NULL);
         _exit(127);
     }
     int wst = 0;
@@ -669,6 +730,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ring_raycast_identical),
         cmocka_unit_test(test_ring_raycast_protocol),
         cmocka_unit_test(test_ring_lost_falls_back),
+        cmocka_unit_test(test_ring_advertised),
         cmocka_unit_test(test_tsdfctl_replay_ring),
     };
     return daemon_tests_run("daemon_ring", tests, sizeof tests / sizeof tests[0]);
