@@ -42,9 +42,10 @@ def _tsdfd_bin():
 class Daemon:
     """One tsdfd: CPU backend, /metrics off (parallel tests never fight over
     its port), no autosave, no snapshot at stop or start (each run starts
-    empty), the log in its work folder."""
+    empty), the log in its work folder; a ring socket there unless
+    ring=False."""
 
-    def __init__(self, binary, workdir):
+    def __init__(self, binary, workdir, ring=True):
         self.binary = pathlib.Path(binary)
         self.workdir = pathlib.Path(workdir)
         # ipc:// paths must fit sun_path (108 bytes): keep the folder short.
@@ -52,7 +53,7 @@ class Daemon:
         self.push_url = f"ipc://{self.workdir}/frames.sock"
         self.state_dir = self.workdir / "state"
         self.log_path = self.workdir / "tsdfd.log"
-        self.ring_path = self.workdir / "rings.sock"
+        self.ring_path = self.workdir / "rings.sock" if ring else None
         self.proc = None
 
     def start(self):
@@ -61,7 +62,7 @@ class Daemon:
                         f"TSDFD_BIN", pytrace=False)
         self.state_dir.mkdir(exist_ok=True)
         conf = self.workdir / "tsdfd.conf"
-        conf.write_text(f"[server]\nring_socket = {self.ring_path}\n"
+        conf.write_text(f"[server]\nring_socket = {self.ring_path or ''}\n"
                         "[snapshot]\nautosave_period_s = 0\nsave_on_stop = false\n"
                         "load_on_start = false\n")
         cmd = [str(self.binary), "--config", str(conf), "--foreground", "--backend", "cpu",

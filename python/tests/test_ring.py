@@ -122,3 +122,29 @@ def test_attach_ring_refusals(daemon):
             c.attach_ring(daemon.ring_path, 300 << 20, slots=1)
         assert e.value.code == ErrorCode.TOO_LARGE
         assert "ring_max_mb" in e.value.message
+
+
+def test_attach_ring_where_the_daemon_says(daemon):
+    """attach_ring(None, ...) takes the ring socket the ping reply names;
+    a daemon without one says so."""
+    depth = np.round(render_sphere(next(iter(orbit_poses()))) * 1000.0).astype(np.uint16)
+    with tsdf.Client(daemon.req_url, timeout_ms=20000) as c:
+        assert c.ping().ring_socket == str(daemon.ring_path)
+        before = rings_frames(c)
+        c.attach_ring(None, depth.nbytes)
+        c.integrate("ring-py-advertised", depth, K, next(iter(orbit_poses())))
+        assert rings_frames(c) - before == 1
+    workdir = tempfile.mkdtemp(prefix="tsdf-noring.")
+    d = Daemon(_tsdfd_bin(), workdir, ring=False)
+    d.start()
+    try:
+        with tsdf.Client(d.req_url, timeout_ms=20000) as c:
+            assert c.ping().ring_socket == ""
+            with pytest.raises(TsdfError) as e:
+                c.attach_ring(None, depth.nbytes)
+            assert e.value.code == ErrorCode.NOT_FOUND
+            assert "ring_socket" in e.value.message
+    finally:
+        rc = d.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    assert rc == 0

@@ -211,7 +211,8 @@ class Client:
 
     def ping(self):
         r = self.request("ping")
-        return Ping(server=r.get("server", ""), uptime_ms=r.get("uptime_ms", 0))
+        return Ping(server=r.get("server", ""), uptime_ms=r.get("uptime_ms", 0),
+                    ring_socket=r.get("ring_socket", ""))
 
     def maps(self):
         """The names of the daemon's maps."""
@@ -266,10 +267,16 @@ class Client:
         frame's depth is 614400 bytes at 640 x 480 uint16; an image 4 bytes
         a pixel, 16 with normals, 19 with colour too), and goes through the
         socket when they are not free. ring_socket is the daemon's [server]
-        ring_socket. Once per client (BUSY for a second); CONNREFUSED when
+        ring_socket; None asks the daemon for it (ping), NOT_FOUND when it
+        has none. Once per client (BUSY for a second); CONNREFUSED when
         nothing listens there, the daemon's code when it refuses the ring.
         Should the daemon lose the ring (a restart), frames and images go
         through the socket again."""
+        if ring_socket is None:
+            ring_socket = self.ping().ring_socket
+            if not ring_socket:
+                raise TsdfError(ErrorCode.NOT_FOUND,
+                                "the daemon has no ring socket ([server] ring_socket)")
         ring = Ring(ring_socket, m.uint(slot_bytes, "slot_bytes"), m.uint(slots, "slots"),
                     self._timeout_ms)
         with self._lock:

@@ -10,6 +10,9 @@ import numpy as np
 class Ping:
     server: str  # e.g. "tsdfd 0.1.0"
     uptime_ms: int
+    # The daemon's [server] ring_socket, where attach_ring(None, ...) goes;
+    # "" when it has none (PROTOCOL.md 6.8).
+    ring_socket: str = ""
 
 
 @dataclass(frozen=True)
