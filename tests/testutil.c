@@ -1,5 +1,7 @@
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include "testutil.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,8 +57,16 @@ const char *tsdf_test_tmpdir(void)
     if (dir[0])
         return dir;
     const char *base = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/tsdf-test-%ld", base && *base ? base : "/tmp", (long)getpid());
-    mkdir(dir, 0700);
+    /* Fresh, not just named after the pid: a folder left by an earlier
+     * process with the same pid (they are reused, and a failed run leaves
+     * its folder) held files a test then tripped over (a symlink that
+     * already existed in test_daemon_protocol). */
+    snprintf(dir, sizeof dir, "%s/tsdf-test-%ld-XXXXXX", base && *base ? base : "/tmp",
+             (long)getpid());
+    if (mkdtemp(dir) == NULL) {
+        fprintf(stderr, "tsdf_test_tmpdir: mkdtemp %s: %s\n", dir, strerror(errno));
+        abort();
+    }
     return dir;
 }
 

@@ -31,7 +31,8 @@ void tsdf_test_skip_program(const char *fmt, ...);
  * stalled where no debugger is installed (tests/trace_signal.c). */
 void tsdf_test_trace_on_signal(void);
 
-/* A scratch directory unique to this process under $TMPDIR (created). */
+/* A scratch directory unique to this process under $TMPDIR, created empty
+ * on the first call (mkdtemp). */
 const char *tsdf_test_tmpdir(void);
 
 /* 1 when the n bytes at s are valid UTF-8 by RFC 3629 (no overlong forms,
