@@ -37,6 +37,7 @@ struct tsdf_client {
     nng_tls_config *tls_req, *tls_push;
     /* The shared-memory frame ring (tsdf_client_attach_ring), or NULL. */
     _Atomic(client_ring *) ring;
+    int req_ipc; /* requests go over ipc://: the daemon is on this host */
 };
 
 static _Thread_local char last_message[TSDF_PROTO_MAX_MESSAGE_LEN + 1];
@@ -136,6 +137,7 @@ int tsdf_client_open(const char *req_url, const char *push_url, const tsdf_clien
     if (c == NULL)
         return TSDF_ENOMEM;
     c->default_timeout_ms = o.default_timeout_ms;
+    c->req_ipc = strncmp(req_url, "ipc://", 6) == 0;
     atomic_init(&c->next_id, 1);
 
     int rc;
@@ -597,7 +599,11 @@ int tsdf_client_attach_ring(tsdf_client *c, const char *ring_socket, size_t slot
     char advertised[TSDF_PROTO_MAX_RING_SOCKET_LEN + 1];
     int rc;
     if (ring_socket == NULL) {
-        /* The daemon's own: its ping reply names it (PROTOCOL.md 6.8). */
+        /* The daemon's own: its ping reply names it (PROTOCOL.md 6.8), a
+         * path on its host, which only an ipc:// client shares. */
+        if (!c->req_ipc)
+            return client_fail(TSDF_EINVAL, "a ring needs requests over ipc:// (the daemon's "
+                                            "host); this client connected otherwise");
         tsdf_request q;
         tsdf_reply *rep = NULL;
         nng_msg *m = NULL;
@@ -608,7 +614,8 @@ int tsdf_client_attach_ring(tsdf_client *c, const char *ring_socket, size_t slot
         call_free(rep, m);
         if (advertised[0] == '\0')
             return client_fail(TSDF_ENOT_FOUND,
-                               "the daemon has no ring socket ([server] ring_socket)");
+                               "the daemon named no ring socket (none is set in its [server] "
+                               "ring_socket, or it predates naming it)");
         ring_socket = advertised;
     }
     rc = client_ring_attach(ring_socket, slot_bytes, slots, c->default_timeout_ms, &r, why,

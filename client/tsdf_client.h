@@ -171,8 +171,9 @@ TSDF_API int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, i
  * bytes a pixel, 16 with normals, 19 with colour too; one that does not
  * fit in the free slots travels through the socket as without a ring.
  * ring_socket is the daemon's [server] ring_socket; NULL asks the
- * daemon for it (its ping reply names it), TSDF_ENOT_FOUND when it has
- * none. Once per client;
+ * daemon for it (its ping reply names it; TSDF_CLIENT_HAS_RING_DISCOVERY),
+ * TSDF_ENOT_FOUND when it names none, TSDF_EINVAL for a client whose
+ * requests do not go over ipc://. Once per client;
  * TSDF_EBUSY for a second ring, TSDF_ECONNREFUSED when nothing listens
  * there, the daemon's code (and tsdf_client_last_message) when it
  * refuses the ring. Should the daemon lose the ring (a restart), frames
@@ -180,6 +181,10 @@ TSDF_API int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, i
  * of frames always travel in the request. */
 TSDF_API int tsdf_client_attach_ring(tsdf_client *c, const char *ring_socket, size_t slot_bytes,
                                      unsigned slots);
+
+/* Defined by a libtsdf whose tsdf_client_attach_ring takes a NULL path
+ * (earlier ones do not check for it). */
+#define TSDF_CLIENT_HAS_RING_DISCOVERY 1
 
 /* Renders map (NULL: "default") from p. out->depth_m (width*height floats)
  * is required; out->normals (width*height*3) and out->rgb (width*height*3)

@@ -44,7 +44,8 @@ static const char replay_help[] =
     "  --compress-level N  png 1..9 (default 1), zstd 1..19 (default 3)\n"
     "  --ring PATH|auto    with --ack over ipc://: the depth through a shared-memory ring\n"
     "                      attached at the daemon's [server] ring_socket PATH (auto: the\n"
-    "                      one the daemon names; PROTOCOL.md 6.10), not in the requests\n"
+    "                      one the daemon names; a socket named auto: ./auto;\n"
+    "                      PROTOCOL.md 6.10), not in the requests\n"
     "Prints a progress bar on a terminal and a summary: frames sent, acknowledged,\n"
     "failed, seconds, frames per second. Exit status 1 if any frame failed.\n";
 

@@ -6,9 +6,11 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "handlers.h"
+
 #include "handlers_internal.h"
 
 #include "log.h"
+#include "proto_utf8.h"
 #include "tsdf_error.h"
 #include "tsdf_version.h"
 #include "worker.h"
@@ -647,8 +649,11 @@ void handle_request(daemon_ctx *d, nng_msg *msg, handler_result *res)
         rep->u.ping.uptime_ms = (uint64_t)ms_since(d->start_ns);
         /* Where local clients attach a ring ([server] ring_socket), so
          * that they need not be told (tsdf_client_attach_ring with NULL).
-         * A path too long for the reply was too long to bind. */
-        snprintf(rep->ring_socket, sizeof rep->ring_socket, "%s", rings_path(d->rings));
+         * A path too long for the reply was too long to bind; one that is
+         * not UTF-8 is not named (clients would refuse the whole reply). */
+        const char *ring = rings_path(d->rings);
+        if (proto_utf8_valid(ring, strlen(ring)))
+            snprintf(rep->ring_socket, sizeof rep->ring_socket, "%s", ring);
         break;
     case TSDF_MSG_MAPS: {
         dmap *all[TSDF_PROTO_MAX_MAPS];

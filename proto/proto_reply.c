@@ -635,9 +635,12 @@ static int decode_reply(const proto_reader *r, tsdf_reply *out)
                                 &present));
         PROTO_TRY(proto_get_uint(r, "uptime_ms", UINT64_MAX, &out->u.ping.uptime_ms, &present));
         /* Optional (daemons before it never send it); never truncated: a
-         * cut path would name another socket. */
-        return proto_get_str(r, "ring_socket", out->ring_socket, sizeof(out->ring_socket), 0,
-                             &present);
+         * cut path would name another socket. One too long or not UTF-8
+         * is left out rather than failing the ping, a health check. */
+        if (proto_get_str(r, "ring_socket", out->ring_socket, sizeof(out->ring_socket), 0,
+                          &present) != TSDF_OK)
+            out->ring_socket[0] = '\0';
+        return TSDF_OK;
     }
     case TSDF_MSG_ERROR:
         return proto_fail(r->err, TSDF_EPROTO_KEY, "status",

@@ -438,6 +438,17 @@ static void test_roundtrip_replies(void **state)
     roundtrip_reply(r, d, &b);
     assert_string_equal(d->ring_socket, r->ring_socket);
     assert_int_equal(d->u.ping.uptime_ms, 123456);
+    /* A path that is not UTF-8 is left out; the ping itself still reads
+     * (it is a health check). */
+    uint8_t *at = NULL;
+    for (size_t i = 0; at == NULL && i + TSDF_PROTO_MAX_RING_SOCKET_LEN <= b.len; i++)
+        if (memcmp(b.data + i, r->ring_socket, TSDF_PROTO_MAX_RING_SOCKET_LEN) == 0)
+            at = b.data + i;
+    assert_non_null(at);
+    at[5] = 0xff;
+    assert_int_equal(tsdf_proto_decode_reply(b.data, b.len, d, NULL), TSDF_OK);
+    assert_string_equal(d->ring_socket, "");
+    assert_string_equal(d->u.ping.server, "tsdfd 0.1.0");
     tsdf_buf_fini(&b);
     /* Unterminated: refused rather than sent cut. */
     memset(r->ring_socket, 'r', sizeof r->ring_socket);

@@ -105,6 +105,7 @@ class Client:
         self._req = None
         self._push = None
         self._ring = None
+        self._req_ipc = str(req_url).startswith("ipc://")
         self.timeout_ms = timeout_ms
         t = self._timeout_ms
         tls = (tls_ca, tls_cert, tls_key, tls_server_name)
@@ -268,15 +269,20 @@ class Client:
         a pixel, 16 with normals, 19 with colour too), and goes through the
         socket when they are not free. ring_socket is the daemon's [server]
         ring_socket; None asks the daemon for it (ping), NOT_FOUND when it
-        has none. Once per client (BUSY for a second); CONNREFUSED when
+        names none, INVAL for a client not over ipc://. Once per client (BUSY for a second); CONNREFUSED when
         nothing listens there, the daemon's code when it refuses the ring.
         Should the daemon lose the ring (a restart), frames and images go
         through the socket again."""
         if ring_socket is None:
+            # A path on the daemon's host, which only an ipc:// client shares.
+            if not self._req_ipc:
+                raise TsdfError(ErrorCode.INVAL, "a ring needs requests over ipc:// (the "
+                                "daemon's host); this client connected otherwise")
             ring_socket = self.ping().ring_socket
             if not ring_socket:
                 raise TsdfError(ErrorCode.NOT_FOUND,
-                                "the daemon has no ring socket ([server] ring_socket)")
+                                "the daemon named no ring socket (none is set in its [server] "
+                                "ring_socket, or it predates naming it)")
         ring = Ring(ring_socket, m.uint(slot_bytes, "slot_bytes"), m.uint(slots, "slots"),
                     self._timeout_ms)
         with self._lock:
