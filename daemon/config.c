@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 typedef enum {
@@ -167,6 +168,7 @@ void cfg_defaults(tsdfd_config *c)
     /* Owner and group (the unit's Group=tsdfd) may connect; others may not
      * even see the socket's permissions change under a wider umask. */
     c->ipc_mode = 0660;
+    snprintf(c->ring_socket, sizeof c->ring_socket, "auto");
     c->ring_max_mb = 256;
 
     c->queue_length = 64;
@@ -638,6 +640,31 @@ int cfg_load_file(tsdfd_config *c, const char *path, char *err, size_t err_len)
 int cfg_tls_enabled(const tsdfd_config *c)
 {
     return c->tls_cert_file[0] != '\0' && c->tls_key_file[0] != '\0' && c->tls_ca_file[0] != '\0';
+}
+
+void cfg_ring_socket_path(const tsdfd_config *c, char *out, size_t n)
+{
+    static const char name[] = "rings.sock";
+    const size_t sun_max = sizeof(((struct sockaddr_un *)0)->sun_path);
+    if (n == 0)
+        return;
+    out[0] = '\0';
+    if (strcmp(c->ring_socket, "auto") != 0) {
+        snprintf(out, n, "%s", c->ring_socket);
+        return;
+    }
+    for (size_t i = 0; i < c->listen_count; i++) {
+        if (strncmp(c->listen[i], "ipc://", 6) != 0)
+            continue;
+        const char *p = c->listen[i] + 6;
+        const char *slash = strrchr(p, '/');
+        const size_t dir = slash != NULL ? (size_t)(slash - p) + 1 : 0; /* with its '/' */
+        if (dir + sizeof name > sun_max || dir + sizeof name > n)
+            return; /* too long for a socket path: none */
+        memcpy(out, p, dir);
+        memcpy(out + dir, name, sizeof name);
+        return;
+    }
 }
 
 int cfg_ipc_gid(const tsdfd_config *c, long *gid)

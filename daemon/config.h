@@ -76,8 +76,9 @@ typedef struct {
     uint32_t ipc_mode;             /* mode of ipc:// socket files (octal in the file) */
     char ipc_group[CFG_GROUP_LEN]; /* group of ipc:// socket files; "": the daemon's */
     /* The unix socket where local clients attach shared-memory frame
-     * rings (rings.h; "": none), with ipc_mode and ipc_group, and the
-     * bound on what the rings map in all, MiB. */
+     * rings (rings.h; "": none; "auto", the default: beside the first
+     * ipc:// listen socket, cfg_ring_socket_path), with ipc_mode and
+     * ipc_group, and the bound on what the rings map in all, MiB. */
     char ring_socket[CFG_PATH_LEN];
     uint32_t ring_max_mb;
 
@@ -184,6 +185,12 @@ const char *cfg_usage(void);
 
 /* 1 when [tls] is configured (cert_file, key_file and ca_file all set). */
 int cfg_tls_enabled(const tsdfd_config *c);
+
+/* The ring socket [server] ring_socket names, into out[n]: the path as
+ * given, "" for none, and for "auto" rings.sock in the folder of the first
+ * ipc:// listen URL ("" when there is none, or when that path would not
+ * fit a Unix socket path). */
+void cfg_ring_socket_path(const tsdfd_config *c, char *out, size_t n);
 
 /* The gid of [server] ipc_group, or -1 when it is empty. TSDF_ENOT_FOUND
  * for a group the system does not know. */

@@ -335,6 +335,15 @@ int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64
     }
     for (uint32_t i = 0; i < max_rings; i++)
         conn_reset(&r->conns[i]);
+    /* Its folder made as the ipc:// sockets' is (server.c): EEXIST is
+     * fine, and any real problem shows in bind. */
+    const char *slash = strrchr(path, '/');
+    if (slash != NULL && slash != path) {
+        char dir[sizeof a.sun_path];
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = '\0';
+        (void)mkdir(dir, 0755);
+    }
     /* A socket left by a daemon that did not stop cleanly is replaced; one
      * that answers belongs to a running daemon, and anything else is not
      * ours to remove. */

@@ -652,6 +652,49 @@ static void test_check_config_binary(void **state)
     assert_non_null(strstr(out, "tls+tcp://127.0.0.1:5555 needs [tls]"));
 }
 
+/* ring_socket = auto (the default) is rings.sock beside the first ipc://
+ * listen socket, none without one or without room; a path or "" is taken
+ * as given. */
+static void test_ring_socket_path(void **state)
+{
+    tsdfd_config c;
+    char out[CFG_PATH_LEN];
+    (void)state;
+    cfg_defaults(&c);
+    assert_string_equal(c.ring_socket, "auto");
+    cfg_ring_socket_path(&c, out, sizeof out);
+    assert_string_equal(out, "/run/tsdfd/rings.sock");
+    /* The first ipc:// URL, wherever it is in the list. */
+    snprintf(c.listen[0], sizeof c.listen[0], "tcp://127.0.0.1:7000");
+    snprintf(c.listen[1], sizeof c.listen[1], "ipc:///tmp/a/b/req.sock");
+    cfg_ring_socket_path(&c, out, sizeof out);
+    assert_string_equal(out, "/tmp/a/b/rings.sock");
+    /* A relative one: beside it, relative too. */
+    snprintf(c.listen[1], sizeof c.listen[1], "ipc://req.sock");
+    cfg_ring_socket_path(&c, out, sizeof out);
+    assert_string_equal(out, "rings.sock");
+    /* No ipc:// listener: none. */
+    c.listen_count = 1;
+    cfg_ring_socket_path(&c, out, sizeof out);
+    assert_string_equal(out, "");
+    /* A folder too long for a Unix socket path (107 bytes): none. */
+    c.listen_count = 2;
+    char dir[120];
+    memset(dir, 'd', sizeof dir);
+    dir[0] = '/';
+    dir[100] = '\0';
+    snprintf(c.listen[1], sizeof c.listen[1], "ipc://%s/req.sock", dir);
+    cfg_ring_socket_path(&c, out, sizeof out);
+    assert_string_equal(out, "");
+    /* Given: as given, "" for off. */
+    snprintf(c.ring_socket, sizeof c.ring_socket, "/srv/r.sock");
+    cfg_ring_socket_path(&c, out, sizeof out);
+    assert_string_equal(out, "/srv/r.sock");
+    c.ring_socket[0] = '\0';
+    cfg_ring_socket_path(&c, out, sizeof out);
+    assert_string_equal(out, "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -664,6 +707,7 @@ int main(void)
         cmocka_unit_test(test_access_checks),
         cmocka_unit_test(test_flags_override_file),
         cmocka_unit_test(test_check_config_binary),
+        cmocka_unit_test(test_ring_socket_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

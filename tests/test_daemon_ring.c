@@ -559,7 +559,8 @@ static void test_ring_lost_falls_back(void **state)
     assert_int_equal(tsdfd_harness_stop(&a, 30000), 0);
 
     /* The next daemon on the same request socket, without rings. */
-    snprintf(ini, sizeof ini, "[server]\nlisten = ipc://@DIR@/req.sock, %s\n", a.req_url);
+    snprintf(ini, sizeof ini, "[server]\nlisten = ipc://@DIR@/req.sock, %s\nring_socket =\n",
+             a.req_url);
     assert_int_equal(start_daemon(&b, ini, NULL), 0);
     integrate_ok(c, "m", &u16[1], 1);
     tsdf_rep_stats *st = stats_of(c, "m");
@@ -643,8 +644,9 @@ static void raw_ping(const tsdfd_harness *h, tsdf_reply *rep)
     assert_int_equal(rep->status, TSDF_OK);
 }
 
-/* A daemon with a ring socket names it in its ping reply, and a client
- * attaches there without being told the path; one without says so. */
+/* A daemon with a ring socket (given, or by default beside its ipc://
+ * request socket) names it in its ping reply, and a client attaches there
+ * without being told the path; one without says so. */
 static void test_ring_advertised(void **state)
 {
     (void)state;
@@ -671,9 +673,29 @@ static void test_ring_advertised(void **state)
     tsdf_client_close(c);
     assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
 
+    /* ring_socket = auto, the default: rings.sock beside the request
+     * socket. */
+    assert_int_equal(start_daemon(&h, NULL, NULL), 0);
+    raw_ping(&h, rep);
+    ring_path(&h, path, sizeof path);
+    assert_string_equal(rep->ring_socket, path);
+    c = open_client(&h, 0);
+    assert_int_equal(tsdf_client_attach_ring(c, NULL, U16_BYTES, 2), TSDF_OK);
+    tsdf_client_close(c);
+    /* A client not over ipc:// cannot share the host's paths: refused
+     * before anything is sent (lazily connected, to nothing). */
+    tsdf_client_options o;
+    tsdf_client_options_default(&o);
+    o.lazy_connect = 1;
+    assert_int_equal(tsdf_client_open("tcp://127.0.0.1:9", NULL, &o, &c), TSDF_OK);
+    assert_int_equal(tsdf_client_attach_ring(c, NULL, U16_BYTES, 2), TSDF_EINVAL);
+    assert_non_null(strstr(tsdf_client_last_message(), "ipc://"));
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+
     /* No ring socket: the key is absent, and attaching by it fails with
      * a reason, without a ring. */
-    assert_int_equal(start_daemon(&h, NULL, NULL), 0);
+    assert_int_equal(start_daemon(&h, "[server]\nring_socket =\n", NULL), 0);
     raw_ping(&h, rep);
     assert_string_equal(rep->ring_socket, "");
     c = open_client(&h, 0);
