@@ -74,19 +74,33 @@ void *frame_pool_get(frame_pool *p, size_t bytes)
     buf_hdr *freed = NULL;
 
     pthread_mutex_lock(&p->lock);
-    for (buf_hdr **link = &p->kept; *link != NULL; link = &(*link)->next) {
-        buf_hdr *h = *link;
-        if (h->cap >= bytes) {
-            *link = h->next;
-            h->next = NULL;
-            p->st.bytes_kept -= h->cap;
-            p->st.bytes_out += h->cap;
-            p->st.gets++;
-            pthread_mutex_unlock(&p->lock);
-            return (char *)h + BUF_HEADER;
-        }
+    /* The smallest kept buffer that fits: with frames and raycast images
+     * in one pool, the first that fits was often a raycast's 4.9 MB,
+     * which a 640 KB frame took, so that the next raycast page-locked a
+     * new one. */
+    buf_hdr **best = NULL;
+    for (buf_hdr **link = &p->kept; *link != NULL; link = &(*link)->next)
+        if ((*link)->cap >= bytes && (best == NULL || (*link)->cap < (*best)->cap))
+            best = link;
+    if (best != NULL) {
+        buf_hdr *h = *best;
+        *best = h->next;
+        h->next = NULL;
+        p->st.bytes_kept -= h->cap;
+        p->st.bytes_out += h->cap;
+        p->st.gets++;
+        pthread_mutex_unlock(&p->lock);
+        return (char *)h + BUF_HEADER;
     }
-    /* None fits: make room for a new one by freeing kept ones. */
+    /* None fits. One the limit cannot hold even with every kept buffer
+     * freed is refused with them kept: freeing them would only cost the
+     * next requests their buffers. */
+    if (p->st.bytes_out + cap > p->st.limit_bytes) {
+        p->st.fallbacks++;
+        pthread_mutex_unlock(&p->lock);
+        return NULL;
+    }
+    /* Make room for a new one by freeing kept ones. */
     while (p->kept != NULL && p->st.bytes_out + p->st.bytes_kept + cap > p->st.limit_bytes) {
         buf_hdr *h = p->kept;
         p->kept = h->next;

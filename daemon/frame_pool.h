@@ -19,9 +19,10 @@
  * waits and no frame is refused for it; the fallbacks are counted.
  *
  * Buffers are sized in steps of FRAME_POOL_GRANULE, so the frames of one
- * camera share one size. A request that no kept buffer fits gets a new
- * one; when the limit leaves no room for it, kept buffers (none of which
- * fit) are freed until it does.
+ * camera share one size. A request gets the smallest kept buffer that fits
+ * it; one that none fits gets a new one, and when the limit leaves no room
+ * for that, kept buffers (none of which fit) are freed until it does,
+ * unless even freeing them all would not make room.
  *
  * Ownership: frame_pool_create / frame_pool_destroy; every buffer must be
  * back (frame_pool_put) before destroy.

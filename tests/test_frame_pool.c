@@ -117,6 +117,35 @@ static void test_limit(void **state)
     frame_pool_destroy(p);
 }
 
+/* Frames and raycast images share the pool: each request gets the
+ * smallest kept buffer that fits, and one that cannot fit even with every
+ * kept buffer freed leaves them kept. */
+static void test_best_fit(void **state)
+{
+    (void)state;
+    frame_pool *p;
+    assert_int_equal(frame_pool_create(8 * MIB, &p), TSDF_OK);
+    void *frame = frame_pool_get(p, 600 * 1000); /* 640 KiB */
+    void *image = frame_pool_get(p, 4915200);    /* 4.75 MiB */
+    assert_non_null(frame);
+    assert_non_null(image);
+    frame_pool_put(p, frame);
+    frame_pool_put(p, image); /* kept first in line now */
+    assert_ptr_equal(frame_pool_get(p, 600 * 1000), frame);
+    assert_ptr_equal(frame_pool_get(p, 4915200), image);
+    frame_pool_put(p, image);
+    /* 640 KiB out, 4800 KiB kept: 7.5 MiB cannot fit in 8 MiB even with
+     * the kept one freed, so it stays. */
+    assert_null(frame_pool_get(p, (size_t)(7.5 * MIB)));
+    frame_pool_stats st = stats_of(p);
+    assert_int_equal(st.bytes_kept, 4800 * 1024);
+    assert_int_equal(st.fallbacks, 1);
+    assert_ptr_equal(frame_pool_get(p, 4915200), image);
+    frame_pool_put(p, image);
+    frame_pool_put(p, frame);
+    frame_pool_destroy(p);
+}
+
 typedef struct {
     frame_pool *p;
     uint32_t seed;
@@ -358,7 +387,7 @@ int main(void)
         cmocka_unit_test(test_create_args),   cmocka_unit_test(test_reuse),
         cmocka_unit_test(test_limit),         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_prepare_depth), cmocka_unit_test(test_prepare_rgb),
-        cmocka_unit_test(test_depth_buffer),
+        cmocka_unit_test(test_depth_buffer),  cmocka_unit_test(test_best_fit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
