@@ -260,14 +260,19 @@ int cuda_raycast(struct cuda_volume *v, const tsdf_raycast_params *p, tsdf_rayca
 #undef LAUNCH
     CUDA_TRY_LAUNCH();
     CUDA_TRY(cudaEventRecord(v->q_end, v->stream));
-    CUDA_TRY(cudaMemcpyAsync(out->depth_m, d_depth, npix * sizeof(float), cudaMemcpyDeviceToHost,
-                             v->stream));
-    if (out->normals)
-        CUDA_TRY(cudaMemcpyAsync(out->normals, d_normals, 3 * npix * sizeof(float),
-                                 cudaMemcpyDeviceToHost, v->stream));
-    if (out->rgb)
-        CUDA_TRY(cudaMemcpyAsync(out->rgb, d_rgb, 3 * npix, cudaMemcpyDeviceToHost, v->stream));
+    /* The outputs may be page-locked (the daemon's frame pool), so these
+     * copies run on after the call returns: wait for the ones enqueued
+     * also when a later one fails, before the caller reuses the memory. */
+    cudaError_t copy = cudaMemcpyAsync(out->depth_m, d_depth, npix * sizeof(float),
+                                       cudaMemcpyDeviceToHost, v->stream);
+    if (copy == cudaSuccess && out->normals)
+        copy = cudaMemcpyAsync(out->normals, d_normals, 3 * npix * sizeof(float),
+                               cudaMemcpyDeviceToHost, v->stream);
+    if (copy == cudaSuccess && out->rgb)
+        copy = cudaMemcpyAsync(out->rgb, d_rgb, 3 * npix, cudaMemcpyDeviceToHost, v->stream);
     int rc = cuda_sync_all(v);
+    if (copy != cudaSuccess)
+        return cuda_check(copy, "raycast copy", __FILE__, __LINE__);
     if (rc != TSDF_OK)
         return rc;
     float ms = 0.0f;
