@@ -155,75 +155,101 @@ static size_t find_key(const uint64_t *keys, size_t n, uint64_t key)
     return lo;
 }
 
+/* A run of consecutive triangles owned by one block. */
+typedef struct {
+    uint32_t start, end; /* triangles [start, end) */
+    uint32_t part;       /* the block's index in the parts */
+} tri_run;
+
+/* By part, then by position: the triangles' order within a part stays. */
+static int cmp_run(const void *a, const void *b)
+{
+    const tri_run *x = a, *y = b;
+    if (x->part != y->part)
+        return x->part < y->part ? -1 : 1;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
 /* Rewrites *m (shared vertices; triangle t owned by block tri_keys[t])
  * into one part per block of blocks[0 .. nblocks) (ascending), each with
- * its own copies of the vertices its triangles use. */
+ * its own copies of the vertices its triangles use, numbered in the order
+ * its triangles use them. A backend lists a block's triangles together,
+ * so the triangles are moved as runs (a few thousand), not one by one;
+ * runs of one block in several places keep their order. */
 static int split_by_block(tsdf_mesh *m, const uint64_t *tri_keys, const uint64_t *blocks,
                           size_t nblocks)
 {
     const size_t T = m->triangle_count, V = m->vertex_count;
+    if (3 * T > UINT32_MAX || V >= UINT32_MAX || nblocks >= UINT32_MAX)
+        return TSDF_ETOO_LARGE;
+    size_t nruns = 0;
+    for (size_t t = 0; t < T; t++)
+        nruns += t == 0 || tri_keys[t] != tri_keys[t - 1];
     uint32_t *tri_start = calloc(nblocks + 1, sizeof(*tri_start));
     uint32_t *vert_start = calloc(nblocks + 1, sizeof(*vert_start));
     int32_t *coords = malloc((nblocks ? nblocks : 1) * 3 * sizeof(*coords));
-    size_t *part = malloc((T ? T : 1) * sizeof(*part));
-    uint32_t *order = malloc((T ? T : 1) * sizeof(*order));
-    /* The new vertex of old vertex i in the part being built. */
-    size_t *seen_in = malloc((V ? V : 1) * sizeof(*seen_in));
+    tri_run *runs = malloc((nruns ? nruns : 1) * sizeof(*runs));
+    /* The part the old vertex was last copied into, and its copy there. */
+    uint32_t *seen_in = malloc((V ? V : 1) * sizeof(*seen_in));
     uint32_t *new_id = malloc((V ? V : 1) * sizeof(*new_id));
-    float *pos = malloc((T ? 3 * T : 1) * 3 * sizeof(float));
-    float *nrm = malloc((T ? 3 * T : 1) * 3 * sizeof(float));
-    uint8_t *col = m->colors != NULL ? malloc((T ? 3 * T : 1) * 3) : NULL;
+    /* The old vertex of each copy: at most three a triangle. */
+    uint32_t *src = malloc((T ? 3 * T : 1) * sizeof(*src));
     uint32_t *idx = malloc((T ? T : 1) * 3 * sizeof(uint32_t));
+    float *pos = NULL, *nrm = NULL;
+    uint8_t *col = NULL;
     int rc = TSDF_ENOMEM;
 
-    if (!tri_start || !vert_start || !coords || !part || !order || !seen_in || !new_id || !pos ||
-        !nrm || (m->colors != NULL && !col) || !idx)
+    if (!tri_start || !vert_start || !coords || !runs || !seen_in || !new_id || !src || !idx)
         goto out;
-    if (3 * T > UINT32_MAX) {
-        rc = TSDF_ETOO_LARGE;
-        goto out;
+    for (size_t t = 0, r = 0; t < T; t++) {
+        if (t > 0 && tri_keys[t] == tri_keys[t - 1]) {
+            runs[r - 1].end++;
+            continue;
+        }
+        runs[r].start = (uint32_t)t;
+        runs[r].end = (uint32_t)t + 1;
+        runs[r].part = (uint32_t)find_key(blocks, nblocks, tri_keys[t]);
+        r++;
     }
-    /* Triangles by part, stable: a counting sort. A backend lists a
-     * block's triangles together, so the search is only for a new key. */
-    for (size_t t = 0; t < T; t++) {
-        part[t] = t > 0 && tri_keys[t] == tri_keys[t - 1] ? part[t - 1]
-                                                          : find_key(blocks, nblocks, tri_keys[t]);
-        tri_start[part[t] + 1]++;
-    }
-    for (size_t p = 0; p < nblocks; p++)
-        tri_start[p + 1] += tri_start[p];
-    {
-        uint32_t *fill = calloc(nblocks ? nblocks : 1, sizeof(*fill));
-        if (fill == NULL)
-            goto out;
-        for (size_t t = 0; t < T; t++)
-            order[tri_start[part[t]] + fill[part[t]]++] = (uint32_t)t;
-        free(fill);
-    }
-    for (size_t i = 0; i < V; i++)
-        seen_in[i] = SIZE_MAX;
-    size_t nv = 0;
+    qsort(runs, nruns, sizeof(*runs), cmp_run);
+    memset(seen_in, 0xff, (V ? V : 1) * sizeof(*seen_in));
+    uint32_t nv = 0, k = 0;
+    size_t r = 0;
     for (size_t p = 0; p < nblocks; p++) {
-        vert_start[p] = (uint32_t)nv;
+        tri_start[p] = k;
+        vert_start[p] = nv;
         tsdf_block_key_unpack(blocks[p], &coords[3 * p], &coords[3 * p + 1], &coords[3 * p + 2]);
-        for (uint32_t k = tri_start[p]; k < tri_start[p + 1]; k++) {
-            const uint32_t *tri = &m->indices[3 * (size_t)order[k]];
-            for (int j = 0; j < 3; j++) {
-                uint32_t o = tri[j];
-                if (seen_in[o] != p) {
-                    seen_in[o] = p;
-                    new_id[o] = (uint32_t)nv;
-                    memcpy(&pos[3 * nv], &m->positions[3 * (size_t)o], 3 * sizeof(float));
-                    memcpy(&nrm[3 * nv], &m->normals[3 * (size_t)o], 3 * sizeof(float));
-                    if (col != NULL)
-                        memcpy(&col[3 * nv], &m->colors[3 * (size_t)o], 3);
-                    nv++;
+        for (; r < nruns && runs[r].part == p; r++) {
+            for (uint32_t t = runs[r].start; t < runs[r].end; t++, k++) {
+                const uint32_t *tri = &m->indices[3 * (size_t)t];
+                for (int j = 0; j < 3; j++) {
+                    uint32_t o = tri[j];
+                    if (seen_in[o] != (uint32_t)p) {
+                        seen_in[o] = (uint32_t)p;
+                        new_id[o] = nv;
+                        src[nv++] = o;
+                    }
+                    idx[3 * (size_t)k + j] = new_id[o];
                 }
-                idx[3 * (size_t)k + j] = new_id[o];
             }
         }
     }
-    vert_start[nblocks] = (uint32_t)nv;
+    tri_start[nblocks] = k;
+    vert_start[nblocks] = nv;
+
+    /* The copies, sized now that their count is known. */
+    pos = malloc((nv ? (size_t)nv : 1) * 3 * sizeof(float));
+    nrm = malloc((nv ? (size_t)nv : 1) * 3 * sizeof(float));
+    col = m->colors != NULL ? malloc((nv ? (size_t)nv : 1) * 3) : NULL;
+    if (!pos || !nrm || (m->colors != NULL && !col))
+        goto out;
+    for (uint32_t i = 0; i < nv; i++) {
+        const size_t o = 3 * (size_t)src[i];
+        memcpy(&pos[3 * (size_t)i], &m->positions[o], 3 * sizeof(float));
+        memcpy(&nrm[3 * (size_t)i], &m->normals[o], 3 * sizeof(float));
+        if (col != NULL)
+            memcpy(&col[3 * (size_t)i], &m->colors[o], 3);
+    }
     tsdf_mesh_fini(m);
     m->vertex_count = nv;
     m->triangle_count = T;
@@ -244,10 +270,10 @@ out:
     free(tri_start);
     free(vert_start);
     free(coords);
-    free(part);
-    free(order);
+    free(runs);
     free(seen_in);
     free(new_id);
+    free(src);
     free(pos);
     free(nrm);
     free(col);
