@@ -42,10 +42,12 @@ static const char replay_help[] =
     "                      or rvl; png and rvl need u16 depth (a dataset), synthetic\n"
     "                      sequences are f32 (use zstd)\n"
     "  --compress-level N  png 1..9 (default 1), zstd 1..19 (default 3)\n"
-    "  --ring PATH|auto    with --ack over ipc://: the depth through a shared-memory ring\n"
+    "  --ring PATH|auto|off  with --ack over ipc://: the depth through a shared-memory ring\n"
     "                      attached at the daemon's [server] ring_socket PATH (auto: the\n"
     "                      one the daemon names; a socket named auto: ./auto;\n"
-    "                      PROTOCOL.md 6.10), not in the requests\n"
+    "                      PROTOCOL.md 6.10), not in the requests. Default with --ack\n"
+    "                      over ipc://: the ring the daemon names when it names one,\n"
+    "                      else the requests; off: always the requests\n"
     "Prints a progress bar on a terminal and a summary: frames sent, acknowledged,\n"
     "failed, seconds, frames per second. Exit status 1 if any frame failed.\n";
 
@@ -62,7 +64,7 @@ typedef struct {
     int depth_range_given;
     uint32_t width, height;
     tsdf_depth_encoding encoding;
-    const char *ring; /* --ring: the daemon's ring socket, or "auto" */
+    const char *ring; /* --ring: the daemon's ring socket, "auto" or "off"; NULL: not given */
     uint32_t level;
 } replay_opts;
 
@@ -246,8 +248,16 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
     if ((o.dir == NULL) == (o.synthetic == NULL))
         return ctl_usage_error("replay", "give either DIR or --synthetic NAME%s", "");
     /* Only an answered request frees its slot (PROTOCOL.md 6.10). */
-    if (o.ring != NULL && !o.ack)
+    if (o.ring != NULL && strcmp(o.ring, "off") != 0 && !o.ack)
         return ctl_usage_error("replay", "--ring needs --ack%s", "");
+    /* Not given: the daemon's ring, when it names one, for acknowledged
+     * frames from its host; a daemon without one is no error. */
+    const int ring_default =
+        o.ring == NULL && o.ack && g->url != NULL && strncmp(g->url, "ipc://", 6) == 0;
+    if (ring_default)
+        o.ring = "auto";
+    if (o.ring != NULL && strcmp(o.ring, "off") == 0)
+        o.ring = NULL;
     /* Synthetic depth is exact float metres; rounding it to u16 for png or
      * rvl would send other depth than --compress raw does. */
     if (o.synthetic != NULL && !tsdf_depth_encoding_allows(o.encoding, TSDF_DEPTH_F32))
@@ -313,7 +323,9 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
         size_t w = ds != NULL ? info.width : seq->width, h = ds != NULL ? info.height : seq->height;
         const int automatic = strcmp(o.ring, "auto") == 0;
         rc = tsdf_client_attach_ring(c, automatic ? NULL : o.ring, w * h * sizeof(float), 2);
-        if (rc != TSDF_OK) {
+        if (rc == TSDF_ENOT_FOUND && ring_default) {
+            rc = TSDF_OK; /* the daemon names no ring: the requests carry the depth */
+        } else if (rc != TSDF_OK) {
             fprintf(stderr, "tsdfctl: replay: ring %s: %s (%s)\n", o.ring, tsdf_strerror(rc),
                     tsdf_client_last_message());
             goto out;

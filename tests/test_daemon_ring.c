@@ -708,8 +708,42 @@ static void test_ring_advertised(void **state)
     frames_free(&fs);
 }
 
-/* tsdfctl replay --ack --ring auto: every frame through the ring the
- * daemon names. */
+#ifdef TSDFCTL_BIN
+/* tsdfctl replay --ack of 5 sphere frames into map, with `ring` as its
+ * --ring (NULL: none given); returns its exit status. */
+static int replay(const tsdfd_harness *h, const char *map, const char *ring)
+{
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        execl(TSDFCTL_BIN, "tsdfctl", "--url", h->req_url, "--timeout-ms", "60000", "replay",
+              "--synthetic", "sphere", "--ack", "--size", "80", "60", "--max-frames", "5", "--map",
+              map, ring != NULL ? "--ring" : (char *)NULL, ring, (char *)NULL);
+        _exit(127);
+    }
+    int wst = 0;
+    assert_int_equal(waitpid(child, &wst, 0), child);
+    assert_true(WIFEXITED(wst));
+    return WEXITSTATUS(wst);
+}
+
+/* The frames of map integrated, and how many of the daemon's came
+ * through a ring. */
+static void replayed(const tsdfd_harness *h, const char *map, int64_t *integrated,
+                     int64_t *through_rings)
+{
+    tsdf_client *c = open_client(h, 0);
+    tsdf_rep_stats *st = stats_of(c, map);
+    *integrated = stat_get(st, "map.frames_integrated");
+    *through_rings = stat_get(st, "rings.frames");
+    free(st);
+    tsdf_client_close(c);
+}
+#endif
+
+/* tsdfctl replay --ack: through the ring the daemon names (by default, or
+ * --ring auto), through the requests with --ring off or from a daemon
+ * that names none. */
 static void test_tsdfctl_replay_ring(void **state)
 {
     (void)state;
@@ -717,27 +751,30 @@ static void test_tsdfctl_replay_ring(void **state)
     skip();
 #else
     tsdfd_harness h;
-    char path[TSDFD_HARNESS_PATH_LEN + 16];
-    assert_int_equal(start_daemon(&h, ring_ini, NULL), 0);
-    ring_path(&h, path, sizeof path);
-    pid_t child = fork();
-    assert_true(child >= 0);
-    if (child == 0) {
-        execl(TSDFCTL_BIN, "tsdfctl", "--url", h.req_url, "--timeout-ms", "60000", "replay",
-              "--synthetic", "sphere", "--ack", "--size", "80", "60", "--max-frames", "5", "--map",
-              "replayed", "--ring", "auto", (char *)NULL);
-        _exit(127);
-    }
-    int wst = 0;
-    assert_int_equal(waitpid(child, &wst, 0), child);
-    assert_true(WIFEXITED(wst));
-    assert_int_equal(WEXITSTATUS(wst), 0);
-    tsdf_client *c = open_client(&h, 0);
-    tsdf_rep_stats *st = stats_of(c, "replayed");
-    assert_int_equal(stat_get(st, "rings.frames"), 5);
-    assert_int_equal(stat_get(st, "map.frames_integrated"), 5);
-    free(st);
-    tsdf_client_close(c);
+    int64_t n = 0, rings = 0;
+    assert_int_equal(start_daemon(&h, NULL, NULL), 0); /* ring_socket = auto */
+    assert_int_equal(replay(&h, "auto", "auto"), 0);
+    replayed(&h, "auto", &n, &rings);
+    assert_int_equal(n, 5);
+    assert_int_equal(rings, 5);
+    assert_int_equal(replay(&h, "default", NULL), 0);
+    replayed(&h, "default", &n, &rings);
+    assert_int_equal(n, 5);
+    assert_int_equal(rings, 10);
+    assert_int_equal(replay(&h, "off", "off"), 0);
+    replayed(&h, "off", &n, &rings);
+    assert_int_equal(n, 5);
+    assert_int_equal(rings, 10);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+
+    /* A daemon without rings: the default goes through the requests; a
+     * ring asked for by name fails. */
+    assert_int_equal(start_daemon(&h, "[server]\nring_socket =\n", NULL), 0);
+    assert_int_equal(replay(&h, "plain", NULL), 0);
+    replayed(&h, "plain", &n, &rings);
+    assert_int_equal(n, 5);
+    assert_int_equal(rings, 0);
+    assert_int_not_equal(replay(&h, "asked", "auto"), 0);
     assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
 #endif
 }
