@@ -146,6 +146,68 @@ static void test_best_fit(void **state)
     frame_pool_destroy(p);
 }
 
+/* A raycast's outputs in one pooled buffer (ccfacc5): depth, then
+ * normals, then colour, exactly the image's bytes, back in the pool with
+ * the job; no pool, or no room, leaves them to the worker's malloc. */
+static void test_raycast_outputs(void **state)
+{
+    (void)state;
+    frame_pool *p;
+    assert_int_equal(frame_pool_create(8 * MIB, &p), TSDF_OK);
+    static const struct {
+        int normals, rgb;
+        uint32_t scale;
+    } cases[] = {{1, 1, 1}, {1, 0, 1}, {0, 1, 1}, {0, 0, 1}, {1, 1, 2}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        worker_job *j = job_new(JOB_RAYCAST, 0);
+        assert_non_null(j);
+        tsdf_req_raycast *rq = &j->req.u.raycast;
+        rq->width = 640;
+        rq->height = 480;
+        rq->K.fx = rq->K.fy = 525.0f;
+        rq->K.cx = 319.5f;
+        rq->K.cy = 239.5f;
+        rq->want_normals = cases[c].normals;
+        rq->want_rgb = cases[c].rgb;
+        rq->scale = cases[c].scale;
+        job_raycast_outputs(j, p);
+        const size_t px = (size_t)(640 / cases[c].scale) * (480 / cases[c].scale);
+        const uint8_t *base = j->out_buf;
+        assert_non_null(base);
+        assert_ptr_equal(j->out_pool, p);
+        assert_ptr_equal(j->depth_m, base);
+        if (cases[c].normals)
+            assert_ptr_equal(j->normals, base + px * 4);
+        else
+            assert_null(j->normals);
+        if (cases[c].rgb)
+            assert_ptr_equal(j->rgb, base + px * (cases[c].normals ? 16 : 4));
+        else
+            assert_null(j->rgb);
+        const size_t bytes =
+            (size_t)tsdf_proto_raycast_image_bytes(px, cases[c].normals, cases[c].rgb);
+        assert_int_equal(bytes, px * (4 + 12 * !!cases[c].normals + 3 * !!cases[c].rgb));
+        /* Every byte of the layout is the job's to write. */
+        memset(j->out_buf, 0xa5, bytes);
+        assert_true(stats_of(p).bytes_out >= bytes);
+        job_free(j);
+        assert_int_equal(stats_of(p).bytes_out, 0);
+    }
+    /* No pool, and an image larger than the pool: the worker mallocs. */
+    worker_job *j = job_new(JOB_RAYCAST, 0);
+    j->req.u.raycast.width = 4096;
+    j->req.u.raycast.height = 4096;
+    j->req.u.raycast.want_normals = 1;
+    job_raycast_outputs(j, NULL);
+    assert_null(j->out_buf);
+    assert_null(j->depth_m);
+    job_raycast_outputs(j, p);
+    assert_null(j->out_buf);
+    assert_null(j->depth_m);
+    job_free(j);
+    frame_pool_destroy(p);
+}
+
 typedef struct {
     frame_pool *p;
     uint32_t seed;
@@ -384,10 +446,11 @@ static void test_depth_buffer(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_create_args),   cmocka_unit_test(test_reuse),
-        cmocka_unit_test(test_limit),         cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_prepare_depth), cmocka_unit_test(test_prepare_rgb),
-        cmocka_unit_test(test_depth_buffer),  cmocka_unit_test(test_best_fit),
+        cmocka_unit_test(test_create_args),     cmocka_unit_test(test_reuse),
+        cmocka_unit_test(test_limit),           cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_prepare_depth),   cmocka_unit_test(test_prepare_rgb),
+        cmocka_unit_test(test_depth_buffer),    cmocka_unit_test(test_best_fit),
+        cmocka_unit_test(test_raycast_outputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
