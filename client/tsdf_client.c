@@ -673,7 +673,7 @@ static int raycast_copy_out(const raycast_dest *d, const tsdf_rep_raycast *rr,
         const uint8_t *at = client_ring_data(d->ring, rr->ring_offset);
         depth = at;
         normals = rr->ring_normals ? at + px * 4u : NULL;
-        rgb = rr->ring_rgb ? at + px * (rr->ring_normals ? 16u : 4u) : NULL;
+        rgb = rr->ring_rgb ? at + tsdf_proto_raycast_rgb_offset(px, rr->ring_normals) : NULL;
     }
     if (d->q->want_normals && normals == NULL)
         return client_fail(TSDF_EPROTO_KEY, "raycast reply without the normals asked for");
@@ -735,9 +735,7 @@ int tsdf_client_raycast_ex(tsdf_client *c, const char *map, const tsdf_raycast_p
      * enough, in the reply as usual. */
     client_ring *ring = atomic_load(&c->ring);
     client_ring_span sp;
-    const uint64_t need =
-        tsdf_proto_raycast_image_bytes((uint64_t)w * h, r->want_normals, r->want_rgb);
-    r->has_ring = client_ring_take(ring, need, &sp) == TSDF_OK;
+    r->has_ring = client_ring_take(ring, tsdf_proto_raycast_request_image_bytes(r), &sp) == TSDF_OK;
     r->ring_token = sp.token;
     r->ring_offset = sp.offset;
     tsdf_reply *rep;

@@ -324,16 +324,6 @@ static int ring_depth(daemon_ctx *d, worker_job *j, nng_msg *msg, char *why, siz
     return rc;
 }
 
-/* The bytes of the reply to raycast request rq in a ring: its image's
- * arrays as asked for, rgb counted (the map may have colour). */
-static uint64_t raycast_ring_need(const tsdf_req_raycast *rq)
-{
-    uint32_t w, h;
-    tsdf_intrinsics K;
-    tsdf_proto_raycast_scaled(rq, &w, &h, &K);
-    return tsdf_proto_raycast_image_bytes((uint64_t)w * h, rq->want_normals, rq->want_rgb);
-}
-
 /* A raycast that asked for its image in the sender's ring: checked before
  * the raycast runs (no work for an image that could not be delivered),
  * and after it the arrays written there, the reply only saying where. */
@@ -341,7 +331,8 @@ static int raycast_ring_check(daemon_ctx *d, const tsdf_req_raycast *rq, nng_msg
                               uint64_t *pid, tsdf_reply *rep)
 {
     char why[160];
-    const uint64_t need = raycast_ring_need(rq);
+    /* rgb counted when asked for: the map may have colour. */
+    const uint64_t need = tsdf_proto_raycast_request_image_bytes(rq);
     int rc = ring_peer(d, msg, pid, why, sizeof why);
     if (rc == TSDF_OK) {
         rc = rings_check(d->rings, rq->ring_token, *pid, rq->ring_offset, need, 1);

@@ -214,9 +214,9 @@ void job_raycast_outputs(worker_job *j, frame_pool *pool)
     tsdf_intrinsics K;
     tsdf_proto_raycast_scaled(rq, &w, &h, &K);
     const size_t px = (size_t)w * h;
-    uint8_t *p = pool != NULL ? frame_pool_get(pool, (size_t)tsdf_proto_raycast_image_bytes(
-                                                         px, rq->want_normals, rq->want_rgb))
-                              : NULL;
+    uint8_t *p = pool != NULL
+                     ? frame_pool_get(pool, (size_t)tsdf_proto_raycast_request_image_bytes(rq))
+                     : NULL;
     if (p == NULL)
         return;
     /* Depth, then normals (4-byte aligned after px floats), then colour. */
@@ -224,7 +224,7 @@ void job_raycast_outputs(worker_job *j, frame_pool *pool)
     j->out_pool = pool;
     j->depth_m = (float *)(void *)p;
     j->normals = rq->want_normals ? (float *)(void *)(p + px * 4u) : NULL;
-    j->rgb = rq->want_rgb ? p + px * (rq->want_normals ? 16u : 4u) : NULL;
+    j->rgb = rq->want_rgb ? p + tsdf_proto_raycast_rgb_offset(px, rq->want_normals) : NULL;
 }
 
 int job_wait(worker_job *j, int timeout_ms)

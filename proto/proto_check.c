@@ -64,12 +64,21 @@ uint64_t tsdf_proto_raycast_image_bytes(uint64_t px, int normals, int rgb)
     return px * (4u + (normals ? 12u : 0u) + (rgb ? 3u : 0u));
 }
 
-uint64_t tsdf_proto_raycast_reply_bytes(const tsdf_req_raycast *q)
+uint64_t tsdf_proto_raycast_rgb_offset(uint64_t px, int normals)
+{
+    return px * (normals ? 16u : 4u);
+}
+
+uint64_t tsdf_proto_raycast_request_image_bytes(const tsdf_req_raycast *q)
 {
     uint32_t s = q->scale >= 1 ? q->scale : 1;
     uint64_t px = (uint64_t)(q->width / s) * (q->height / s);
-    return tsdf_proto_raycast_image_bytes(px, q->want_normals, q->want_rgb) +
-           RAYCAST_REPLY_OVERHEAD;
+    return tsdf_proto_raycast_image_bytes(px, q->want_normals, q->want_rgb);
+}
+
+uint64_t tsdf_proto_raycast_reply_bytes(const tsdf_req_raycast *q)
+{
+    return tsdf_proto_raycast_request_image_bytes(q) + RAYCAST_REPLY_OVERHEAD;
 }
 
 int proto_check_raycast_shape(const tsdf_req_raycast *q, const char **key)

@@ -224,8 +224,14 @@ uint64_t tsdf_proto_raycast_reply_bytes(const tsdf_req_raycast *q);
 
 /* The bytes of a raycast image of px pixels, its arrays one after the
  * other as a reply or a ring holds them: depth (4 a pixel), normals (12)
- * when normals, rgb (3) when rgb. */
+ * when normals, rgb (3) when rgb. The normals start px * 4 bytes in, the
+ * rgb tsdf_proto_raycast_rgb_offset bytes in. */
 uint64_t tsdf_proto_raycast_image_bytes(uint64_t px, int normals, int rgb);
+uint64_t tsdf_proto_raycast_rgb_offset(uint64_t px, int normals);
+
+/* tsdf_proto_raycast_image_bytes of the image request q asks for (its
+ * scaled size, the arrays it wants). */
+uint64_t tsdf_proto_raycast_request_image_bytes(const tsdf_req_raycast *q);
 
 typedef struct {
     int use_box; /* 1 when "box" was given */
