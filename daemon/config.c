@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <strings.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -646,25 +647,40 @@ void cfg_ring_socket_path(const tsdfd_config *c, char *out, size_t n)
 {
     static const char name[] = "rings.sock";
     const size_t sun_max = sizeof(((struct sockaddr_un *)0)->sun_path);
+    const int is_auto = strcmp(c->ring_socket, "auto") == 0;
+    char given[CFG_PATH_LEN + sizeof name] = "";
     if (n == 0)
         return;
     out[0] = '\0';
-    if (strcmp(c->ring_socket, "auto") != 0) {
+    if (!is_auto) {
+        snprintf(given, sizeof given, "%s", c->ring_socket);
+    } else {
+        for (size_t i = 0; i < c->listen_count && given[0] == '\0'; i++) {
+            if (strncmp(c->listen[i], "ipc://", 6) != 0)
+                continue;
+            const char *p = c->listen[i] + 6;
+            const char *slash = strrchr(p, '/');
+            const int dir = slash != NULL ? (int)(slash - p) + 1 : 0; /* with its '/' */
+            snprintf(given, sizeof given, "%.*s%s", dir, p, name);
+        }
+    }
+    if (given[0] == '\0')
+        return;
+    /* Ping replies name it, so absolute: a client would read a relative
+     * path from its own working directory. */
+    char cwd[PATH_MAX], path[sizeof cwd + sizeof given + 1];
+    if (given[0] != '/' && getcwd(cwd, sizeof cwd) != NULL)
+        snprintf(path, sizeof path, "%s/%s", cwd, given);
+    else
+        memcpy(path, given, sizeof given);
+    /* auto gives way to a path too long to bind; a given one is refused
+     * when bound (rings_start). */
+    if (is_auto && strlen(path) >= sun_max)
+        return;
+    if (strlen(path) < n)
+        memcpy(out, path, strlen(path) + 1);
+    else if (!is_auto)
         snprintf(out, n, "%s", c->ring_socket);
-        return;
-    }
-    for (size_t i = 0; i < c->listen_count; i++) {
-        if (strncmp(c->listen[i], "ipc://", 6) != 0)
-            continue;
-        const char *p = c->listen[i] + 6;
-        const char *slash = strrchr(p, '/');
-        const size_t dir = slash != NULL ? (size_t)(slash - p) + 1 : 0; /* with its '/' */
-        if (dir + sizeof name > sun_max || dir + sizeof name > n)
-            return; /* too long for a socket path: none */
-        memcpy(out, p, dir);
-        memcpy(out + dir, name, sizeof name);
-        return;
-    }
 }
 
 int cfg_ipc_gid(const tsdfd_config *c, long *gid)

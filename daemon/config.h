@@ -186,10 +186,11 @@ const char *cfg_usage(void);
 /* 1 when [tls] is configured (cert_file, key_file and ca_file all set). */
 int cfg_tls_enabled(const tsdfd_config *c);
 
-/* The ring socket [server] ring_socket names, into out[n]: the path as
- * given, "" for none, and for "auto" rings.sock in the folder of the first
- * ipc:// listen URL ("" when there is none, or when that path would not
- * fit a Unix socket path). */
+/* The ring socket [server] ring_socket names, into out[n] ("" for none):
+ * the path as given, or for "auto" rings.sock in the folder of the first
+ * ipc:// listen URL; a relative path made absolute from the working
+ * directory (ping replies name it). "auto" gives none without an ipc://
+ * listener or when the path would not fit a Unix socket path. */
 void cfg_ring_socket_path(const tsdfd_config *c, char *out, size_t n);
 
 /* The gid of [server] ipc_group, or -1 when it is empty. TSDF_ENOT_FOUND

@@ -46,7 +46,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <uv.h>
 
@@ -338,23 +337,8 @@ int main(int argc, char **argv)
     if (rc != TSDF_OK)
         goto fail_handles;
     char ring_path[CFG_PATH_LEN];
-    const int ring_auto = strcmp(m.cfg.ring_socket, "auto") == 0;
     cfg_ring_socket_path(&m.cfg, ring_path, sizeof ring_path);
-    /* Ping replies name it, so absolute: a client would read a relative
-     * path from its own working directory. */
-    if (ring_path[0] != '\0' && ring_path[0] != '/') {
-        char cwd[PATH_MAX], abs_path[CFG_PATH_LEN + PATH_MAX + 2];
-        if (getcwd(cwd, sizeof cwd) != NULL) {
-            snprintf(abs_path, sizeof abs_path, "%s/%s", cwd, ring_path);
-            if (strlen(abs_path) < sizeof ring_path)
-                memcpy(ring_path, abs_path, strlen(abs_path) + 1);
-        }
-    }
-    /* auto gives way to a path too long to bind; a given one is an error
-     * (rings_start). */
-    if (ring_auto && strlen(ring_path) >= RINGS_PATH_MAX)
-        ring_path[0] = '\0';
-    if (ring_path[0] == '\0' && ring_auto)
+    if (ring_path[0] == '\0' && strcmp(m.cfg.ring_socket, "auto") == 0)
         TSDF_LOG(TSDF_LOG_INFO, "no ring socket: ring_socket = auto and no ipc:// listen URL "
                                 "whose folder has room for rings.sock");
     if (ring_path[0] != '\0') {

@@ -47,12 +47,8 @@ int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64
 /* Stops the thread, closes every connection and every ring. */
 void rings_stop(rings *r);
 
-/* The size of a Unix socket path, its NUL included: a longer ring socket
- * path cannot be bound. */
-#define RINGS_PATH_MAX 108
-
-/* The socket path the rings listen on ("" for r NULL; main makes it
- * absolute): what a ping reply advertises (PROTOCOL.md 6.8). */
+/* The socket path the rings listen on ("" for r NULL; absolute, see
+ * cfg_ring_socket_path): what a ping reply advertises (PROTOCOL.md 6.8). */
 const char *rings_path(const rings *r);
 
 /* Copies bytes at offset of ring token into dst, when process pid

@@ -11,11 +11,13 @@
 #include "log.h"
 #include "tsdf_error.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #ifndef TSDFD_BIN
 #error "TSDFD_BIN must name the tsdfd binary"
@@ -669,10 +671,13 @@ static void test_ring_socket_path(void **state)
     snprintf(c.listen[1], sizeof c.listen[1], "ipc:///tmp/a/b/req.sock");
     cfg_ring_socket_path(&c, out, sizeof out);
     assert_string_equal(out, "/tmp/a/b/rings.sock");
-    /* A relative one: beside it, relative too. */
+    /* A relative one: beside it, made absolute. */
+    char cwd[PATH_MAX], want[PATH_MAX + 16];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    snprintf(want, sizeof want, "%s/rings.sock", cwd);
     snprintf(c.listen[1], sizeof c.listen[1], "ipc://req.sock");
     cfg_ring_socket_path(&c, out, sizeof out);
-    assert_string_equal(out, "rings.sock");
+    assert_string_equal(out, want);
     /* No ipc:// listener: none. */
     c.listen_count = 1;
     cfg_ring_socket_path(&c, out, sizeof out);
@@ -686,10 +691,14 @@ static void test_ring_socket_path(void **state)
     snprintf(c.listen[1], sizeof c.listen[1], "ipc://%s/req.sock", dir);
     cfg_ring_socket_path(&c, out, sizeof out);
     assert_string_equal(out, "");
-    /* Given: as given, "" for off. */
+    /* Given: as given (absolute), "" for off. */
     snprintf(c.ring_socket, sizeof c.ring_socket, "/srv/r.sock");
     cfg_ring_socket_path(&c, out, sizeof out);
     assert_string_equal(out, "/srv/r.sock");
+    snprintf(c.ring_socket, sizeof c.ring_socket, "r.sock");
+    snprintf(want, sizeof want, "%s/r.sock", cwd);
+    cfg_ring_socket_path(&c, out, sizeof out);
+    assert_string_equal(out, want);
     c.ring_socket[0] = '\0';
     cfg_ring_socket_path(&c, out, sizeof out);
     assert_string_equal(out, "");
