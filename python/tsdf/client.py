@@ -269,8 +269,9 @@ class Client:
         a pixel, 16 with normals, 19 with colour too), and goes through the
         socket when they are not free. ring_socket is the daemon's [server]
         ring_socket; None asks the daemon for it (ping), NOT_FOUND when it
-        names none, INVAL for a client not over ipc://. Once per client (BUSY for a second); CONNREFUSED when
-        nothing listens there, the daemon's code when it refuses the ring.
+        names none, INVAL for a client not over ipc://. Once per client
+        (BUSY for a second); CONNREFUSED when nothing listens there, the
+        daemon's code when it refuses the ring.
         Should the daemon lose the ring (a restart), frames and images go
         through the socket again."""
         if ring_socket is None:
@@ -335,8 +336,11 @@ class Client:
         run of slots that holds it, or the daemon lost the ring)."""
         ring = self._ring
         px = width * height
-        taken = ring.take(px * (4 + (12 if normals else 0) + (3 if rgb else 0))) \
-            if ring is not None else None
+
+        def image_bytes(n, c):  # depth, then normals, then rgb (PROTOCOL.md 6.10)
+            return px * (4 + 12 * n + 3 * c)
+
+        taken = ring.take(image_bytes(bool(normals), bool(rgb))) if ring is not None else None
         if taken is None:
             return None
 
@@ -344,7 +348,7 @@ class Client:
             if "ring_offset" not in r:
                 return r
             at, nbytes = r.get("ring_offset"), r.get("ring_bytes")
-            layouts = {px * (4 + 12 * n + 3 * c): (n, c) for n in (0, 1) for c in (0, 1)}
+            layouts = {image_bytes(n, c): (n, c) for n in (0, 1) for c in (0, 1)}
             if at != taken[1] or nbytes not in layouts:
                 raise TsdfError(ErrorCode.FORMAT, "raycast reply names a ring slot not asked for")
             has_normals, has_rgb = layouts[nbytes]
