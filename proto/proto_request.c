@@ -107,15 +107,22 @@ static int read_path(const proto_reader *r, char *path)
 }
 
 /* "ring_token" and "ring_offset" of a frame or a raycast (PROTOCOL.md
- * 6.10): both or neither; *has 1 with both. */
-static int read_ring_keys(const proto_reader *r, int *has, uint64_t *token, uint64_t *offset)
+ * 6.10): both or neither; *has 1 with both. "ring_seq", the sender's
+ * number for the request that its fences compare (0 when absent), only
+ * with them. */
+static int read_ring_keys(const proto_reader *r, int *has, uint64_t *token, uint64_t *offset,
+                          uint64_t *seq)
 {
-    int has_token = 0, has_offset = 0;
+    int has_token = 0, has_offset = 0, has_seq = 0;
     PROTO_TRY(proto_get_uint(r, "ring_token", UINT64_MAX, token, &has_token));
     PROTO_TRY(proto_get_uint(r, "ring_offset", UINT64_MAX, offset, &has_offset));
+    PROTO_TRY(proto_get_uint(r, "ring_seq", UINT64_MAX, seq, &has_seq));
     if (has_token != has_offset)
         return proto_fail(r->err, TSDF_EPROTO_KEY, has_token ? "ring_offset" : "ring_token",
                           "ring_token and ring_offset go together");
+    if (has_seq && !has_token)
+        return proto_fail(r->err, TSDF_EPROTO_KEY, "ring_seq",
+                          "ring_seq: only with ring_token and ring_offset");
     *has = has_token;
     return TSDF_OK;
 }
@@ -126,7 +133,7 @@ static int read_ring(const proto_reader *r, tsdf_req_frame *f)
 {
     int has = 0;
     const msgpack_object *o;
-    PROTO_TRY(read_ring_keys(r, &has, &f->ring_token, &f->ring_offset));
+    PROTO_TRY(read_ring_keys(r, &has, &f->ring_token, &f->ring_offset, &f->ring_seq));
     if (!has)
         return TSDF_OK;
     if (f->depth_encoding != TSDF_DEPTH_ENC_RAW)
@@ -269,7 +276,7 @@ static int read_raycast(const proto_reader *r, tsdf_req_raycast *q)
     PROTO_TRY(proto_get_uint(r, "scale", UINT64_MAX, &scale, &present));
     q->scale = scale <= TSDF_PROTO_MAX_RAYCAST_SCALE ? (uint32_t)scale : 0u;
     PROTO_TRY(read_after(r, &q->after));
-    PROTO_TRY(read_ring_keys(r, &q->has_ring, &q->ring_token, &q->ring_offset));
+    PROTO_TRY(read_ring_keys(r, &q->has_ring, &q->ring_token, &q->ring_offset, &q->ring_seq));
     /* Refuse a raycast whose reply could not be sent (depth, normals and
      * rgb as asked for, at the scaled size, plus room for the envelope). */
     const char *key = NULL;
@@ -409,8 +416,9 @@ static int encode_request_body(proto_writer *w, const void *src)
         /* The samples take two keys: "depth" and its "pad" (a coded
          * payload is decoded into a buffer of its own anyway: only raw
          * samples are worth aligning), or "depth_encoding" and "depth", or
-         * "ring_token" and "ring_offset". */
-        n += 14 + (u16 ? 1 : 0) + (f->rgb ? 1 : 0) + 1;
+         * "ring_token" and "ring_offset" (and "ring_seq" when not 0). */
+        const int ring_seq = q->u.frame.has_ring && q->u.frame.ring_seq != 0;
+        n += 14 + (u16 ? 1 : 0) + (f->rgb ? 1 : 0) + 1 + (uint32_t)ring_seq;
         msgpack_pack_map(&w->pk, n);
         proto_w_envelope(w, q->type, q->id);
         proto_w_str(w, "map", q->map);
@@ -437,6 +445,8 @@ static int encode_request_body(proto_writer *w, const void *src)
         if (q->u.frame.has_ring) {
             proto_w_uint(w, "ring_token", q->u.frame.ring_token);
             proto_w_uint(w, "ring_offset", q->u.frame.ring_offset);
+            if (ring_seq)
+                proto_w_uint(w, "ring_seq", q->u.frame.ring_seq);
         } else if (coded) {
             proto_w_str(w, "depth_encoding", tsdf_depth_encoding_name(enc));
             proto_w_bin(w, "depth", q->u.frame.depth_coded, q->u.frame.depth_coded_bytes);
@@ -452,8 +462,8 @@ static int encode_request_body(proto_writer *w, const void *src)
          * before them sent, and daemons before them read it unchanged. */
         int no_normals = !r->want_normals, scaled = r->scale != 1;
         int after = r->after != TSDF_AFTER_INTEGRATED;
-        msgpack_pack_map(&w->pk,
-                         n + 10 + (uint32_t)(no_normals + scaled + after + 2 * !!r->has_ring));
+        int ring_keys = r->has_ring ? 2 + (r->ring_seq != 0) : 0;
+        msgpack_pack_map(&w->pk, n + 10 + (uint32_t)(no_normals + scaled + after + ring_keys));
         proto_w_envelope(w, q->type, q->id);
         proto_w_str(w, "map", q->map);
         proto_w_uint(w, "width", r->width);
@@ -472,6 +482,8 @@ static int encode_request_body(proto_writer *w, const void *src)
         if (r->has_ring) {
             proto_w_uint(w, "ring_token", r->ring_token);
             proto_w_uint(w, "ring_offset", r->ring_offset);
+            if (r->ring_seq != 0)
+                proto_w_uint(w, "ring_seq", r->ring_seq);
         }
         return TSDF_OK;
     }

@@ -165,6 +165,10 @@ typedef struct {
     int has_ring;
     uint64_t ring_token;
     uint64_t ring_offset;
+    /* "ring_seq" (PROTOCOL.md 6.10, item 5): the sender's number for this
+     * request, which the ring's fences compare; 0 = none (not written;
+     * never fenced). */
+    uint64_t ring_seq;
 } tsdf_req_frame;
 
 /* The most a raycast may shrink its image ("scale", PROTOCOL.md 6.2). */
@@ -205,6 +209,7 @@ typedef struct {
     int has_ring;
     uint64_t ring_token;
     uint64_t ring_offset;
+    uint64_t ring_seq; /* "ring_seq", as tsdf_req_frame's */
 } tsdf_req_raycast;
 
 /* The image a raycast request asks the engine for: its size divided by

@@ -149,6 +149,69 @@ static void test_ring_keys(void **state)
     tsdf_buf_fini(&b);
 }
 
+/* "ring_seq" (PROTOCOL.md 6.10, item 5): the sender's number for a
+ * request that names its ring, which the ring's fences compare. Written
+ * only when not 0 (a request without it is byte for byte what senders
+ * before it sent), read back on a frame and a raycast, and refused
+ * without the ring's other keys. */
+static void test_ring_seq(void **state)
+{
+    (void)state;
+    static const char seq_key[] = "ring_seq";
+    tsdf_request *d = malloc(sizeof(*d));
+    assert_non_null(d);
+    tsdf_proto_error err;
+    tsdf_request q;
+    make_frame_request(&q, TSDF_MSG_INTEGRATE);
+    q.u.frame.has_ring = 1;
+    q.u.frame.ring_token = 9;
+    q.u.frame.ring_offset = 0;
+    tsdf_buf b;
+    encode_req(&q, &b);
+    assert_null(memmem(b.data, b.len, seq_key, strlen(seq_key)));
+    assert_int_equal(tsdf_proto_decode_request(b.data, b.len, d, &err), TSDF_OK);
+    assert_true(d->u.frame.ring_seq == 0);
+    q.u.frame.ring_seq = 0x1122334455667788ull;
+    tsdf_buf_fini(&b);
+    encode_req(&q, &b);
+    assert_non_null(memmem(b.data, b.len, seq_key, strlen(seq_key)));
+    assert_int_equal(tsdf_proto_decode_request(b.data, b.len, d, &err), TSDF_OK);
+    assert_true(d->u.frame.ring_seq == 0x1122334455667788ull);
+    assert_true(d->u.frame.has_ring);
+    assert_int_equal(req_with(&b, "ring_seq", v_neg, &err), TSDF_EPROTO_KEY);
+    /* Without ring_token and ring_offset it means nothing: refused. */
+    rebuild(&b, "ring_token", NULL, NULL);
+    tsdf_buf t = take_rebuilt();
+    rebuild(&t, "ring_offset", "depth", v_bin_short);
+    tsdf_buf u = take_rebuilt();
+    assert_int_equal(tsdf_proto_decode_request(u.data, u.len, d, &err), TSDF_EPROTO_KEY);
+    assert_string_equal(err.key, "ring_seq");
+    free(t.data);
+    free(u.data);
+
+    tsdf_request_init(&q, TSDF_MSG_RAYCAST);
+    q.u.raycast.width = W;
+    q.u.raycast.height = H;
+    q.u.raycast.K = (tsdf_intrinsics){10.0f, 10.0f, W / 2.0f, H / 2.0f};
+    q.u.raycast.has_ring = 1;
+    q.u.raycast.ring_token = 9;
+    q.u.raycast.ring_offset = 64;
+    q.u.raycast.ring_seq = 3;
+    tsdf_buf_fini(&b);
+    encode_req(&q, &b);
+    assert_int_equal(tsdf_proto_decode_request(b.data, b.len, d, &err), TSDF_OK);
+    assert_true(d->u.raycast.ring_seq == 3);
+    assert_int_equal(d->u.raycast.ring_offset, 64);
+    q.u.raycast.ring_seq = 0;
+    tsdf_buf_fini(&b);
+    encode_req(&q, &b);
+    assert_null(memmem(b.data, b.len, seq_key, strlen(seq_key)));
+    assert_int_equal(tsdf_proto_decode_request(b.data, b.len, d, &err), TSDF_OK);
+    assert_true(d->u.raycast.ring_seq == 0);
+    free(d);
+    tsdf_buf_fini(&b);
+}
+
 /* A raycast into the sender's ring (PROTOCOL.md 6.10): the request's two
  * ring keys (both or neither), and a reply that names the slot and the
  * bytes written there instead of carrying its arrays. */
@@ -479,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_depth_encoding_key),
         cmocka_unit_test(test_ring_keys),
         cmocka_unit_test(test_raycast_ring_keys),
+        cmocka_unit_test(test_ring_seq),
         cmocka_unit_test(test_validation_other),
         cmocka_unit_test(test_validation_envelope_and_structure),
     };
