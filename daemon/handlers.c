@@ -298,6 +298,10 @@ static void ring_refusal(int rc, uint64_t offset, uint64_t bytes, char *why, siz
         snprintf(why, why_len,
                  "ring_offset: %" PRIu64 " + %" PRIu64 " bytes is not inside the ring", offset,
                  bytes);
+    else if (rc == TSDF_ETIMEOUT)
+        snprintf(why, why_len,
+                 "ring_seq: below the ring's fence (the sender gave up on this request and may "
+                 "have reused its slots)");
     else if (rc != TSDF_OK)
         snprintf(why, why_len, "ring_offset: the ring could not be read or written there");
 }
@@ -319,7 +323,8 @@ static int ring_depth(daemon_ctx *d, worker_job *j, nng_msg *msg, char *why, siz
         snprintf(why, why_len, "out of memory");
         return TSDF_ENOMEM;
     }
-    rc = rings_read(d->rings, rf->ring_token, pid, rf->ring_offset, p, rf->frame.depth_size_bytes);
+    const rings_ref ref = {rf->ring_token, pid, rf->ring_offset, rf->ring_seq};
+    rc = rings_read(d->rings, &ref, p, rf->frame.depth_size_bytes);
     ring_refusal(rc, rf->ring_offset, rf->frame.depth_size_bytes, why, why_len);
     return rc;
 }
@@ -335,7 +340,8 @@ static int raycast_ring_check(daemon_ctx *d, const tsdf_req_raycast *rq, nng_msg
     const uint64_t need = tsdf_proto_raycast_request_image_bytes(rq);
     int rc = ring_peer(d, msg, pid, why, sizeof why);
     if (rc == TSDF_OK) {
-        rc = rings_check(d->rings, rq->ring_token, *pid, rq->ring_offset, need, 1);
+        const rings_ref ref = {rq->ring_token, *pid, rq->ring_offset, rq->ring_seq};
+        rc = rings_check(d->rings, &ref, need, 1);
         ring_refusal(rc, rq->ring_offset, need, why, sizeof why);
     }
     if (rc != TSDF_OK)
@@ -354,7 +360,8 @@ static void raycast_ring_reply(daemon_ctx *d, const tsdf_req_raycast *rq, uint64
         v[n++] = (struct iovec){j->normals, px * 12u};
     if (j->rgb != NULL)
         v[n++] = (struct iovec){j->rgb, px * 3u};
-    int rc = rings_write(d->rings, rq->ring_token, pid, rq->ring_offset, v, n);
+    const rings_ref ref = {rq->ring_token, pid, rq->ring_offset, rq->ring_seq};
+    int rc = rings_write(d->rings, &ref, v, n);
     if (rc != TSDF_OK) {
         char why[160];
         ring_refusal(rc, rq->ring_offset,

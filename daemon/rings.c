@@ -31,7 +31,8 @@ typedef struct {
     uint64_t token; /* 0: no ring yet */
     int memfd;      /* the ring, read with pread; -1: none */
     uint64_t bytes;
-    int writable; /* no write seal, opened read-write: raycast images may go in */
+    int writable;   /* no write seal, opened read-write: raycast images may go in */
+    uint64_t fence; /* requests with a ring_seq below it are refused */
 } ring_conn;
 
 struct rings {
@@ -143,6 +144,39 @@ static const char *check_memfd(int fd, uint64_t bytes, uint64_t room, int *statu
     return NULL;
 }
 
+_Static_assert(sizeof(tsdf_ring_fence_msg) == sizeof(tsdf_ring_attach_msg),
+               "a fence is read into the attach message's buffer");
+
+/* A fence on c (tsdf_ring_fence_msg, read into the attach message's
+ * buffer: the same size): from the answer on, requests that name c's
+ * ring with a lower ring_seq are refused. A fence never lowers the ring's,
+ * so a late or repeated one changes nothing. It answers like an attach:
+ * the token, or why not. */
+static void fence(rings *r, ring_conn *c, const tsdf_ring_attach_msg *m)
+{
+    tsdf_ring_fence_msg f;
+    memcpy(&f, m, sizeof f);
+    if (f.version != TSDF_RING_VERSION) {
+        reply(c->fd, TSDF_EVERSION, 0, "unsupported ring protocol version");
+        return;
+    }
+    if (c->token == 0) {
+        /* Like a refused attach: a connection without a ring holds no
+         * slot. */
+        reply(c->fd, TSDF_EINVAL, 0, "a fence before any ring was attached");
+        pthread_rwlock_wrlock(&r->lock);
+        conn_close(r, c);
+        pthread_rwlock_unlock(&r->lock);
+        return;
+    }
+    pthread_rwlock_wrlock(&r->lock);
+    if (f.fence > c->fence)
+        c->fence = f.fence;
+    const uint64_t token = c->token;
+    pthread_rwlock_unlock(&r->lock);
+    reply(c->fd, TSDF_OK, token, NULL);
+}
+
 /* One attach message on c: take the memfd it carries. A refused one
  * closes a connection that has no ring (so that it does not hold a slot). */
 static void attach(rings *r, ring_conn *c)
@@ -176,6 +210,12 @@ static void attach(rings *r, ring_conn *c)
         if (had != 0)
             TSDF_LOG(TSDF_LOG_INFO, "frame ring of process %ld detached (%llu bytes)", (long)pid,
                      (unsigned long long)had);
+        return;
+    }
+    if ((size_t)n == sizeof m && !(h.msg_flags & MSG_TRUNC) && m.magic == TSDF_RING_FENCE_MAGIC) {
+        for (int i = 0; i < nfds; i++)
+            close_received(fds[i]);
+        fence(r, c, &m);
         return;
     }
     const char *why = NULL;
@@ -429,13 +469,14 @@ static int ring_xfer(int fd, uint8_t *buf, size_t len, uint64_t off, int write)
 }
 
 /* The n pieces of iov, one after the other from offset of ring token of
- * process pid: read into them, written from them (write), or with io 0
- * only checked. The codes of rings_read. */
-static int ring_io(rings *r, uint64_t token, uint64_t pid, uint64_t offset, const struct iovec *iov,
-                   int n, int io, int write)
+ * process pid, for the request numbered seq: read into them, written from
+ * them (write), or with io 0 only checked. The codes of rings_read. */
+static int ring_io(rings *r, const rings_ref *ref, const struct iovec *iov, int n, int io,
+                   int write)
 {
-    if (r == NULL || token == 0)
+    if (r == NULL || ref->token == 0)
         return TSDF_ENOT_FOUND;
+    uint64_t offset = ref->offset;
     uint64_t bytes = 0;
     for (int k = 0; k < n; k++)
         bytes += iov[k].iov_len;
@@ -443,10 +484,12 @@ static int ring_io(rings *r, uint64_t token, uint64_t pid, uint64_t offset, cons
     pthread_rwlock_rdlock(&r->lock);
     for (uint32_t i = 0; i < r->max_rings; i++) {
         const ring_conn *c = &r->conns[i];
-        if (c->token != token)
+        if (c->token != ref->token)
             continue;
-        if ((uint64_t)c->pid != pid)
+        if ((uint64_t)c->pid != ref->pid)
             rc = TSDF_EFORBIDDEN;
+        else if (ref->seq < c->fence)
+            rc = TSDF_ETIMEOUT;
         else if (offset > c->bytes || bytes > c->bytes - offset)
             rc = TSDF_EBAD_SIZE;
         else
@@ -459,26 +502,25 @@ static int ring_io(rings *r, uint64_t token, uint64_t pid, uint64_t offset, cons
     return rc;
 }
 
-int rings_read(rings *r, uint64_t token, uint64_t pid, uint64_t offset, void *dst, size_t bytes)
+int rings_read(rings *r, const rings_ref *ref, void *dst, size_t bytes)
 {
     struct iovec v = {dst, bytes};
-    int rc = ring_io(r, token, pid, offset, &v, 1, 1, 0);
+    int rc = ring_io(r, ref, &v, 1, 1, 0);
     if (rc == TSDF_OK)
         atomic_fetch_add(&r->frames, 1);
     return rc;
 }
 
-int rings_check(rings *r, uint64_t token, uint64_t pid, uint64_t offset, uint64_t bytes, int write)
+int rings_check(rings *r, const rings_ref *ref, uint64_t bytes, int write)
 {
     /* Only the length is looked at. */
     struct iovec v = {NULL, (size_t)bytes};
-    return ring_io(r, token, pid, offset, &v, 1, 0, write);
+    return ring_io(r, ref, &v, 1, 0, write);
 }
 
-int rings_write(rings *r, uint64_t token, uint64_t pid, uint64_t offset, const struct iovec *iov,
-                int n)
+int rings_write(rings *r, const rings_ref *ref, const struct iovec *iov, int n)
 {
-    return ring_io(r, token, pid, offset, iov, n, 1, 1);
+    return ring_io(r, ref, iov, n, 1, 1);
 }
 
 void rings_get_stats(rings *r, rings_stats *out)

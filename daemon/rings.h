@@ -51,23 +51,34 @@ void rings_stop(rings *r);
  * cfg_ring_socket_path): what a ping reply advertises (PROTOCOL.md 6.8). */
 const char *rings_path(const rings *r);
 
-/* Copies bytes at offset of ring token into dst, when process pid
+/* Where a request names a ring: the ring's token, the process on the
+ * request's connection, the byte offset and the request's ring_seq (0
+ * when it sent none). */
+typedef struct {
+    uint64_t token;
+    uint64_t pid;
+    uint64_t offset;
+    uint64_t seq;
+} rings_ref;
+
+/* Copies bytes at ref's offset of its ring into dst, when ref's process
  * attached it. TSDF_ENOT_FOUND: no such ring (never attached, or its
  * connection closed); TSDF_EFORBIDDEN: another process's ring;
- * TSDF_EBAD_SIZE: [offset, offset + bytes) is not inside the ring. */
-int rings_read(rings *r, uint64_t token, uint64_t pid, uint64_t offset, void *dst, size_t bytes);
+ * TSDF_ETIMEOUT: ref's seq is below the ring's fence (its sender gave up
+ * on the request and may have reused the bytes); TSDF_EBAD_SIZE:
+ * [offset, offset + bytes) is not inside the ring. */
+int rings_read(rings *r, const rings_ref *ref, void *dst, size_t bytes);
 
-/* Whether rings_read (write 0) or rings_write (1) of bytes at offset of
- * ring token by process pid would be allowed: the same codes, nothing
- * copied. */
-int rings_check(rings *r, uint64_t token, uint64_t pid, uint64_t offset, uint64_t bytes, int write);
+/* Whether rings_read (write 0) or rings_write (1) of bytes at ref would be
+ * allowed: the same codes, nothing copied. */
+int rings_check(rings *r, const rings_ref *ref, uint64_t bytes, int write);
 
-/* Writes the n pieces of iov one after the other from offset of ring
- * token (a raycast's arrays, PROTOCOL.md 6.10): rings_read's codes,
- * TSDF_EINVAL for a ring sealed against writing (or sent read-only), and
- * TSDF_EIO when the file takes fewer bytes. */
-int rings_write(rings *r, uint64_t token, uint64_t pid, uint64_t offset, const struct iovec *iov,
-                int n);
+/* Writes the n pieces of iov one after the other from ref's offset (a
+ * raycast's arrays, PROTOCOL.md 6.10): rings_read's codes, TSDF_EINVAL
+ * for a ring sealed against writing (or sent read-only), and TSDF_EIO
+ * when the file takes fewer bytes. The fence is looked at again: a
+ * raycast's image is written long after its request was checked. */
+int rings_write(rings *r, const rings_ref *ref, const struct iovec *iov, int n);
 
 typedef struct {
     uint64_t attached; /* rings attached now */
