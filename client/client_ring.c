@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,15 @@ struct client_ring {
     unsigned slots;
     uint64_t token;
     atomic_uint_fast64_t free_mask; /* bit i: slot i is free */
+    /* Bit i: slot i belongs to a request that got no answer; the daemon
+     * may still read or write it until a fence above its seq. */
+    atomic_uint_fast64_t retired;
     atomic_int broken;
+    /* Takes and fences, one at a time (releases need no lock). */
+    pthread_mutex_t lock;
+    uint64_t last_seq;                        /* the last seq handed out */
+    uint64_t slot_seq[CLIENT_RING_MAX_SLOTS]; /* the seq of the span in slot i */
+    int no_fence; /* the daemon did not answer a fence: slots stay retired */
 };
 
 static int fail(char *why, size_t why_len, int rc, const char *msg)
@@ -142,7 +151,9 @@ int client_ring_attach(const char *path, size_t slot_bytes, unsigned slots, int 
     r->slots = slots;
     r->token = rep.token;
     atomic_init(&r->free_mask, slots == 64 ? UINT64_MAX : (((uint64_t)1 << slots) - 1u));
+    atomic_init(&r->retired, 0);
     atomic_init(&r->broken, 0);
+    pthread_mutex_init(&r->lock, NULL);
     *out = r;
     return TSDF_OK;
 
@@ -163,6 +174,7 @@ void client_ring_close(client_ring *r)
         return;
     close(r->sock);
     munmap(r->base, r->slot_bytes * r->slots);
+    pthread_mutex_destroy(&r->lock);
     free(r);
 }
 
@@ -172,14 +184,64 @@ static uint64_t span_bits(int slot, unsigned n)
     return (n >= 64 ? UINT64_MAX : (((uint64_t)1 << n) - 1u)) << slot;
 }
 
-int client_ring_take(client_ring *r, size_t bytes, client_ring_span *sp)
+/* How long a fence waits for the daemon's answer. */
+#define FENCE_TIMEOUT_MS 1000
+
+/* Sends the daemon a fence at seq and reads its answer (PROTOCOL.md 6.10,
+ * item 5): TSDF_OK once requests below seq can no longer touch the ring. */
+static int send_fence(client_ring *r, uint64_t seq)
 {
-    *sp = (client_ring_span){-1, 0, 0, 0};
-    if (r == NULL || bytes == 0 || atomic_load(&r->broken))
-        return -1;
-    const size_t n = (bytes + r->slot_bytes - 1) / r->slot_bytes;
-    if (n > r->slots)
-        return -1;
+    tsdf_ring_fence_msg m = {TSDF_RING_FENCE_MAGIC, TSDF_RING_VERSION, seq};
+    if (send(r->sock, &m, sizeof m, MSG_NOSIGNAL) != (ssize_t)sizeof m)
+        return TSDF_EIO;
+    int rc = wait_readable(r->sock, FENCE_TIMEOUT_MS);
+    if (rc != TSDF_OK)
+        return rc;
+    tsdf_ring_attach_reply rep;
+    if (recv(r->sock, &rep, sizeof rep, 0) != (ssize_t)sizeof rep || rep.magic != TSDF_RING_MAGIC)
+        return TSDF_EFORMAT;
+    return rep.status == TSDF_OK && rep.token == r->token ? TSDF_OK : rep.status;
+}
+
+/* Frees the retired slots that no request in flight can reach any more:
+ * a fence at the lowest seq still in flight (or past the last one handed
+ * out) makes the daemon refuse every request below it, among them all
+ * the retired slots' with a lower seq. 1 when some were freed. Lock held.
+ * A daemon that does not answer a fence (one from before fences, or a
+ * broken connection) is not asked again; its retired slots stay so. */
+static int reclaim(client_ring *r)
+{
+    const uint64_t all = r->slots == 64 ? UINT64_MAX : (((uint64_t)1 << r->slots) - 1u);
+    const uint64_t retired = atomic_load(&r->retired);
+    if (retired == 0 || r->no_fence)
+        return 0;
+    /* Slots only leave "in flight" meanwhile (to free or retired), so
+     * the lowest seq seen here is at most the true one: never a fence
+     * above a request still waiting for its answer. */
+    const uint64_t in_flight = all & ~atomic_load(&r->free_mask) & ~atomic_load(&r->retired);
+    uint64_t fence = r->last_seq + 1;
+    for (unsigned i = 0; i < r->slots; i++)
+        if ((in_flight >> i & 1u) && r->slot_seq[i] < fence)
+            fence = r->slot_seq[i];
+    uint64_t freed = 0;
+    for (unsigned i = 0; i < r->slots; i++)
+        if ((retired >> i & 1u) && r->slot_seq[i] < fence)
+            freed |= (uint64_t)1 << i;
+    if (freed == 0)
+        return 0;
+    if (send_fence(r, fence) != TSDF_OK) {
+        r->no_fence = 1;
+        return 0;
+    }
+    atomic_fetch_and(&r->retired, ~freed);
+    atomic_fetch_or(&r->free_mask, freed);
+    return 1;
+}
+
+/* The lowest run of n free slots, taken (CAS: releases may set bits
+ * meanwhile); -1 when there is none. Lock held. */
+static int take_run(client_ring *r, size_t n)
+{
     uint64_t mask = atomic_load(&r->free_mask);
     for (;;) {
         /* Bit i of runs: slots i .. i + n - 1 are all free. */
@@ -190,14 +252,34 @@ int client_ring_take(client_ring *r, size_t bytes, client_ring_span *sp)
             return -1;
         int slot = __builtin_ctzll(runs);
         uint64_t bits = span_bits(slot, (unsigned)n);
-        if (atomic_compare_exchange_weak(&r->free_mask, &mask, mask & ~bits)) {
-            sp->slot = slot;
-            sp->count = (unsigned)n;
-            sp->token = r->token;
-            sp->offset = (uint64_t)slot * r->slot_bytes;
-            return TSDF_OK;
-        }
+        if (atomic_compare_exchange_weak(&r->free_mask, &mask, mask & ~bits))
+            return slot;
     }
+}
+
+int client_ring_take(client_ring *r, size_t bytes, client_ring_span *sp)
+{
+    *sp = (client_ring_span){-1, 0, 0, 0, 0};
+    if (r == NULL || bytes == 0 || atomic_load(&r->broken))
+        return -1;
+    const size_t n = (bytes + r->slot_bytes - 1) / r->slot_bytes;
+    if (n > r->slots)
+        return -1;
+    pthread_mutex_lock(&r->lock);
+    int slot = take_run(r, n);
+    if (slot < 0 && reclaim(r))
+        slot = take_run(r, n);
+    if (slot >= 0) {
+        sp->slot = slot;
+        sp->count = (unsigned)n;
+        sp->token = r->token;
+        sp->offset = (uint64_t)slot * r->slot_bytes;
+        sp->seq = ++r->last_seq;
+        for (size_t i = 0; i < n; i++)
+            r->slot_seq[(size_t)slot + i] = sp->seq;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return slot >= 0 ? TSDF_OK : -1;
 }
 
 int client_ring_put(client_ring *r, const void *src, size_t bytes, client_ring_span *sp)
@@ -215,8 +297,12 @@ const void *client_ring_data(const client_ring *r, uint64_t offset)
 
 void client_ring_release(client_ring *r, const client_ring_span *sp, int answered)
 {
-    if (r != NULL && sp->slot >= 0 && answered)
+    if (r == NULL || sp->slot < 0)
+        return;
+    if (answered)
         atomic_fetch_or(&r->free_mask, span_bits(sp->slot, sp->count));
+    else
+        atomic_fetch_or(&r->retired, span_bits(sp->slot, sp->count));
 }
 
 void client_ring_break(client_ring *r)

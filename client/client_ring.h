@@ -9,8 +9,12 @@
  * once the daemon has answered, because the daemon copies the samples out
  * before it answers. A raycast names a run of free slots that its image
  * fits in, and the daemon writes the image there before it answers. A
- * slot whose request got no answer (timeout, broken connection) is never
- * used again: the daemon may still read or write it.
+ * slot whose request got no answer (timeout, broken connection) is
+ * retired: the daemon may still read or write it. Each request carries
+ * the seq of its span; when no run of free slots is left, a fence at the
+ * lowest seq still in flight makes the daemon refuse the retired ones'
+ * requests from then on, and their slots are free again (PROTOCOL.md
+ * 6.10, item 5).
  */
 #ifndef TSDF_CLIENT_RING_H
 #define TSDF_CLIENT_RING_H
@@ -48,11 +52,13 @@ typedef struct {
     unsigned count;  /* how many */
     uint64_t token;  /* the ring's token, for the request */
     uint64_t offset; /* the first slot's byte offset */
+    uint64_t seq;    /* the request's "ring_seq": 1, 2, ... in the order taken */
 } client_ring_span;
 
 /* Takes the fewest consecutive free slots that hold bytes, into *sp.
- * TSDF_OK, or -1 (sp->slot -1) when no such run is free, bytes is 0 or
- * more than the ring, or the ring is broken (client_ring_break). */
+ * TSDF_OK, or -1 (sp->slot -1) when no such run is free (after a fence
+ * that frees retired slots, where there are any), bytes is 0 or more than
+ * the ring, or the ring is broken (client_ring_break). */
 int client_ring_take(client_ring *r, size_t bytes, client_ring_span *sp);
 
 /* client_ring_take, then the copy of bytes from src into the span. */
@@ -63,7 +69,8 @@ int client_ring_put(client_ring *r, const void *src, size_t bytes, client_ring_s
 const void *client_ring_data(const client_ring *r, uint64_t offset);
 
 /* Frees sp's slots after the daemon answered its request (answered = 1),
- * or retires them for good (0). Nothing for a span of no slot. */
+ * or retires them until a fence frees them (0). Nothing for a span of no
+ * slot. */
 void client_ring_release(client_ring *r, const client_ring_span *sp, int answered);
 
 /* The daemon no longer knows the ring (it restarted, or detached it):

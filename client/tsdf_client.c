@@ -535,6 +535,7 @@ static void ring_frame(client_ring *ring, tsdf_request *q, client_ring_span *sp)
     rf->has_ring = client_ring_put(ring, f->depth, depth_bytes(f), sp) == TSDF_OK;
     rf->ring_token = sp->token;
     rf->ring_offset = sp->offset;
+    rf->ring_seq = sp->seq;
 }
 
 /* Whether the daemon answered (so it has read the slot, or never will):
@@ -738,6 +739,7 @@ int tsdf_client_raycast_ex(tsdf_client *c, const char *map, const tsdf_raycast_p
     r->has_ring = client_ring_take(ring, tsdf_proto_raycast_request_image_bytes(r), &sp) == TSDF_OK;
     r->ring_token = sp.token;
     r->ring_offset = sp.offset;
+    r->ring_seq = sp.seq;
     tsdf_reply *rep;
     nng_msg *m;
     rc = call_alloc(c, &q, timeout_ms, &rep, &m);

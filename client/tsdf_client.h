@@ -177,8 +177,12 @@ TSDF_API int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, i
  * TSDF_EBUSY for a second ring, TSDF_ECONNREFUSED when nothing listens
  * there, the daemon's code (and tsdf_client_last_message) when it
  * refuses the ring. Should the daemon lose the ring (a restart), frames
- * and images go through the socket again, by themselves. Colour images
- * of frames always travel in the request. */
+ * and images go through the socket again, by themselves. The slots of a
+ * request that got no answer (a timeout) are not used until the daemon
+ * has fenced that request off (PROTOCOL.md 6.10, item 5), which libtsdf
+ * asks for when it finds no free slots; a daemon from before fences
+ * keeps them out of use. Colour images of frames always travel in the
+ * request. */
 TSDF_API int tsdf_client_attach_ring(tsdf_client *c, const char *ring_socket, size_t slot_bytes,
                                      unsigned slots);
 

@@ -4,8 +4,9 @@
  * the slot runs client_ring_take hands out (the fewest consecutive free
  * slots that hold the bytes, the lowest such run, none that overlaps one
  * taken), release and retirement, a 64-slot ring taken whole, a broken
- * ring, and the bytes put into a span read back where the daemon would
- * find them.
+ * ring, the bytes put into a span read back where the daemon would find
+ * them, and the fences that free retired slots (which seq, when none is
+ * sent, a daemon that refuses them).
  */
 #define _GNU_SOURCE
 
@@ -26,11 +27,15 @@
 typedef struct {
     int listen_fd;
     int conn;
+    int fence_status;    /* the answer to a fence: TSDF_OK, or a refusal */
+    uint64_t fences[16]; /* the fences received, in order */
+    unsigned nfences;
 } fake_daemon;
 
-/* Answers one attach with token 42 and keeps the connection open (the
- * ring lives while it is). */
-static void *serve_attach(void *arg)
+/* Answers one attach with token 42, then each fence with fence_status,
+ * until the client closes the connection (the ring lives while it is
+ * open). */
+static void *serve(void *arg)
 {
     fake_daemon *f = arg;
     f->conn = accept(f->listen_fd, NULL, NULL);
@@ -51,11 +56,19 @@ static void *serve_attach(void *arg)
     }
     tsdf_ring_attach_reply r = {TSDF_RING_MAGIC, 0, 42, ""};
     send(f->conn, &r, sizeof r, MSG_NOSIGNAL);
+    tsdf_ring_fence_msg fm;
+    while (recv(f->conn, &fm, sizeof fm, 0) == (ssize_t)sizeof fm) {
+        if (fm.magic == TSDF_RING_FENCE_MAGIC && f->nfences < 16)
+            f->fences[f->nfences++] = fm.fence;
+        tsdf_ring_attach_reply a = {TSDF_RING_MAGIC, f->fence_status,
+                                    f->fence_status == TSDF_OK ? 42u : 0u, ""};
+        send(f->conn, &a, sizeof a, MSG_NOSIGNAL);
+    }
     return NULL;
 }
 
 /* A ring of `slots` slots of SLOT bytes, attached to a stand-in daemon. */
-static client_ring *attach(unsigned slots, fake_daemon *f, pthread_t *th)
+static client_ring *attach(unsigned slots, fake_daemon *f, pthread_t *th, int fence_status)
 {
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     snprintf(path, sizeof path, "%s/ring-%u.sock", tsdf_test_tmpdir(), slots);
@@ -64,23 +77,25 @@ static client_ring *attach(unsigned slots, fake_daemon *f, pthread_t *th)
     memcpy(a.sun_path, path, strlen(path) + 1);
     f->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     f->conn = -1;
+    f->fence_status = fence_status;
+    f->nfences = 0;
     assert_true(f->listen_fd >= 0);
     assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
     assert_int_equal(listen(f->listen_fd, 1), 0);
-    assert_int_equal(pthread_create(th, NULL, serve_attach, f), 0);
+    assert_int_equal(pthread_create(th, NULL, serve, f), 0);
     client_ring *r = NULL;
     char why[160] = "";
     int rc = client_ring_attach(path, SLOT, slots, 5000, &r, why, sizeof why);
     if (rc != TSDF_OK)
         fail_msg("attach: %s (%s)", tsdf_strerror(rc), why);
-    pthread_join(*th, NULL);
     unlink(path);
     return r;
 }
 
-static void detach(client_ring *r, fake_daemon *f)
+static void detach(client_ring *r, fake_daemon *f, pthread_t th)
 {
     client_ring_close(r);
+    pthread_join(th, NULL);
     if (f->conn >= 0)
         close(f->conn);
     close(f->listen_fd);
@@ -103,7 +118,8 @@ static void test_runs(void **state)
     (void)state;
     fake_daemon f;
     pthread_t th;
-    client_ring *r = attach(8, &f, &th);
+    /* A daemon from before fences refuses them (PROTOCOL.md 6.10). */
+    client_ring *r = attach(8, &f, &th, TSDF_EINVAL);
     client_ring_span a, b, c, d, e;
 
     assert_int_equal(take(r, 1, &a), 0);
@@ -119,7 +135,8 @@ static void test_runs(void **state)
     assert_int_equal(take(r, 3 * SLOT, &e), -1);
     assert_int_equal(take(r, SLOT, &e), 0);
     assert_int_equal(take(r, 1, &a), -1); /* all eight taken */
-    /* A retired span stays taken; released ones are free again. */
+    /* A retired span stays taken while the daemon refuses fences;
+     * released ones are free again. */
     client_ring_release(r, &b, 0);
     client_ring_release(r, &c, 1);
     client_ring_release(r, &d, 1);
@@ -129,6 +146,11 @@ static void test_runs(void **state)
     assert_int_equal(take(r, 5 * SLOT - 1, &a), 3);
     assert_int_equal(a.count, 5);
     client_ring_release(r, &a, 1);
+    /* The one fence asked for (when a take found no run) was refused,
+     * and none is asked for again. */
+    assert_int_equal(f.nfences, 1);
+    assert_int_equal(take(r, 6 * SLOT, &a), -1);
+    assert_int_equal(f.nfences, 1);
     /* No bytes, more than the ring, a span of no slot. */
     assert_int_equal(take(r, 0, &a), -1);
     assert_int_equal(take(r, 8 * SLOT + 1, &a), -1);
@@ -136,7 +158,7 @@ static void test_runs(void **state)
     /* A broken ring hands out nothing. */
     client_ring_break(r);
     assert_int_equal(take(r, 1, &a), -1);
-    detach(r, &f);
+    detach(r, &f, th);
 }
 
 static void test_whole_ring_and_bytes(void **state)
@@ -144,7 +166,7 @@ static void test_whole_ring_and_bytes(void **state)
     (void)state;
     fake_daemon f;
     pthread_t th;
-    client_ring *r = attach(CLIENT_RING_MAX_SLOTS, &f, &th);
+    client_ring *r = attach(CLIENT_RING_MAX_SLOTS, &f, &th, TSDF_OK);
     client_ring_span all, one, two;
     assert_int_equal(take(r, CLIENT_RING_MAX_SLOTS * SLOT, &all), 0);
     assert_int_equal(all.count, CLIENT_RING_MAX_SLOTS);
@@ -167,7 +189,56 @@ static void test_whole_ring_and_bytes(void **state)
     assert_int_equal(take(r, (CLIENT_RING_MAX_SLOTS - 1) * SLOT, &head), 0);
     assert_int_equal(take(r, SLOT, &last), CLIENT_RING_MAX_SLOTS - 1);
     assert_int_equal(take(r, 1, &one), -1);
-    detach(r, &f);
+    assert_int_equal(f.nfences, 0); /* nothing retired: no fence */
+    detach(r, &f, th);
+}
+
+/* Retired slots come back through a fence at the lowest seq still in
+ * flight: only those below it, only when no run is free, and one fence
+ * for each such take. */
+static void test_fences(void **state)
+{
+    (void)state;
+    fake_daemon f;
+    pthread_t th;
+    client_ring *r = attach(4, &f, &th, TSDF_OK);
+    client_ring_span s[6];
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(take(r, SLOT, &s[i]), i);
+        assert_true(s[i].seq == (uint64_t)i + 1); /* 1, 2, ... in order */
+    }
+    client_ring_release(r, &s[0], 0); /* seq 1: timed out */
+    client_ring_release(r, &s[1], 0); /* seq 2: timed out */
+    client_ring_release(r, &s[2], 1); /* seq 3: answered */
+    /* A free slot is there: taken without a fence. */
+    assert_int_equal(take(r, SLOT, &s[4]), 2);
+    assert_true(s[4].seq == 5);
+    assert_int_equal(f.nfences, 0);
+    /* None free: a fence at 4 (slot 3, seq 4, the lowest in flight)
+     * frees slots 0 and 1 (seq 1 and 2); the lowest is taken. */
+    assert_int_equal(take(r, SLOT, &s[5]), 0);
+    assert_true(s[5].seq == 6);
+    assert_int_equal(f.nfences, 1);
+    assert_true(f.fences[0] == 4);
+    assert_int_equal(take(r, SLOT, &s[0]), 1);
+    assert_int_equal(f.nfences, 1);
+
+    /* Retired above the lowest seq in flight: not freed, no fence. Slot 2
+     * (seq 5) times out while slot 3 (seq 4) still waits. */
+    client_ring_release(r, &s[4], 0);
+    assert_int_equal(take(r, SLOT, &s[1]), -1);
+    assert_int_equal(f.nfences, 1);
+    /* Slot 3 answered: a fence past every seq handed out (8) frees slot 2,
+     * and with slot 3 free a span of two fits. */
+    client_ring_release(r, &s[3], 1);
+    client_ring_release(r, &s[5], 1);
+    client_ring_release(r, &s[0], 1);
+    assert_int_equal(take(r, 4 * SLOT, &s[1]), 0);
+    assert_int_equal(f.nfences, 2);
+    assert_true(f.fences[1] == 8);
+    assert_int_equal(s[1].count, 4);
+    client_ring_release(r, &s[1], 1);
+    detach(r, &f, th);
 }
 
 int main(void)
@@ -175,6 +246,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_runs),
         cmocka_unit_test(test_whole_ring_and_bytes),
+        cmocka_unit_test(test_fences),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
