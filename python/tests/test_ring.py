@@ -4,6 +4,7 @@ from the ring, the slot reused; the same images as in the reply; and the
 refusals of attach_ring."""
 
 import concurrent.futures
+import os
 import shutil
 import tempfile
 
@@ -148,3 +149,74 @@ def test_attach_ring_where_the_daemon_says(daemon):
         rc = d.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     assert rc == 0
+
+
+class _FakeRingSocket:
+    """A stand-in for the daemon's ring socket: answers one attach with
+    token 42, then each fence with `status`, recording the fences."""
+
+    def __init__(self, path, status):
+        import socket
+        import struct
+        import threading
+        self.fences = []
+        self._srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._srv.bind(str(path))
+        self._srv.listen(1)
+        reply = struct.Struct("=IiQ64s")
+
+        def serve():
+            conn, _ = self._srv.accept()
+            with conn:
+                _, fds, _, _ = socket.recv_fds(conn, 16, 1)
+                for fd in fds:
+                    os.close(fd)
+                conn.send(reply.pack(0x47525354, 0, 42, b""))
+                while True:
+                    data = conn.recv(16)
+                    if len(data) != 16:
+                        return
+                    magic, _, fence = struct.unpack("=IIQ", data)
+                    if magic == 0x46525354:
+                        self.fences.append(fence)
+                    conn.send(reply.pack(0x47525354, status, 42 if status == 0 else 0, b""))
+
+        self._thread = threading.Thread(target=serve, daemon=True)
+        self._thread.start()
+
+    def close(self):
+        self._srv.close()
+        self._thread.join(5)
+
+
+def test_fences_free_retired_slots(tmp_path):
+    """Slots of requests that got no answer come back through a fence at
+    the lowest seq still in flight (PROTOCOL.md 6.10, item 5); a daemon
+    that refuses fences (one from before them) keeps them retired and is
+    asked once."""
+    from tsdf._ring import Ring
+    fake = _FakeRingSocket(tmp_path / "r.sock", 0)
+    ring = Ring(tmp_path / "r.sock", 64, 2, 5000)
+    a, b = ring.take(1), ring.take(1)
+    assert (a, b) == (([0], 0, 1), ([1], 64, 2))
+    ring.release(a[0], False)  # seq 1 timed out; seq 2 still waits
+    assert ring.take(1) == ([0], 0, 3)
+    assert fake.fences == [2]
+    ring.release(b[0], False)  # seq 2 timed out; seq 3 waits
+    assert ring.take(1) == ([1], 64, 4)
+    assert fake.fences == [2, 3]
+    # Retired above the lowest seq in flight: no fence, nothing freed.
+    ring.release([1], False)  # seq 4 timed out while seq 3 waits
+    assert ring.take(1) is None
+    assert fake.fences == [2, 3]
+    ring.close()
+    fake.close()
+
+    old = _FakeRingSocket(tmp_path / "old.sock", int(ErrorCode.INVAL))
+    ring = Ring(tmp_path / "old.sock", 64, 1, 5000)
+    ring.release(ring.take(1)[0], False)
+    assert ring.take(1) is None
+    assert ring.take(1) is None
+    assert old.fences == [2]
+    ring.close()
+    old.close()

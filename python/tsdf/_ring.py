@@ -8,8 +8,11 @@ and names (token, offset) instead of carrying the samples. The daemon
 copies them out before it answers, so the slots are free again once the
 reply arrived. A raycast names free slots that its image fits in, and the
 daemon writes the image there before it answers. A slot whose request got
-no answer (timeout, broken connection) is never used again, since the
-daemon may still read or write it.
+no answer (timeout, broken connection) is retired, since the daemon may
+still read or write it. Each request carries the seq of its slots
+("ring_seq"); when no run of free slots is left, a fence at the lowest
+seq still in flight makes the daemon refuse the retired ones' requests
+from then on, and their slots are free again (PROTOCOL.md 6.10, item 5).
 """
 
 import fcntl
@@ -22,9 +25,12 @@ import threading
 from .errors import ArgumentError, ErrorCode, TsdfError
 
 _MAGIC = 0x47525354  # "TSRG"
+_FENCE_MAGIC = 0x46525354  # "TSRF"
 _VERSION = 1
 # Native byte order and layout: both ends are on one host.
 _ATTACH = struct.Struct("=IIQ")
+_FENCE = struct.Struct("=IIQ")
+_FENCE_TIMEOUT_S = 1.0
 _REPLY = struct.Struct("=IiQ64s")
 MAX_SLOTS = 64
 
@@ -36,7 +42,12 @@ class Ring:
         self.slot_bytes = (slot_bytes + 63) & ~63
         size = self.slot_bytes * slots
         self._lock = threading.Lock()
+        self._slots = slots
         self._free = list(range(slots))
+        self._retired = set()
+        self._slot_seq = [0] * slots  # the seq of the request in each slot
+        self._last_seq = 0
+        self._no_fence = False  # the daemon refused or ignored a fence
         self.broken = False
         self._map = None
         self._sock = None
@@ -74,23 +85,60 @@ class Ring:
 
     def take(self, nbytes):
         """The fewest consecutive free slots that hold nbytes: (slots,
-        offset), or None when no such run is free, nbytes is 0, or the ring
+        offset, seq), or None when no such run is free (after a fence that
+        frees retired slots, where there are any), nbytes is 0, or the ring
         is broken."""
         count = -(-nbytes // self.slot_bytes)
         if self.broken or nbytes <= 0:
             return None
         with self._lock:
-            free = set(self._free)
-            for first in sorted(free):
-                run = range(first, first + count)
-                if all(s in free for s in run):
-                    self._free = [s for s in self._free if s not in run]
-                    return list(run), first * self.slot_bytes
+            run = self._find_run(count)
+            if run is None and self._reclaim():
+                run = self._find_run(count)
+            if run is None:
+                return None
+            self._free = [s for s in self._free if s not in run]
+            self._last_seq += 1
+            for s in run:
+                self._slot_seq[s] = self._last_seq
+            return list(run), run[0] * self.slot_bytes, self._last_seq
+
+    def _find_run(self, count):
+        free = set(self._free)
+        for first in sorted(free):
+            run = range(first, first + count)
+            if all(s in free for s in run):
+                return run
         return None
 
+    def _reclaim(self):
+        """Frees the retired slots below a fence at the lowest seq still in
+        flight (or past every one handed out); True when some were. Lock
+        held. A daemon that does not take a fence is not asked again."""
+        if not self._retired or self._no_fence:
+            return False
+        in_flight = set(range(self._slots)) - set(self._free) - self._retired
+        fence = min([self._slot_seq[s] for s in in_flight] + [self._last_seq + 1])
+        freed = [s for s in self._retired if self._slot_seq[s] < fence]
+        if not freed:
+            return False
+        try:
+            self._sock.settimeout(_FENCE_TIMEOUT_S)
+            self._sock.send(_FENCE.pack(_FENCE_MAGIC, _VERSION, fence))
+            data = self._sock.recv(_REPLY.size)
+            ok = len(data) == _REPLY.size and _REPLY.unpack(data)[:3] == (_MAGIC, 0, self.token)
+        except OSError:
+            ok = False
+        if not ok:
+            self._no_fence = True
+            return False
+        self._retired.difference_update(freed)
+        self._free.extend(freed)
+        return True
+
     def put(self, samples):
-        """Copies samples (bytes) into free slots: (slots, offset), or None
-        as take."""
+        """Copies samples (bytes) into free slots: (slots, offset, seq), or
+        None as take."""
         taken = self.take(len(samples))
         if taken is not None:
             offset = taken[1]
@@ -103,10 +151,12 @@ class Ring:
 
     def release(self, slots, answered):
         """Frees slots after the daemon answered their request; else
-        retires them."""
-        if answered:
-            with self._lock:
+        retires them until a fence frees them."""
+        with self._lock:
+            if answered:
                 self._free.extend(slots)
+            else:
+                self._retired.update(slots)
 
     def close(self):
         """Detaches (closes the ring socket's connection) and unmaps."""

@@ -308,11 +308,12 @@ class Client:
 
     def _request_via_ring(self, ring, taken, msg_type, fields, answer):
         """answer(reply) of a request naming the ring slots taken ((slots,
-        offset) of ring.take); None when the daemon lost the ring, which
-        is then broken (the caller asks again without it)."""
-        slots, offset = taken
+        offset, seq) of ring.take); None when the daemon lost the ring,
+        which is then broken (the caller asks again without it)."""
+        slots, offset, seq = taken
         fields["ring_token"] = ring.token
         fields["ring_offset"] = offset
+        fields["ring_seq"] = seq
         try:
             r = self.request(msg_type, **fields)
         except TsdfError as e:
