@@ -198,9 +198,14 @@ static int send_fence(client_ring *r, uint64_t seq)
     if (rc != TSDF_OK)
         return rc;
     tsdf_ring_attach_reply rep;
-    if (recv(r->sock, &rep, sizeof rep, 0) != (ssize_t)sizeof rep || rep.magic != TSDF_RING_MAGIC)
+    ssize_t n;
+    while ((n = recv(r->sock, &rep, sizeof rep, 0)) < 0 && errno == EINTR)
+        ;
+    if (n != (ssize_t)sizeof rep || rep.magic != TSDF_RING_MAGIC)
         return TSDF_EFORMAT;
-    return rep.status == TSDF_OK && rep.token == r->token ? TSDF_OK : rep.status;
+    if (rep.status != TSDF_OK)
+        return rep.status;
+    return rep.token == r->token ? TSDF_OK : TSDF_EFORMAT;
 }
 
 /* Frees the retired slots that no request in flight can reach any more:

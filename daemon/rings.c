@@ -156,10 +156,6 @@ static void fence(rings *r, ring_conn *c, const tsdf_ring_attach_msg *m)
 {
     tsdf_ring_fence_msg f;
     memcpy(&f, m, sizeof f);
-    if (f.version != TSDF_RING_VERSION) {
-        reply(c->fd, TSDF_EVERSION, 0, "unsupported ring protocol version");
-        return;
-    }
     if (c->token == 0) {
         /* Like a refused attach: a connection without a ring holds no
          * slot. */
@@ -167,6 +163,10 @@ static void fence(rings *r, ring_conn *c, const tsdf_ring_attach_msg *m)
         pthread_rwlock_wrlock(&r->lock);
         conn_close(r, c);
         pthread_rwlock_unlock(&r->lock);
+        return;
+    }
+    if (f.version != TSDF_RING_VERSION) {
+        reply(c->fd, TSDF_EVERSION, 0, "unsupported ring protocol version");
         return;
     }
     pthread_rwlock_wrlock(&r->lock);

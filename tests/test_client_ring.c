@@ -27,8 +27,9 @@
 typedef struct {
     int listen_fd;
     int conn;
-    int fence_status;    /* the answer to a fence: TSDF_OK, or a refusal */
-    uint64_t fences[16]; /* the fences received, in order */
+    int fence_status;     /* the answer to a fence: TSDF_OK, or a refusal */
+    uint64_t fence_token; /* the token an accepted fence's answer names */
+    uint64_t fences[16];  /* the fences received, in order */
     unsigned nfences;
 } fake_daemon;
 
@@ -61,7 +62,7 @@ static void *serve(void *arg)
         if (fm.magic == TSDF_RING_FENCE_MAGIC && f->nfences < 16)
             f->fences[f->nfences++] = fm.fence;
         tsdf_ring_attach_reply a = {TSDF_RING_MAGIC, f->fence_status,
-                                    f->fence_status == TSDF_OK ? 42u : 0u, ""};
+                                    f->fence_status == TSDF_OK ? f->fence_token : 0u, ""};
         send(f->conn, &a, sizeof a, MSG_NOSIGNAL);
     }
     return NULL;
@@ -78,6 +79,7 @@ static client_ring *attach(unsigned slots, fake_daemon *f, pthread_t *th, int fe
     f->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     f->conn = -1;
     f->fence_status = fence_status;
+    f->fence_token = 42;
     f->nfences = 0;
     assert_true(f->listen_fd >= 0);
     assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
@@ -238,6 +240,18 @@ static void test_fences(void **state)
     assert_true(f.fences[1] == 8);
     assert_int_equal(s[1].count, 4);
     client_ring_release(r, &s[1], 1);
+    detach(r, &f, th);
+
+    /* An answer that names another ring frees nothing, and fencing
+     * stops. */
+    r = attach(1, &f, &th, TSDF_OK);
+    f.fence_token = 43;
+    assert_int_equal(take(r, SLOT, &s[0]), 0);
+    client_ring_release(r, &s[0], 0);
+    assert_int_equal(take(r, SLOT, &s[0]), -1);
+    assert_int_equal(f.nfences, 1);
+    assert_int_equal(take(r, SLOT, &s[0]), -1);
+    assert_int_equal(f.nfences, 1);
     detach(r, &f, th);
 }
 

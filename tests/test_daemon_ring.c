@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -616,6 +617,8 @@ static void test_ring_fences(void **state)
     /* A lower or repeated fence leaves it at 10. */
     send_fence(sock, 3, TSDF_RING_VERSION, &fr);
     assert_int_equal(fr.status, TSDF_OK);
+    send_fence(sock, 10, TSDF_RING_VERSION, &fr);
+    assert_int_equal(fr.status, TSDF_OK);
     assert_int_equal(
         ring_request_seq(q, "r", &u16, ar.token, 0, 9, TSDF_MSG_INTEGRATE, msg, sizeof msg),
         TSDF_ETIMEOUT);
@@ -628,7 +631,7 @@ static void test_ring_fences(void **state)
     tsdf_rep_stats *st = malloc(sizeof *st);
     assert_non_null(st);
     wait_settled(c, "r", 0, st);
-    /* Three frames through the ring; the four fenced ones never read it. */
+    /* Three frames through the ring; the three fenced ones never read it. */
     assert_int_equal(stat_get(st, "rings.frames"), 3);
     free(st);
 
@@ -676,6 +679,53 @@ static void test_ring_fences(void **state)
     nng_close(q);
     tsdf_client_close(c);
     free(mm);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    frames_free(&fs);
+}
+
+/* libtsdf's ring slot of a frame that timed out comes back: with the
+ * daemon stopped (SIGSTOP) a frame times out and its one slot is retired;
+ * the daemon, continued, still reads that frame out of the ring; the next
+ * frame finds no free slot, fences, and goes through the ring again. */
+static void test_ring_slot_comes_back(void **state)
+{
+    (void)state;
+    frame_set fs;
+    tsdfd_harness h;
+    char path[TSDFD_HARNESS_PATH_LEN + 16];
+    frames_make(&fs, "room", IMG_W, IMG_H, 3);
+    assert_int_equal(start_daemon(&h, ring_ini, NULL), 0);
+    ring_path(&h, path, sizeof path);
+    tsdf_client *c = open_client(&h, 0), *plain = open_client(&h, 0);
+    assert_int_equal(tsdf_client_attach_ring(c, path, U16_BYTES, 1), TSDF_OK);
+    tsdf_frame u16[3];
+    uint16_t *mm[3];
+    for (int i = 0; i < 3; i++)
+        mm[i] = frame_to_mm(&fs.frames[i], &u16[i]);
+    integrate_ok(c, "m", &u16[0], 0);
+
+    assert_int_equal(kill(h.pid, SIGSTOP), 0);
+    tsdf_client_frame cf = {"m", "cam0", 0, 1, 0, &u16[1], TSDF_DEPTH_ENC_RAW, 0};
+    int rc = tsdf_client_integrate(c, &cf, 300, NULL);
+    assert_int_equal(kill(h.pid, SIGCONT), 0);
+    assert_int_equal(rc, TSDF_ETIMEOUT);
+    /* The frame the client gave up on is still read from the ring (no
+     * fence yet) and integrated. */
+    tsdf_rep_stats *st = malloc(sizeof *st);
+    assert_non_null(st);
+    wait_settled(plain, "m", 2, st);
+    assert_int_equal(stat_get(st, "rings.frames"), 2);
+
+    /* The only slot is retired: this frame fences, and takes it. */
+    integrate_ok(c, "m", &u16[2], 2);
+    wait_settled(plain, "m", 3, st);
+    assert_int_equal(stat_get(st, "rings.frames"), 3);
+    assert_int_equal(stat_get(st, "frames.integrated"), 3);
+    free(st);
+    for (int i = 0; i < 3; i++)
+        free(mm[i]);
+    tsdf_client_close(c);
+    tsdf_client_close(plain);
     assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
     frames_free(&fs);
 }
@@ -932,6 +982,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ring_raycast_identical),
         cmocka_unit_test(test_ring_raycast_protocol),
         cmocka_unit_test(test_ring_fences),
+        cmocka_unit_test(test_ring_slot_comes_back),
         cmocka_unit_test(test_ring_lost_falls_back),
         cmocka_unit_test(test_ring_advertised),
         cmocka_unit_test(test_tsdfctl_replay_ring),
