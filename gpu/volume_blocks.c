@@ -9,14 +9,9 @@
 #include <string.h>
 
 #include "tsdf_math.h"
+#include "tsdf_sort.h"
 #include "tsdf_pose.h"
 #include "volume_internal.h"
-
-int volume_cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* ---- block sets ------------------------------------------------------------ */
 
@@ -133,7 +128,7 @@ static int block_set_validate(const tsdf_volume *v, const tsdf_block_set *in)
         }
         keys[i] = tsdf_block_key(c[0], c[1], c[2]);
     }
-    qsort(keys, in->count, sizeof(*keys), volume_cmp_u64);
+    tsdf_sort_u64(keys, in->count);
     for (size_t i = 1; i < in->count; i++) {
         if (keys[i] == keys[i - 1]) {
             rc = TSDF_EINVAL;

@@ -62,7 +62,4 @@ static inline float volume_block_m(const tsdf_volume *v)
     return (float)TSDF_BLOCK_DIM * v->params.voxel_size_m;
 }
 
-/* ascending order of uint64_t, for qsort */
-int volume_cmp_u64(const void *a, const void *b);
-
 #endif /* TSDF_VOLUME_INTERNAL_H */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "tsdf_math.h"
+#include "tsdf_sort.h"
 #include "volume_internal.h"
 
 /* Appends the keys of b - (dx, dy, dz) for dx, dy, dz in {0, 1} (b itself
@@ -38,7 +39,7 @@ static size_t sort_unique(uint64_t *keys, size_t n)
     size_t m = 0;
     if (n == 0)
         return 0;
-    qsort(keys, n, sizeof(*keys), volume_cmp_u64);
+    tsdf_sort_u64(keys, n);
     for (size_t i = 1; i < n; i++)
         if (keys[i] != keys[m])
             keys[++m] = keys[i];

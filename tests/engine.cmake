@@ -24,6 +24,7 @@ tsdf_add_test(NAME raycast_march SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_raycast_
 tsdf_add_test(NAME mesh SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_mesh.c
               LIBS tsdf_engine tsdf_scenes TIMEOUT 120)
 tsdf_add_test(NAME band SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_band.c LIBS tsdf_engine_internals TIMEOUT 120)
+tsdf_add_test(NAME sort SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sort.c LIBS tsdf_engine_internals TIMEOUT 60)
 tsdf_add_test(NAME store SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_store.c LIBS tsdf_engine_internals
               TIMEOUT 120)
 tsdf_add_test(NAME evict SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_evict.c LIBS tsdf_engine tsdf_scenes

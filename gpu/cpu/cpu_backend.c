@@ -12,6 +12,7 @@
 
 #include "cpu_backend.h"
 #include "tsdf_math.h"
+#include "tsdf_sort.h"
 
 _Static_assert(TSDF_MAX_CPU_THREADS == CPU_POOL_MAX_THREADS,
                "a volume's cpu_threads must fit its pool");
@@ -133,12 +134,6 @@ static int cpu_stats(void *impl, tsdf_volume_stats *out, int probe)
 
 /* ---- the block store ------------------------------------------------------ */
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int cpu_select(void *impl, const tsdf_block_select *q, uint64_t **keys, size_t *n)
 {
     cpu_volume *v = impl;
@@ -166,7 +161,7 @@ static int cpu_select(void *impl, const tsdf_block_select *q, uint64_t **keys, s
         free(out);
         return TSDF_OK;
     }
-    qsort(out, count, sizeof(*out), cmp_u64);
+    tsdf_sort_u64(out, count);
     *keys = out;
     *n = count;
     return TSDF_OK;

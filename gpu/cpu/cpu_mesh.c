@@ -25,6 +25,7 @@
 
 #include "cpu_backend.h"
 #include "tsdf_math.h"
+#include "tsdf_sort.h"
 #include "tsdf_mc_tables.h"
 
 #define NO_VERTEX UINT32_MAX
@@ -341,12 +342,6 @@ static void mesher_free(mesher *m, size_t nchunks)
     free(m->tri_keys);
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* The keys of every block, ascending: the order that makes the mesh the
  * same whatever the insertion order was (and comparable with the CUDA
  * backend's). */
@@ -363,7 +358,7 @@ static int all_keys(const cpu_store *st, uint64_t **keys, size_t *n)
     for (uint32_t i = 0; i < st->used; i++)
         if (st->keys[i] != TSDF_KEY_EMPTY)
             k[count++] = st->keys[i];
-    qsort(k, count, sizeof(*k), cmp_u64);
+    tsdf_sort_u64(k, count);
     *keys = k;
     *n = count;
     return TSDF_OK;
