@@ -26,17 +26,6 @@
 #include "tsdf_volume.h"
 #include "tsdf_voxel_layout.h"
 
-/* A deterministic generator (xorshift64*), so failures reproduce. */
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static uint64_t rng(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545F4914F6CDD1Dull;
-}
-
 /* Random blocks into *s (allocated here) of layout and colour. */
 static void fill_set(tsdf_block_set *s, size_t blocks, uint64_t version, tsdf_layout layout,
                      float unit, int with_rgb, int32_t x0)
@@ -49,16 +38,16 @@ static void fill_set(tsdf_block_set *s, size_t blocks, uint64_t version, tsdf_la
     assert_int_equal(tsdf_block_set_alloc(s, blocks, layout, unit, with_rgb), TSDF_OK);
     for (size_t i = 0; i < blocks; i++) {
         s->coords[3 * i + 0] = (int32_t)i + x0;
-        s->coords[3 * i + 1] = -(int32_t)(rng() % 1000);
-        s->coords[3 * i + 2] = (int32_t)(rng() % 1000);
-        s->versions[i] = rng() % (version + 1);
+        s->coords[3 * i + 1] = -(int32_t)(tsdf_test_rng() % 1000);
+        s->coords[3 * i + 2] = (int32_t)(tsdf_test_rng() % 1000);
+        s->versions[i] = tsdf_test_rng() % (version + 1);
         for (unsigned j = 0; j < TSDF_BLOCK_VOXELS; j++) {
-            tsdf_vox v = {(float)((double)(rng() % 2001) / 1000.0 - 1.0) * 0.08f,
-                          (float)(rng() % 65)};
+            tsdf_vox v = {(float)((double)(tsdf_test_rng() % 2001) / 1000.0 - 1.0) * 0.08f,
+                          (float)(tsdf_test_rng() % 65)};
             tsdf_block_set_put(s, i, j, v);
         }
         for (size_t j = 0; with_rgb && j < TSDF_BLOCK_RGB_BYTES; j++)
-            s->rgb[i * TSDF_BLOCK_RGB_BYTES + j] = (uint8_t)rng();
+            s->rgb[i * TSDF_BLOCK_RGB_BYTES + j] = (uint8_t)tsdf_test_rng();
     }
 }
 
@@ -374,7 +363,7 @@ static void test_every_header_bit_and_random_bits_flipped(void **state)
     }
     /* 3000 random single-bit flips anywhere (payload mostly). */
     for (int k = 0; k < 3000; k++) {
-        size_t bit = (size_t)(rng() % (8 * len));
+        size_t bit = (size_t)(tsdf_test_rng() % (8 * len));
         bytes[bit / 8] ^= (unsigned char)(1u << (bit % 8));
         spit(bad, bytes, len);
         assert_refused(bad, "random bit flip", bit);

@@ -13,17 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t next_u64(void)
-{
-    /* xorshift64*: deterministic, so a failure reproduces. */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-
 enum { FULL, BLOCKS, FEW, EQUAL, SORTED, REVERSED, KINDS };
 
 static void fill(uint64_t *k, size_t n, int kind)
@@ -31,14 +20,15 @@ static void fill(uint64_t *k, size_t n, int kind)
     for (size_t i = 0; i < n; i++) {
         switch (kind) {
         case FULL:
-            k[i] = next_u64();
+            k[i] = tsdf_test_rng();
             break;
         case BLOCKS: /* a room's blocks: small coordinates around 0 */
-            k[i] = tsdf_block_key((int32_t)(next_u64() % 64) - 32, (int32_t)(next_u64() % 16) - 4,
-                                  (int32_t)(next_u64() % 64));
+            k[i] = tsdf_block_key((int32_t)(tsdf_test_rng() % 64) - 32,
+                                  (int32_t)(tsdf_test_rng() % 16) - 4,
+                                  (int32_t)(tsdf_test_rng() % 64));
             break;
         case FEW: /* many duplicates */
-            k[i] = next_u64() % 7 * 0x0101010101010101ull;
+            k[i] = tsdf_test_rng() % 7 * 0x0101010101010101ull;
             break;
         case EQUAL:
             k[i] = 0x8000000000000001ull;

@@ -23,19 +23,9 @@
 #include "tsdf_math.h"
 #include "tsdf_voxel_layout.h"
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rng(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545f4914f6cdd1dull;
-}
-
 static float rnd_unit(void)
 {
-    return (float)((double)(rng() >> 11) / 9007199254740992.0); /* [0, 1) */
+    return (float)((double)(tsdf_test_rng() >> 11) / 9007199254740992.0); /* [0, 1) */
 }
 
 /* ---- layouts ---------------------------------------------------------------- */
@@ -61,8 +51,8 @@ static void test_layout_round_trips(void **state)
 
     double worst = 0.0;
     for (int it = 0; it < 100000; it++) {
-        tsdf_vox v = {(2.0f * rnd_unit() - 1.0f) * trunc_m, (float)(rng() % 65536)};
-        size_t i = (size_t)(rng() % 64);
+        tsdf_vox v = {(2.0f * rnd_unit() - 1.0f) * trunc_m, (float)(tsdf_test_rng() % 65536)};
+        size_t i = (size_t)(tsdf_test_rng() % 64);
         tsdf_vox_store(TSDF_LAYOUT_F32, f, i, v, q);
         tsdf_vox a = tsdf_vox_load(TSDF_LAYOUT_F32, f, i, q);
         assert_true(a.sdf_m == v.sdf_m && a.weight == v.weight);
@@ -158,10 +148,10 @@ static void erase_stress(float max_load)
     double max_seen = 0.0;
     for (int r = 0; r < ROUNDS; r++) {
         for (int k = 0; k < 800; k++) {
-            size_t i = (size_t)(rng() % UNIVERSE);
+            size_t i = (size_t)(tsdf_test_rng() % UNIVERSE);
             int inserted = 0;
             uint32_t got;
-            uint32_t v = (uint32_t)rng();
+            uint32_t v = (uint32_t)tsdf_test_rng();
             assert_int_equal(cpu_hash_insert(&h, keys[i], v, &got, &inserted), TSDF_OK);
             assert_int_equal(inserted, !in[i]);
             if (inserted) {
@@ -175,7 +165,7 @@ static void erase_stress(float max_load)
         if ((double)h.count / (double)h.capacity > max_seen)
             max_seen = (double)h.count / (double)h.capacity;
         for (int k = 0; k < 700; k++) {
-            size_t i = (size_t)(rng() % UNIVERSE);
+            size_t i = (size_t)(tsdf_test_rng() % UNIVERSE);
             uint32_t got = 0;
             int rc = cpu_hash_erase(&h, keys[i], &got);
             assert_int_equal(rc, in[i]);

@@ -128,3 +128,13 @@ int tsdf_test_msgpack_strs_valid(const void *data, size_t len)
     msgpack_unpacked_destroy(&res);
     return ok;
 }
+
+static uint64_t test_rng_state = 0x9e3779b97f4a7c15ull;
+
+uint64_t tsdf_test_rng(void)
+{
+    test_rng_state ^= test_rng_state >> 12;
+    test_rng_state ^= test_rng_state << 25;
+    test_rng_state ^= test_rng_state >> 27;
+    return test_rng_state * 0x2545f4914f6cdd1dull;
+}

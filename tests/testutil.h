@@ -35,6 +35,10 @@ void tsdf_test_trace_on_signal(void);
  * on the first call (mkdtemp). */
 const char *tsdf_test_tmpdir(void);
 
+/* A deterministic pseudo-random sequence (xorshift64*) from one process-wide
+ * state with a fixed seed, so that a failure reproduces run after run. */
+uint64_t tsdf_test_rng(void);
+
 /* 1 when the n bytes at s are valid UTF-8 by RFC 3629 (no overlong forms,
  * no surrogates, nothing past U+10FFFF, no truncated sequence), else 0.
  * Written apart from the codec's own check, so that a test compares two. */
