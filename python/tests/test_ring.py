@@ -220,3 +220,28 @@ def test_fences_free_retired_slots(tmp_path):
     assert old.fences == [2]
     ring.close()
     old.close()
+
+
+def test_interrupted_ring_request_retires_its_slot(daemon, monkeypatch):
+    """A ring request cut short by anything but the client's own errors
+    (an interrupt, say) may or may not have reached the daemon: its slot
+    is retired, and the next frame fences and takes it back."""
+    depth = np.round(render_sphere(list(orbit_poses(rings=(0,), per_ring=4))[0]) * 1000.0)
+    depth = depth.astype(np.uint16)
+    T = list(orbit_poses(rings=(0,), per_ring=4))[0]
+    with tsdf.Client(daemon.req_url, timeout_ms=20000) as rc:
+        rc.attach_ring(daemon.ring_path, depth.nbytes, slots=1)
+        before = rings_frames(rc)
+        real = rc.request
+
+        def interrupted(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(rc, "request", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            rc.integrate("ring-py-int", depth, K, T, seq=0)
+        assert rc._ring._retired == {0}
+        monkeypatch.setattr(rc, "request", real)
+        rc.integrate("ring-py-int", depth, K, T, seq=1)
+        assert rc._ring._retired == set()
+        assert rings_frames(rc) - before == 1

@@ -326,6 +326,13 @@ class Client:
                 ring.broken = True
                 return None
             raise
+        except BaseException:
+            # Interrupted (KeyboardInterrupt, a failure below the client):
+            # whether the daemon got the request is unknown. Retired, the
+            # slots come back through a fence; never released, they would
+            # hold every later fence below their seq.
+            ring.release(slots, False)
+            raise
         try:
             return answer(r)
         finally:
