@@ -683,6 +683,26 @@ static void test_ring_fences(void **state)
     frames_free(&fs);
 }
 
+/* Whether process pid is stopped (state T in /proc) within a second. */
+static int wait_stopped(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    for (int i = 0; i < 100; i++) {
+        FILE *f = fopen(path, "r");
+        size_t n = f != NULL ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f != NULL)
+            fclose(f);
+        buf[n] = '\0';
+        /* "pid (comm) state ...": the state follows the last ')'. */
+        const char *p = strrchr(buf, ')');
+        if (p != NULL && p[1] == ' ' && p[2] == 'T')
+            return 1;
+        sleep_ms(10);
+    }
+    return 0;
+}
+
 /* libtsdf's ring slot of a frame that timed out comes back: with the
  * daemon stopped (SIGSTOP) a frame times out and its one slot is retired;
  * the daemon, continued, still reads that frame out of the ring; the next
@@ -705,6 +725,7 @@ static void test_ring_slot_comes_back(void **state)
     integrate_ok(c, "m", &u16[0], 0);
 
     assert_int_equal(kill(h.pid, SIGSTOP), 0);
+    assert_true(wait_stopped(h.pid));
     tsdf_client_frame cf = {"m", "cam0", 0, 1, 0, &u16[1], TSDF_DEPTH_ENC_RAW, 0};
     int rc = tsdf_client_integrate(c, &cf, 300, NULL);
     assert_int_equal(kill(h.pid, SIGCONT), 0);
