@@ -47,7 +47,8 @@ static const char replay_help[] =
     "                      one the daemon names; a socket named auto: ./auto;\n"
     "                      PROTOCOL.md 6.10), not in the requests. Default with --ack\n"
     "                      over ipc://: the ring the daemon names when it names one,\n"
-    "                      else the requests; off: always the requests\n"
+    "                      else the requests (a ring it names but refuses is an error:\n"
+    "                      use off); off: always the requests\n"
     "Prints a progress bar on a terminal and a summary: frames sent, acknowledged,\n"
     "failed, seconds, frames per second. Exit status 1 if any frame failed.\n";
 

@@ -78,7 +78,7 @@ typedef struct {
     /* The unix socket where local clients attach shared-memory frame
      * rings (rings.h; "": none; "auto", the default: beside the first
      * ipc:// listen socket, cfg_ring_socket_path), with ipc_mode and
-     * ipc_group, and the bound on what the rings map in all, MiB. */
+     * ipc_group, and the bound on what the rings hold in all, MiB. */
     char ring_socket[CFG_PATH_LEN];
     uint32_t ring_max_mb;
 
