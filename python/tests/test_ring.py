@@ -89,6 +89,9 @@ def test_ring_raycasts_match_the_reply(daemon, client, monkeypatch):
             b = rc.raycast(name, w, h, K, T, normals=normals, scale=scale, rgb=rgb)
             assert np.count_nonzero(np.isfinite(a.depth)) > a.depth.size // 10
             assert a.depth.tobytes() == b.depth.tobytes()
+            # The arrays are the caller's: writable, as from the reply.
+            assert b.depth.flags.writeable
+            assert b.normals is None or b.normals.flags.writeable
             assert (b.normals is None) == (not normals)
             if normals:
                 assert a.normals.tobytes() == b.normals.tobytes()

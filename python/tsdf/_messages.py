@@ -152,16 +152,24 @@ def frame_fields(map_name, depth, K, T_world_cam, rgb, sensor, seq, stamp_ns, de
 
 
 def _array(reply, key, dtype, shape):
-    """A writable native-order array from a reply's bin, its length checked."""
+    """A writable native-order array from a reply's bin, its length checked.
+    A writable uint8 array in its place (an image copied out of a shared
+    ring) becomes the array without another copy where its order is
+    native."""
     data = reply.get(key)
-    if not isinstance(data, bytes):
+    owned = isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1 and \
+        data.flags.writeable
+    if not isinstance(data, bytes) and not owned:
         raise TsdfError(ErrorCode.FORMAT, f"the reply has no bin '{key}'")
     wire = np.dtype(dtype)
     expect = wire.itemsize * int(np.prod(shape))
     if len(data) != expect:
         raise TsdfError(ErrorCode.FORMAT,
                         f"the reply's '{key}' holds {len(data)} bytes, not {expect}")
-    return np.frombuffer(data, dtype=wire).astype(wire.newbyteorder("="), copy=True).reshape(shape)
+    native = wire.newbyteorder("=")
+    if owned and wire == native and data.ctypes.data % wire.alignment == 0:
+        return data.view(native).reshape(shape)
+    return np.frombuffer(data, dtype=wire).astype(native, copy=True).reshape(shape)
 
 
 def _count(reply, key):

@@ -22,6 +22,8 @@ import socket
 import struct
 import threading
 
+import numpy as np
+
 from .errors import ArgumentError, ErrorCode, TsdfError
 
 _MAGIC = 0x47525354  # "TSRG"
@@ -146,8 +148,11 @@ class Ring:
         return taken
 
     def read(self, offset, nbytes):
-        """A copy of nbytes of the ring from offset (a raycast's image)."""
-        return bytes(self._map[offset:offset + nbytes])
+        """A copy of nbytes of the ring from offset (a raycast's image), as
+        a writable uint8 array: the one copy the image gets on this side
+        (a bytes slice of the map, then the arrays' own copies, took three
+        of 4.9 MB for 640 x 480 depth and normals)."""
+        return np.frombuffer(self._map, dtype=np.uint8, count=nbytes, offset=offset).copy()
 
     def release(self, slots, answered):
         """Frees slots after the daemon answered their request; else

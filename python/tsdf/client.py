@@ -363,6 +363,7 @@ class Client:
             # Only the layout asked for lies inside the slots taken.
             if has_normals != bool(normals) or (has_rgb and not rgb):
                 raise TsdfError(ErrorCode.FORMAT, "raycast reply names a layout not asked for")
+            # One copy out of the ring; the arrays are views of it.
             image = ring.read(at, nbytes)
             r = dict(r, depth=image[:px * 4])
             if has_normals:
