@@ -71,9 +71,16 @@ if(TARGET tsdf_client)
     # request, the refusals, detaching, and the fallback after a restart
     # (client_ring.c compiled in: its attach exchange is not exported).
     tsdf_add_test(NAME daemon_ring
-      SOURCES test_daemon_ring.c ${PROJECT_SOURCE_DIR}/client/client_ring.c
+      SOURCES test_daemon_ring.c daemon_ring_testlib.c ${PROJECT_SOURCE_DIR}/client/client_ring.c
       LIBS tsdfd_testlib LABELS daemon TIMEOUT 300)
     target_include_directories(test_daemon_ring PRIVATE ${PROJECT_SOURCE_DIR}/client)
+    # Fences on a ring: requests below one refused untouched, and libtsdf
+    # taking back the slot of a frame that timed out (SIGSTOP).
+    tsdf_add_test(NAME daemon_ring_fence
+      SOURCES test_daemon_ring_fence.c daemon_ring_testlib.c
+        ${PROJECT_SOURCE_DIR}/client/client_ring.c
+      LIBS tsdfd_testlib LABELS daemon TIMEOUT 300)
+    target_include_directories(test_daemon_ring_fence PRIVATE ${PROJECT_SOURCE_DIR}/client)
     if(TARGET tsdfctl)
       target_compile_definitions(test_daemon_ring PRIVATE TSDFCTL_BIN="$<TARGET_FILE:tsdfctl>")
     endif()
