@@ -106,6 +106,12 @@ fail:
     return rc;
 }
 
+/* The bits of n slots from slot on. */
+static uint64_t span_bits(int slot, unsigned n)
+{
+    return (n >= 64 ? UINT64_MAX : (((uint64_t)1 << n) - 1u)) << slot;
+}
+
 int client_ring_attach(const char *path, size_t slot_bytes, unsigned slots, int timeout_ms,
                        client_ring **out, char *why, size_t why_len)
 {
@@ -150,7 +156,7 @@ int client_ring_attach(const char *path, size_t slot_bytes, unsigned slots, int 
     r->slot_bytes = slot_bytes;
     r->slots = slots;
     r->token = rep.token;
-    atomic_init(&r->free_mask, slots == 64 ? UINT64_MAX : (((uint64_t)1 << slots) - 1u));
+    atomic_init(&r->free_mask, span_bits(0, slots));
     atomic_init(&r->retired, 0);
     atomic_init(&r->broken, 0);
     pthread_mutex_init(&r->lock, NULL);
@@ -176,12 +182,6 @@ void client_ring_close(client_ring *r)
     munmap(r->base, r->slot_bytes * r->slots);
     pthread_mutex_destroy(&r->lock);
     free(r);
-}
-
-/* The bits of n slots from slot on. */
-static uint64_t span_bits(int slot, unsigned n)
-{
-    return (n >= 64 ? UINT64_MAX : (((uint64_t)1 << n) - 1u)) << slot;
 }
 
 /* How long a fence waits for the daemon's answer. */
@@ -216,14 +216,13 @@ static int send_fence(client_ring *r, uint64_t seq)
  * broken connection) is not asked again; its retired slots stay so. */
 static int reclaim(client_ring *r)
 {
-    const uint64_t all = r->slots == 64 ? UINT64_MAX : (((uint64_t)1 << r->slots) - 1u);
     const uint64_t retired = atomic_load(&r->retired);
     if (retired == 0 || r->no_fence)
         return 0;
     /* Slots only leave "in flight" meanwhile (to free or retired), so
      * the lowest seq seen here is at most the true one: never a fence
      * above a request still waiting for its answer. */
-    const uint64_t in_flight = all & ~atomic_load(&r->free_mask) & ~atomic_load(&r->retired);
+    const uint64_t in_flight = span_bits(0, r->slots) & ~atomic_load(&r->free_mask) & ~retired;
     uint64_t fence = r->last_seq + 1;
     for (unsigned i = 0; i < r->slots; i++)
         if ((in_flight >> i & 1u) && r->slot_seq[i] < fence)
