@@ -71,9 +71,10 @@ uint64_t tsdf_proto_raycast_rgb_offset(uint64_t px, int normals)
 
 uint64_t tsdf_proto_raycast_request_image_bytes(const tsdf_req_raycast *q)
 {
-    uint32_t s = q->scale >= 1 ? q->scale : 1;
-    uint64_t px = (uint64_t)(q->width / s) * (q->height / s);
-    return tsdf_proto_raycast_image_bytes(px, q->want_normals, q->want_rgb);
+    uint32_t w, h;
+    tsdf_intrinsics K;
+    tsdf_proto_raycast_scaled(q, &w, &h, &K);
+    return tsdf_proto_raycast_image_bytes((uint64_t)w * h, q->want_normals, q->want_rgb);
 }
 
 uint64_t tsdf_proto_raycast_reply_bytes(const tsdf_req_raycast *q)
