@@ -28,6 +28,14 @@ tsdf_rep_stats *stats_of(tsdf_client *c, const char *map)
     return st;
 }
 
+tsdf_rep_stats *settled_stats(tsdf_client *c, const char *map, int64_t expect)
+{
+    tsdf_rep_stats *st = malloc(sizeof *st);
+    assert_non_null(st);
+    wait_settled(c, map, expect, st);
+    return st;
+}
+
 void integrate_ok(tsdf_client *c, const char *map, const tsdf_frame *f, uint64_t seq)
 {
     tsdf_client_frame cf = {map, "cam0", 0, seq, 0, f, TSDF_DEPTH_ENC_RAW, 0};

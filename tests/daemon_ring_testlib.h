@@ -29,6 +29,10 @@ void ring_path(const tsdfd_harness *h, char *out, size_t n);
 /* c's stats of map (NULL: the daemon's), which the caller frees. */
 tsdf_rep_stats *stats_of(tsdf_client *c, const char *map);
 
+/* c's stats of map once the daemon received at least expect frames and
+ * none is in flight (wait_settled), which the caller frees. */
+tsdf_rep_stats *settled_stats(tsdf_client *c, const char *map, int64_t expect);
+
 /* Integrates f into map through c (its ring when it has one), or fails. */
 void integrate_ok(tsdf_client *c, const char *map, const tsdf_frame *f, uint64_t seq);
 

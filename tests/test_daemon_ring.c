@@ -49,9 +49,7 @@ static void test_ring_integrates_identically(void **state)
     }
     /* A frame's outcome is counted after its ack (daemon/worker.c
      * record_frame): wait for the last one. */
-    tsdf_rep_stats *st = malloc(sizeof *st);
-    assert_non_null(st);
-    wait_settled(plain, NULL, 4 * N_FRAMES, st);
+    tsdf_rep_stats *st = settled_stats(plain, NULL, 4 * N_FRAMES);
     /* Every frame of the ring client went through the ring. */
     assert_int_equal(stat_get(st, "rings.frames"), 2 * N_FRAMES);
     assert_int_equal(stat_get(st, "rings.attached"), 1);
@@ -282,9 +280,7 @@ static void test_ring_refusals(void **state)
     int ok = ring_request(s, "r", &u16, rep.token, 0, TSDF_MSG_INTEGRATE, msg, sizeof msg);
     if (ok != TSDF_OK)
         fail_msg("ring frame: %s (%s)", tsdf_strerror(ok), msg);
-    st = malloc(sizeof *st);
-    assert_non_null(st);
-    wait_settled(c, NULL, 0, st);
+    st = settled_stats(c, NULL, 0);
     assert_int_equal(stat_get(st, "rings.frames"), 1);
     assert_int_equal(stat_get(st, "frames.integrated"), 1);
     free(st);
@@ -526,9 +522,7 @@ static void test_ring_advertised(void **state)
     assert_int_equal(tsdf_client_attach_ring(c, NULL, (size_t)IMG_W * IMG_H * 4u, 2), TSDF_OK);
     integrate_ok(c, "advertised", &fs.frames[0], 0);
     integrate_ok(c, "advertised", &fs.frames[1], 1);
-    tsdf_rep_stats *st = malloc(sizeof *st);
-    assert_non_null(st);
-    wait_settled(c, NULL, 2, st);
+    tsdf_rep_stats *st = settled_stats(c, NULL, 2);
     assert_int_equal(stat_get(st, "rings.frames"), 2);
     assert_int_equal(stat_get(st, "rings.attached"), 1);
     free(st);

@@ -92,9 +92,7 @@ static void test_ring_fences(void **state)
     assert_int_equal(
         ring_request_seq(q, "r", &u16, ar.token, 0, 11, TSDF_MSG_INTEGRATE, msg, sizeof msg),
         TSDF_OK);
-    tsdf_rep_stats *st = malloc(sizeof *st);
-    assert_non_null(st);
-    wait_settled(c, "r", 0, st);
+    tsdf_rep_stats *st = settled_stats(c, "r", 0);
     /* Three frames through the ring; the three fenced ones never read it. */
     assert_int_equal(stat_get(st, "rings.frames"), 3);
     free(st);
@@ -196,9 +194,7 @@ static void test_ring_slot_comes_back(void **state)
     assert_int_equal(rc, TSDF_ETIMEOUT);
     /* The frame the client gave up on is still read from the ring (no
      * fence yet) and integrated. */
-    tsdf_rep_stats *st = malloc(sizeof *st);
-    assert_non_null(st);
-    wait_settled(plain, "m", 2, st);
+    tsdf_rep_stats *st = settled_stats(plain, "m", 2);
     assert_int_equal(stat_get(st, "rings.frames"), 2);
 
     /* The only slot is retired: this frame fences, and takes it. */
