@@ -452,17 +452,19 @@ static int collect_blocks(struct cuda_volume *v, const frame_args &a)
             return rc;
         if (v->h_counters[CUDA_CTR_SET_OVERFLOW] == 0)
             return TSDF_OK;
-        /* The set was too small for this frame: clear it whole, take one
-         * four times as large and start over (bounded by the 32-bit slot
-         * index; a frame cannot have more distinct blocks than that). */
-        if (v->set_cap >= (1u << 30))
+        /* The set was too small for this frame: take one four times as
+         * large (a new set starts empty) and start over, bounded by the
+         * 32-bit slot index. At the bound the frame fails; the set it
+         * filled is emptied first, or every later frame's probes would
+         * walk it whole and find its keys "already listed". */
+        if (v->set_cap >= (1u << 30)) {
+            CUDA_TRY(cudaMemsetAsync(v->d_set_keys, 0xff, (size_t)v->set_cap * sizeof(uint64_t),
+                                     v->stream));
             return TSDF_ECAPACITY;
-        uint32_t need = v->set_cap * 4;
-        rc = cuda_scratch_reserve(v, need);
+        }
+        rc = cuda_scratch_reserve(v, v->set_cap * 4);
         if (rc != TSDF_OK)
             return rc;
-        CUDA_TRY(
-            cudaMemsetAsync(v->d_set_keys, 0xff, (size_t)v->set_cap * sizeof(uint64_t), v->stream));
     }
 }
 
@@ -840,7 +842,10 @@ static __global__ void k_keys_to_set(const uint64_t *keys, uint32_t n, frame_lis
 int cuda_insert_keys(struct cuda_volume *v, const uint64_t *d_keys, uint32_t n, uint32_t *added)
 {
     *added = 0;
-    uint32_t need = v->set_cap;
+    /* A set at most half full, within the set's 2^30 slots. */
+    if (n > (1u << 29))
+        return TSDF_EINVAL;
+    uint32_t need = v->set_cap ? v->set_cap : 1u << 16;
     while (need / 2 < n)
         need *= 2;
     int rc = cuda_scratch_reserve(v, need);

@@ -256,8 +256,14 @@ int cuda_erase_keys(struct cuda_volume *v, const uint64_t *d_keys_in, uint32_t n
 
 int cuda_probe_stats(struct cuda_volume *v, tsdf_volume_stats *out)
 {
-    /* The scratch: 17 u64 (bins + sum) and one u32 max, from the set
-     * buffer, which is idle between operations. */
+    /* The scratch: 17 u64 (bins + sum) and one u32 max, from the set's
+     * slot list (at least 2^15 entries), which is idle between
+     * operations; a failed growth of the set may have freed it. */
+    if (v->set_cap == 0) {
+        int rc = cuda_scratch_reserve(v, 1u << 16);
+        if (rc != TSDF_OK)
+            return rc;
+    }
     unsigned long long *d_hist = (unsigned long long *)v->d_set_slot;
     uint32_t *d_max = (uint32_t *)(d_hist + TSDF_PROBE_HIST_BINS + 1);
     size_t bytes = (TSDF_PROBE_HIST_BINS + 1) * sizeof(unsigned long long) + sizeof(uint32_t);
