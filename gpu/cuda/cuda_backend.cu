@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "tsdf_sort.h"
 
 /* ---- errors --------------------------------------------------------------- */
 
@@ -696,12 +697,6 @@ extern "C" uint64_t tsdf_cuda_test_insert_errors(void *impl)
     return fail;
 }
 
-static int cmp_u64_hook(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 extern "C" int tsdf_cuda_test_erase_keys(void *impl, const uint64_t *keys, size_t n, size_t *erased)
 {
     struct cuda_volume *v = (struct cuda_volume *)impl;
@@ -711,7 +706,7 @@ extern "C" int tsdf_cuda_test_erase_keys(void *impl, const uint64_t *keys, size_
     if (u == NULL)
         return TSDF_ENOMEM;
     memcpy(u, keys, n * sizeof(uint64_t));
-    qsort(u, n, sizeof(uint64_t), cmp_u64_hook);
+    tsdf_sort_u64(u, n);
     for (size_t i = 0; i < n; i++)
         if (m == 0 || u[i] != u[m - 1])
             u[m++] = u[i];

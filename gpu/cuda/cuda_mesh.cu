@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "tsdf_sort.h"
 #include "tsdf_mc_tables.h"
 
 /* The voxel lookup of tsdf_mesh_vertex.h reads through this: the table
@@ -621,12 +622,6 @@ static int unpack(const struct cuda_volume *v, size_t off, size_t n, size_t elem
     return TSDF_OK;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, tsdf_mesh *out,
                      uint64_t **tri_keys_out, uint64_t **meshed_out, size_t *n_meshed,
                      struct mesh_scratch *s)
@@ -801,7 +796,7 @@ static int mesh_impl(struct cuda_volume *v, const uint64_t *keys, size_t nkeys, 
         *tri_keys_out = tri_keys;
     if (meshed_out != NULL) {
         if (nsel > 1)
-            qsort(meshed, nsel, sizeof(uint64_t), cmp_u64);
+            tsdf_sort_u64(meshed, nsel);
         *meshed_out = meshed;
         *n_meshed = nsel;
     }

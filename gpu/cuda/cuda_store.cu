@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "tsdf_sort.h"
 
 /* ---- sizes --------------------------------------------------------------- */
 
@@ -374,12 +375,6 @@ int cuda_upload_keys(struct cuda_volume *v, const uint64_t *keys, size_t n, uint
 
 /* ---- the store operations ----------------------------------------------------- */
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 int cuda_store_select(struct cuda_volume *v, const tsdf_block_select *q, uint64_t **keys, size_t *n)
 {
     uint32_t *d_ctr = v->d_counters + CUDA_CTR_AUX0;
@@ -427,7 +422,7 @@ int cuda_store_select(struct cuda_volume *v, const tsdf_block_select *q, uint64_
     }
     if (rc == TSDF_OK) {
         size_t count = v->h_counters[CUDA_CTR_AUX0];
-        qsort(h, count, sizeof(uint64_t), cmp_u64);
+        tsdf_sort_u64(h, count);
         if (count != 0) {
             *keys = h;
             *n = count;
