@@ -6,8 +6,9 @@
 #   2. build the whole project (DEPS_PREFIX: dependencies unpacked off /usr,
 #      e.g. /opt/deps from .device-deps/env.sh on the lent GPU machine),
 #   3. run `ctest -L gpu --output-on-failure`,
-#   4. run every GPU test program under compute-sanitizer --tool memcheck
-#      and --tool racecheck with --error-exitcode (7-Scenes cut to
+#   4. run every GPU test program under compute-sanitizer --tool memcheck,
+#      initcheck and racecheck (SANITIZER_TOOLS, a space-separated list,
+#      overrides) with --error-exitcode (7-Scenes cut to
 #      SANITIZER_7SCENES_FRAMES frames, default 10, to keep it short),
 #   5. print a summary; the exit status is non-zero if any step failed.
 # Logs go to $BUILD_DIR/gpu-test-logs/ (GPU_TEST_LOGS overrides). Set
@@ -182,7 +183,8 @@ if [ ! -x "$SAN" ]; then
     step "compute-sanitizer (not found)" FAIL
     finish
 fi
-for tool in memcheck racecheck; do
+read -r -a TOOLS <<<"${SANITIZER_TOOLS:-memcheck initcheck racecheck}"
+for tool in "${TOOLS[@]}"; do
     for t in "${TARGETS[@]}"; do
         log="$LOGS/$tool-$t.log"
         extra=()

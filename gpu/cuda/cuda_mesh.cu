@@ -563,8 +563,13 @@ static int select_blocks(struct cuda_volume *v, const uint64_t *keys, size_t n, 
 /* The mesh's output arrays, packed into one device buffer so that they
  * reach the host with one copy into pinned memory: pageable copies of
  * each array went through the driver's staging buffer at a fraction of
- * the bus's speed and took most of a mesh's wall time. Offsets are
- * 16-byte aligned. */
+ * the bus's speed and took most of a mesh's wall time. Packed without
+ * gaps, widest elements first (8-byte keys, then 4-byte floats and
+ * indices, the colour bytes last), so every array is aligned to its
+ * element and the copy reads only bytes the kernels wrote: 16-byte
+ * rounded offsets left up to 15 unwritten bytes after each array, which
+ * compute-sanitizer's initcheck reported as the copy's uninitialized
+ * reads. */
 struct mesh_pack {
     size_t pos, nrm, col, idx, tri_keys, meshed, total;
 };
@@ -572,7 +577,7 @@ struct mesh_pack {
 static size_t pack_add(size_t *at, size_t bytes)
 {
     size_t off = *at;
-    *at += (bytes + 15) & ~(size_t)15;
+    *at += bytes;
     return off;
 }
 
@@ -580,12 +585,12 @@ static void pack_layout(struct mesh_pack *k, size_t nverts, size_t ntris, size_t
                         int tri_keys, int meshed)
 {
     size_t at = 0;
-    k->pos = pack_add(&at, nverts * 3 * sizeof(float));
-    k->nrm = pack_add(&at, nverts * 3 * sizeof(float));
-    k->col = pack_add(&at, color ? nverts * 3 : 0);
-    k->idx = pack_add(&at, ntris * 3 * sizeof(uint32_t));
     k->tri_keys = pack_add(&at, tri_keys ? ntris * sizeof(uint64_t) : 0);
     k->meshed = pack_add(&at, meshed ? nsel * sizeof(uint64_t) : 0);
+    k->pos = pack_add(&at, nverts * 3 * sizeof(float));
+    k->nrm = pack_add(&at, nverts * 3 * sizeof(float));
+    k->idx = pack_add(&at, ntris * 3 * sizeof(uint32_t));
+    k->col = pack_add(&at, color ? nverts * 3 : 0);
     k->total = at;
 }
 
