@@ -1,27 +1,19 @@
 /*
  * cuda_raycast.cu - the raycast on the GPU, the same code as the CPU
- * reference (gpu/cpu/cpu_raycast.c) in four kernels:
+ * reference (gpu/cpu/cpu_raycast.c) in three kernels:
  *   range    one thread per pool slot projects its block and lowers /
  *            raises the depth bounds of the tiles it may cover
  *            (tsdf_raycast_range.h; atomicMin / atomicMax, so the result
  *            is the CPU's whatever the order);
- *   walk     per pixel, the march's steps that read at most one voxel
- *            (tsdf_ray_walk of tsdf_raycast_march.h: skips through empty
- *            blocks and unobserved voxels, far steps) over its tile's
- *            depth range, up to the first point that needs a cell sample;
- *            the march's state there goes to a per-pixel handover;
- *   cells    per pixel with a handover, the rest of the march
- *            (tsdf_ray_cells: cell samples, bracket, refinement, and the
- *            walks between them), the depth;
+ *   march    tsdf_ray_pixel_ranged of tsdf_raycast_march.h per pixel, the
+ *            depth only, over its tile's depth range, with blocks found
+ *            in the device hash table; each warp takes 8 x 4 pixels at a
+ *            time from a counter (see k_raycast);
  *   surface  the normal and colour of every hit (tsdf_ray_pixel_surface).
- * Blocks are found in the device hash table. Walk and cells warps take
- * 8 x 4 pixels at a time from a counter (see k_ray_walk).
  *
  * The backend is compiled with --fmad=false, so a GPU ray evaluates every
  * float expression as the CPU ray does and returns the same depth, normal
- * and colour; the CPU runs walk and cells back to back in one call
- * (tsdf_ray_march_span), with the state in registers where the GPU
- * stores it between kernels, bit for bit the same.
+ * and colour.
  *
  * What the kernels' shape comes from (H200, 7-Scenes at 1 cm, 640 x 480
  * depth + normals from frame 225's pose, kernel medians of 50):
@@ -41,15 +33,7 @@
  *     little. A march as a state machine whose lanes took the next pixel
  *     of their warp's tile when done needed 96 registers and was slower
  *     (0.80 to 2.13 ms against 0.65).
- *   - The whole march in one kernel (2026-12-03 to 12-04, 0.29 ms of
- *     0.36) ran at 37% occupancy, 64 registers, 9.4 cycles an issued
- *     instruction, while 14 of a ray's 18 steps (7-Scenes, counted on the
- *     CPU: 2.4 empty-block skips, 1.8 unobserved voxels, 9.6 far steps
- *     against 3.7 cell samples and 2 for the refinement) read one voxel
- *     each: so those run in a kernel of their own, with the registers of
- *     a small loop.
  */
-#include <algorithm>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -90,7 +74,7 @@ struct ray_args {
     uint32_t tiles_x;
 };
 
-/* The tile bounds, and the work counters of k_ray_walk and k_ray_cells. */
+/* The tile bounds, and k_raycast's work counter. */
 static __global__ void k_range_init(uint32_t *lo, uint32_t *hi, uint32_t n, uint32_t *next_tile)
 {
     uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
@@ -99,7 +83,7 @@ static __global__ void k_range_init(uint32_t *lo, uint32_t *hi, uint32_t n, uint
         hi[t] = 0;
     }
     if (t == 0)
-        next_tile[0] = next_tile[1] = 0;
+        *next_tile = 0;
 }
 
 /* One thread per pool slot: a block's corners bound the tiles it covers. */
@@ -121,127 +105,47 @@ static __global__ void k_range_blocks(tsdf_range_view rv, const uint64_t *block_
     }
 }
 
-/* The pixels a warp of k_ray_walk and k_ray_cells takes at a time: 8 x
- * 4, so that they share a tile of the depth range (TSDF_RANGE_TILE_PX)
- * and mostly their blocks. */
+/* The pixels a warp of k_raycast takes at a time: 8 x 4, so that they
+ * share a tile of the depth range (TSDF_RANGE_TILE_PX) and mostly their
+ * blocks. */
 #define RAY_WARP_W 8
 #define RAY_WARP_H 4
 
-/* What k_ray_walk hands k_ray_cells for a pixel: the march's state at its
- * first cell sample (tsdf_ray_state; prev_known is 0 there, so prev_z and
- * prev_s are unused), it_far = it * 2 + after_far (it < 2^31:
- * tsdf_ray_max_iterations). it_far 0: no handover (it >= 1 after a step),
- * the ray ended in its walk and its depth is written. One 16-byte store
- * and load. */
-struct __align__(16) ray_handover
-{
-    float z, far_z, far_s;
-    uint32_t it_far;
-};
-
-/* Takes the next 8 x 4 pixels of a warp from the counter: false when none
- * are left. (px, py) is the lane's pixel, maybe outside the image. */
-static __device__ __forceinline__ bool ray_next_pixel(uint32_t *next_tile, uint32_t width,
-                                                      uint32_t height, uint32_t *px, uint32_t *py)
-{
-    const uint32_t lane = threadIdx.x % 32;
-    const uint32_t tiles_x = (width + RAY_WARP_W - 1) / RAY_WARP_W;
-    const uint32_t tiles = tiles_x * ((height + RAY_WARP_H - 1) / RAY_WARP_H);
-    uint32_t t = 0;
-    if (lane == 0)
-        t = atomicAdd(next_tile, 1u);
-    t = __shfl_sync(0xffffffffu, t, 0);
-    *px = (t % tiles_x) * RAY_WARP_W + lane % RAY_WARP_W;
-    *py = (t / tiles_x) * RAY_WARP_H + lane / RAY_WARP_W;
-    return t < tiles;
-}
-
-/* The walk's CTAs of 128 threads resident on an SM, what its register
- * budget follows from: 12 is the 40 registers it takes unbounded. */
-#ifndef TSDF_RAY_WALK_CTAS_PER_SM
-#define TSDF_RAY_WALK_CTAS_PER_SM 12
-#endif
-
-/* The march's walk (tsdf_ray_walk) of every pixel. Rays differ in length
- * by an order of magnitude (a tile of sky against a tile of clutter), and
- * with a fixed thread per pixel the SMs idled for 43% of the march's time
- * waiting for the CTAs of the longest tiles (Nsight Compute, H200,
- * 7-Scenes: 383 k active of 672 k elapsed cycles). So a grid that just
- * fills the GPU runs, and each warp takes the next 8 x 4 pixels from a
- * counter until none are left; k_ray_cells the same. The layout is a
- * template argument: set here, in a local copy of the volume view, it
- * folds the shared code's switch on it. */
-template <int LAYOUT>
-static __global__ void __launch_bounds__(128, TSDF_RAY_WALK_CTAS_PER_SM)
-    k_ray_walk(ray_args a, float *depth, ray_handover *hand, uint32_t *next_tile)
-{
-    tsdf_ray_volume vol = a.vol;
-    vol.layout = (tsdf_layout)LAYOUT;
-    uint32_t px, py;
-    while (ray_next_pixel(next_tile, a.width, a.height, &px, &py)) {
-        if (px >= a.width || py >= a.height)
-            continue;
-        const size_t i = (size_t)py * a.width + px;
-        float o[3], d[3], z_from, z_stop;
-        tsdf_ray_ranged_span(&vol, a.T_world_cam, &a.K, px, py, a.z_min, a.z_max, a.range_lo,
-                             a.range_hi, a.tiles_x, o, d, &z_from, &z_stop);
-        tsdf_ray_setup k;
-        tsdf_ray_state st;
-        tsdf_ray_cache c;
-        tsdf_ray_setup_init(&vol, o, d, a.z_min, a.z_max, z_stop, &k);
-        tsdf_ray_state_init(&st, z_from);
-        tsdf_ray_cache_init(&c);
-        ray_handover h = {0.0f, 0.0f, 0.0f, 0u};
-        if (tsdf_ray_walk(&vol, &c, &k, &st)) {
-            h.z = st.z;
-            h.far_z = st.far_z;
-            h.far_s = st.far_s;
-            h.it_far = st.it * 2u + (uint32_t)st.after_far;
-        } else {
-            depth[i] = NAN;
-        }
-        hand[i] = h;
-    }
-}
-
-/* The rest of the march (tsdf_ray_cells) of every pixel k_ray_walk handed
- * over, its depth. The state machine's registers: at most 64 (8 CTAs of
- * 128 per SM): 80 measured the same for the whole march (0.402 against
- * 0.403 ms). */
+/* The march, depth only (its hits' normals and colours come from
+ * k_ray_surface). Rays differ in length by an order of magnitude (a tile
+ * of sky against a tile of clutter), and with a fixed thread per pixel the
+ * SMs idled for 43% of the kernel's time waiting for the CTAs of the
+ * longest tiles (Nsight Compute, H200, 7-Scenes: 383 k active of 672 k
+ * elapsed cycles). So a grid that just fills the GPU runs, and each warp
+ * takes the next 8 x 4 pixels from a counter until none are left. The
+ * layout is a template argument: set here, in a local copy of the volume
+ * view, it folds the shared code's switch on it. At most 64 registers (8
+ * CTAs of 128 per SM): 80 measured the same (0.402 against 0.403 ms). */
 template <int LAYOUT>
 static __global__ void __launch_bounds__(128, 8)
-    k_ray_cells(ray_args a, float *depth, const ray_handover *hand, uint32_t *next_tile)
+    k_raycast(ray_args a, float *depth, uint32_t *next_tile)
 {
+    const uint32_t lane = threadIdx.x % 32;
+    const uint32_t tiles_x = (a.width + RAY_WARP_W - 1) / RAY_WARP_W;
+    const uint32_t tiles = tiles_x * ((a.height + RAY_WARP_H - 1) / RAY_WARP_H);
     tsdf_ray_volume vol = a.vol;
     vol.layout = (tsdf_layout)LAYOUT;
-    uint32_t px, py;
-    while (ray_next_pixel(next_tile, a.width, a.height, &px, &py)) {
-        if (px >= a.width || py >= a.height)
-            continue;
-        const size_t i = (size_t)py * a.width + px;
-        const ray_handover h = hand[i];
-        if (h.it_far == 0)
-            continue;
-        float o[3], d[3], near, far;
-        tsdf_pixel_ray_world(a.T_world_cam, &a.K, (float)px, (float)py, o, d);
-        /* The walk's z_stop (a pixel with a handover has a range). */
-        if (!tsdf_range_of_pixel(a.range_lo, a.range_hi, a.tiles_x, px, py, vol.voxel_size_m,
-                                 a.z_min, a.z_max, &near, &far))
-            far = -INFINITY;
-        tsdf_ray_setup k;
-        tsdf_ray_state st;
-        tsdf_ray_cache c;
-        tsdf_ray_setup_init(&vol, o, d, a.z_min, a.z_max, far, &k);
-        tsdf_ray_state_init(&st, h.z);
-        st.far_z = h.far_z;
-        st.far_s = h.far_s;
-        st.it = h.it_far / 2u;
-        st.after_far = (int)(h.it_far & 1u);
-        tsdf_ray_cache_init(&c);
-        float z;
-        if (!tsdf_ray_cells(&vol, &c, &k, &st, &z))
-            z = NAN;
-        depth[i] = z;
+    for (;;) {
+        uint32_t t = 0;
+        if (lane == 0)
+            t = atomicAdd(next_tile, 1u);
+        t = __shfl_sync(0xffffffffu, t, 0);
+        if (t >= tiles)
+            return;
+        const uint32_t px = (t % tiles_x) * RAY_WARP_W + lane % RAY_WARP_W;
+        const uint32_t py = (t / tiles_x) * RAY_WARP_H + lane / RAY_WARP_W;
+        if (px < a.width && py < a.height) {
+            tsdf_ray_cache c;
+            tsdf_ray_cache_init(&c);
+            tsdf_ray_pixel_ranged(&vol, &c, a.T_world_cam, &a.K, px, py, a.z_min, a.z_max,
+                                  a.range_lo, a.range_hi, a.tiles_x, (size_t)py * a.width + px,
+                                  depth, NULL, NULL);
+        }
     }
 }
 
@@ -271,12 +175,11 @@ int cuda_raycast(struct cuda_volume *v, const tsdf_raycast_params *p, tsdf_rayca
     tsdf_range_view rv;
     tsdf_range_view_init(&rv, p->T_world_cam, &p->K, p->width, p->height, v->p.voxel_size_m);
     const size_t ntiles = (size_t)rv.tiles_x * rv.tiles_y;
-    /* The walk's handovers first (16-byte aligned at the buffer's start),
-     * then the tile bounds and the two work counters, then the outputs. */
-    const size_t hand_bytes = npix * sizeof(ray_handover);
-    const size_t range_bytes = (2 * ntiles + 2) * sizeof(uint32_t);
+    /* The tile bounds and k_raycast's work counter, 4-byte aligned at the
+     * start, then the outputs. */
+    const size_t range_bytes = (2 * ntiles + 1) * sizeof(uint32_t);
     const size_t bytes =
-        hand_bytes + range_bytes +
+        range_bytes +
         npix * (sizeof(float) + (out->normals ? 3 * sizeof(float) : 0) + (out->rgb ? 3 : 0));
     /* One device buffer for the outputs, kept between calls. */
     if (bytes > v->ray_cap) {
@@ -291,10 +194,9 @@ int cuda_raycast(struct cuda_volume *v, const tsdf_raycast_params *p, tsdf_rayca
             return rc;
         v->ray_cap = bytes;
     }
-    ray_handover *d_hand = (ray_handover *)v->d_ray;
-    uint32_t *d_lo = (uint32_t *)((uint8_t *)v->d_ray + hand_bytes), *d_hi = d_lo + ntiles;
+    uint32_t *d_lo = (uint32_t *)v->d_ray, *d_hi = d_lo + ntiles;
     uint32_t *d_next = d_hi + ntiles;
-    float *d_depth = (float *)(d_next + 2);
+    float *d_depth = (float *)(d_next + 1);
     float *d_normals = out->normals ? d_depth + npix : NULL;
     uint8_t *d_rgb = (uint8_t *)(d_depth + npix + (out->normals ? 3 * npix : 0));
 
@@ -328,32 +230,17 @@ int cuda_raycast(struct cuda_volume *v, const tsdf_raycast_params *p, tsdf_rayca
                                                                        d_lo, d_hi);
         CUDA_TRY_LAUNCH();
     }
-    /* As many CTAs of each kernel as are resident on the GPU at once, or
-     * as there are 8 x 4 tiles for their warps. */
+    /* As many warps as fit on the GPU at once (8 CTAs of 128 threads an
+     * SM), or as there are 8 x 4 tiles. */
     const size_t warp_tiles = (size_t)((p->width + RAY_WARP_W - 1) / RAY_WARP_W) *
                               ((p->height + RAY_WARP_H - 1) / RAY_WARP_H);
-    const bool s16 = v->p.layout == TSDF_LAYOUT_S16;
-    int walk_per_sm = 0, cells_per_sm = 0;
-    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &walk_per_sm, s16 ? k_ray_walk<TSDF_LAYOUT_S16> : k_ray_walk<TSDF_LAYOUT_F32>, 128, 0));
-    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &cells_per_sm, s16 ? k_ray_cells<TSDF_LAYOUT_S16> : k_ray_cells<TSDF_LAYOUT_F32>, 128, 0));
-    const size_t ctas_needed = (warp_tiles + 3) / 4;
-    const unsigned walk_ctas =
-        (unsigned)std::min(ctas_needed, (size_t)v->sm_count * (size_t)std::max(walk_per_sm, 1));
-    const unsigned cells_ctas =
-        (unsigned)std::min(ctas_needed, (size_t)v->sm_count * (size_t)std::max(cells_per_sm, 1));
-    if (s16) {
-        k_ray_walk<TSDF_LAYOUT_S16><<<walk_ctas, 128, 0, v->stream>>>(a, d_depth, d_hand, d_next);
-        CUDA_TRY_LAUNCH();
-        k_ray_cells<TSDF_LAYOUT_S16>
-            <<<cells_ctas, 128, 0, v->stream>>>(a, d_depth, d_hand, d_next + 1);
-    } else {
-        k_ray_walk<TSDF_LAYOUT_F32><<<walk_ctas, 128, 0, v->stream>>>(a, d_depth, d_hand, d_next);
-        CUDA_TRY_LAUNCH();
-        k_ray_cells<TSDF_LAYOUT_F32>
-            <<<cells_ctas, 128, 0, v->stream>>>(a, d_depth, d_hand, d_next + 1);
-    }
+    size_t march_ctas = (warp_tiles + 3) / 4;
+    if (march_ctas > (size_t)v->sm_count * 8)
+        march_ctas = (size_t)v->sm_count * 8;
+    if (v->p.layout == TSDF_LAYOUT_S16)
+        k_raycast<TSDF_LAYOUT_S16><<<(unsigned)march_ctas, 128, 0, v->stream>>>(a, d_depth, d_next);
+    else
+        k_raycast<TSDF_LAYOUT_F32><<<(unsigned)march_ctas, 128, 0, v->stream>>>(a, d_depth, d_next);
     CUDA_TRY_LAUNCH();
 #define LAUNCH(N, C)                                                                               \
     do {                                                                                           \

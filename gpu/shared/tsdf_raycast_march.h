@@ -146,9 +146,7 @@ TSDF_LOOKUP_INLINE float tsdf_ray_end_z(float z_max, float dir_len, float voxel_
  * few for the refinement. A correct march never reaches the bound; it
  * stops a march whose float steps stall (the pixel then reports no
  * surface), and it is what makes the work of a ray, and of a raycast,
- * bounded. The count is below 2^23 (capped below 2^31 whatever the
- * inputs, so that it packs with a flag in 32 bits: cuda_raycast.cu); a NaN
- * or non-positive bound allows no
+ * bounded. The count is below 2^23; a NaN or non-positive bound allows no
  * iteration. */
 TSDF_LOOKUP_INLINE uint32_t tsdf_ray_max_iterations(float z_min, float z_end, float dir_len,
                                                     float voxel_m)
@@ -156,7 +154,7 @@ TSDF_LOOKUP_INLINE uint32_t tsdf_ray_max_iterations(float z_min, float z_end, fl
     const float ray_m = (z_end - z_min) * dir_len;
     const float block_m = (float)TSDF_BLOCK_DIM * voxel_m;
     const float n = 2.0f * (2.0f * ray_m / voxel_m + 3.0f * ray_m / block_m + 3.0f) + 64.0f;
-    return n > 0.0f ? (n < 2.0e9f ? (uint32_t)n : 2000000000u) : 0u;
+    return n > 0.0f ? (n < 4.0e9f ? (uint32_t)n : 4000000000u) : 0u;
 }
 
 /* Far from the surface the march reads one voxel, not a cell of eight:
@@ -168,231 +166,6 @@ TSDF_LOOKUP_INLINE uint32_t tsdf_ray_max_iterations(float z_min, float z_end, fl
  * least half a voxel, as the march always did. */
 #define TSDF_RAY_FAR_VOX 2.0f
 #define TSDF_RAY_FAR_MARGIN_VOX 0.875f
-
-/* One ray's constants, set up once (tsdf_ray_setup_init): the march and
- * the parts it is made of (tsdf_ray_walk, tsdf_ray_cells) take them. */
-typedef struct {
-    tsdf_ray_vox r;
-    float min_step_z; /* half a voxel along the ray, in camera depth */
-    float eps_z;      /* a hundredth of a voxel, the margin past an exit */
-    float inv_len;    /* 1 / the ray's length per unit of camera depth */
-    float far_m, margin_m;
-    float z_end, z_stop;
-    uint32_t max_it;
-} tsdf_ray_setup;
-
-TSDF_LOOKUP_INLINE void tsdf_ray_setup_init(const tsdf_ray_volume *vol, const float o[3],
-                                            const float d[3], float z_min, float z_max,
-                                            float z_stop, tsdf_ray_setup *k)
-{
-    const float s = vol->voxel_size_m;
-    const float dir_len = sqrtf(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
-    /* Distances along the ray are dir_len per unit of camera depth. */
-    k->min_step_z = 0.5f * s / dir_len;
-    k->eps_z = 0.01f * s / dir_len;
-    /* Steps multiply by it: no division in the loop. */
-    k->inv_len = 1.0f / dir_len;
-    k->far_m = TSDF_RAY_FAR_VOX * s;
-    k->margin_m = TSDF_RAY_FAR_MARGIN_VOX * s;
-    k->z_end = tsdf_ray_end_z(z_max, dir_len, s);
-    k->z_stop = z_stop;
-    /* An integer counter: it costs fewer GPU registers than a double. */
-    k->max_it = tsdf_ray_max_iterations(z_min, k->z_end, dir_len, s);
-    tsdf_ray_vox_init(vol, o, d, &k->r);
-}
-
-/* Where a march is between two turns: the depth z it is at, the steps
- * taken (it), the last cell sample (prev_s at prev_z, when prev_known)
- * and the last far step (far_s at far_z; after_far while no other step
- * followed one out of free space). */
-typedef struct {
-    float z, prev_z, prev_s, far_z, far_s;
-    uint32_t it;
-    int prev_known, after_far;
-} tsdf_ray_state;
-
-TSDF_LOOKUP_INLINE void tsdf_ray_state_init(tsdf_ray_state *st, float z_from)
-{
-    st->z = z_from;
-    st->prev_z = st->prev_s = st->far_z = st->far_s = 0.0f;
-    st->it = 0;
-    st->prev_known = st->after_far = 0;
-}
-
-/* The march's steps that read at most one voxel, from st->z on: skips
- * through unallocated blocks and unobserved voxels and far steps (see
- * tsdf_ray_march_span). Returns 1 at the first point that needs a cell
- * sample (st->z; the turn that found it counted), 0 when the ray ends
- * before one (no surface). These are most of a ray's steps (on 7-Scenes
- * at 1 cm about 14 of 18); the CUDA backend runs them as a kernel of
- * their own, small enough for twice the resident warps of the whole
- * march (cuda_raycast.cu). */
-TSDF_LOOKUP_FN int tsdf_ray_walk(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                 const tsdf_ray_setup *k, tsdf_ray_state *st)
-{
-    float z = st->z, far_z = st->far_z, far_s = st->far_s;
-    uint32_t it = st->it;
-    int prev_known = st->prev_known, after_far = st->after_far;
-    int need_cell = 0;
-    while (z <= k->z_end && it < k->max_it) {
-        float pv[3];
-        int32_t vx[3];
-        it++;
-        if (z > k->z_stop)
-            break;
-        tsdf_ray_vox_point(&k->r, z, pv);
-        if (!tsdf_ray_vox_cell(pv, vx))
-            break;
-        const int32_t b[3] = {tsdf_floor_div8(vx[0]), tsdf_floor_div8(vx[1]),
-                              tsdf_floor_div8(vx[2])};
-        const int32_t blk = tsdf_ray_block(vol, c, b[0], b[1], b[2]);
-        if (blk < 0) {
-            const int32_t lo[3] = {b[0] * TSDF_BLOCK_DIM, b[1] * TSDF_BLOCK_DIM,
-                                   b[2] * TSDF_BLOCK_DIM};
-            float z_next = tsdf_ray_cube_exit_z(&k->r, lo, TSDF_BLOCK_DIM) + k->eps_z;
-            prev_known = after_far = 0;
-            z = z_next > z + k->eps_z ? z_next : z + k->eps_z;
-            continue;
-        }
-        /* The voxel that holds the point, read alone. */
-        const tsdf_vox v =
-            tsdf_vox_load_ro(vol->layout, vol->geom,
-                             (size_t)blk * TSDF_BLOCK_VOXELS +
-                                 (size_t)tsdf_voxel_index(vx[0] & 7, vx[1] & 7, vx[2] & 7),
-                             vol->quant);
-        if (!tsdf_vox_known(v)) {
-            /* Every cell around a point of this voxel has it as a corner:
-             * none is known until the ray leaves it. */
-            float z_next = tsdf_ray_cube_exit_z(&k->r, vx, 1) + k->eps_z;
-            prev_known = after_far = 0;
-            z = z_next > z + k->min_step_z ? z_next : z + k->min_step_z;
-            continue;
-        }
-        /* A far step; but not behind a surface (sdf < 0) where the point
-         * before was in front of one (a far step out of free space, or a
-         * positive sample): a crossing lies between, to be bracketed. */
-        if (fabsf(v.sdf_m) >= k->far_m &&
-            (v.sdf_m > 0.0f || !(after_far || (prev_known && st->prev_s > 0.0f)))) {
-            float step = 0.75f * (fabsf(v.sdf_m) - k->margin_m) * k->inv_len;
-            prev_known = 0;
-            /* Only a step out of free space can pass over a + to -
-             * crossing. */
-            after_far = v.sdf_m > 0.0f;
-            far_z = z;
-            far_s = v.sdf_m;
-            z += step > k->min_step_z ? step : k->min_step_z;
-            continue;
-        }
-        need_cell = 1;
-        break;
-    }
-    st->z = z;
-    st->far_z = far_z;
-    st->far_s = far_s;
-    st->it = it;
-    st->prev_known = prev_known;
-    st->after_far = after_far;
-    return need_cell;
-}
-
-/* The rest of a march whose walk (tsdf_ray_walk) stopped at st->z for a
- * cell sample: the cell samples, the bracket and the refinement of a
- * crossing, and walks between them. Returns what tsdf_ray_march_span
- * returns. */
-TSDF_LOOKUP_FN int tsdf_ray_cells(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
-                                  const tsdf_ray_setup *k, tsdf_ray_state *st, float *z_hit)
-{
-    /* What the cell sample of a turn of the loop is for. */
-    enum { STEP, AT_Z, BRACKET, REFINE, HIT };
-    /* The pending cell sample's depth, and the crossing's first estimate
-     * and the sample at z while a bracket or refinement is under way. */
-    float q_z = st->z, zc = 0.0f, sdf = 0.0f;
-    int phase = AT_Z;
-
-    /* One turn is a walk to the next cell sample, or one cell sample (at
-     * z, or for a bracket or the refinement): so the gather is inlined at
-     * one place, and a lane whose ray refines does not make its warp run
-     * the march twice over. Only steps count against max_it (the walk's
-     * loop checks it); at most three samples follow one. */
-    for (;;) {
-        float pv[3];
-        if (phase == STEP) {
-            if (!tsdf_ray_walk(vol, c, k, st))
-                return 0;
-            phase = AT_Z;
-            q_z = st->z;
-        } else if (phase != AT_Z && !(st->z <= k->z_end && st->it < k->max_it)) {
-            return 0;
-        }
-        tsdf_ray_vox_point(&k->r, q_z, pv);
-        const tsdf_ray_sample cs = tsdf_ray_cell_sample(vol, c, pv);
-        if (phase == AT_Z) {
-            if (!cs.ok) {
-                /* The point's voxel is known, a corner of its cell is not. */
-                st->prev_known = st->after_far = 0;
-                st->z += k->min_step_z;
-                phase = STEP;
-                continue;
-            }
-            sdf = cs.sdf;
-            if (sdf <= 0.0f && st->after_far) {
-                /* The bracket's near end: the far step's start, sampled as
-                 * a cell where it can be (else its one voxel's sdf,
-                 * positive). */
-                phase = BRACKET;
-                q_z = st->far_z;
-                continue;
-            }
-        } else if (phase == BRACKET) {
-            st->prev_known = 1;
-            st->prev_z = st->far_z;
-            st->prev_s = cs.ok && cs.sdf > 0.0f ? cs.sdf : st->far_s;
-        } else if (phase == REFINE) {
-            if (!cs.ok) {
-                /* Both samples are known but the segment between them
-                 * passes a cell with an unobserved corner (at the rim of
-                 * what was seen): no crossing through unknown space;
-                 * march on. */
-                st->prev_known = 0;
-                st->z += k->min_step_z;
-                phase = STEP;
-                continue;
-            }
-            /* One secant refinement on the side that still brackets the
-             * root: the sdf is only piecewise linear along the ray. The
-             * hit must lie in a known cell (its normal and colour come
-             * from there): its sample decides. */
-            q_z = zc;
-            if (cs.sdf > 0.0f)
-                q_z = tsdf_zero_crossing(zc, cs.sdf, st->z, sdf);
-            else if (cs.sdf < 0.0f)
-                q_z = tsdf_zero_crossing(st->prev_z, st->prev_s, zc, cs.sdf);
-            phase = HIT;
-            continue;
-        } else {
-            /* HIT: keep the first estimate where the second's cell is not
-             * known. */
-            *z_hit = cs.ok ? q_z : zc;
-            return 1;
-        }
-        /* A cell sample at z (after its bracket, if it needed one). */
-        st->after_far = 0;
-        if (st->prev_known && st->prev_s > 0.0f && sdf <= 0.0f) {
-            zc = tsdf_zero_crossing(st->prev_z, st->prev_s, st->z, sdf);
-            q_z = zc;
-            phase = REFINE;
-            continue;
-        }
-        st->prev_known = 1;
-        st->prev_z = st->z;
-        st->prev_s = sdf;
-        {
-            float step = sdf > 0.0f ? 0.75f * sdf * k->inv_len : 0.0f;
-            st->z += step > k->min_step_z ? step : k->min_step_z;
-        }
-        phase = STEP;
-    }
-}
 
 /* tsdf_ray_march resumed at camera depth z_from, in empty space (no
  * sample before it counts), and given up past z_stop. A caller that knows
@@ -424,13 +197,157 @@ TSDF_LOOKUP_FN int tsdf_ray_march_span(const tsdf_ray_volume *vol, tsdf_ray_cach
                                        const float o[3], const float d[3], float z_min, float z_max,
                                        float z_from, float z_stop, float *z_hit)
 {
-    tsdf_ray_setup k;
-    tsdf_ray_state st;
-    tsdf_ray_setup_init(vol, o, d, z_min, z_max, z_stop, &k);
-    tsdf_ray_state_init(&st, z_from);
-    if (!tsdf_ray_walk(vol, c, &k, &st))
-        return 0;
-    return tsdf_ray_cells(vol, c, &k, &st, z_hit);
+    /* What the cell sample of a turn of the loop is for. */
+    enum { STEP, AT_Z, BRACKET, REFINE, HIT };
+    const float s = vol->voxel_size_m;
+    const float dir_len = sqrtf(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
+    /* Distances along the ray are dir_len per unit of camera depth. */
+    const float min_step_z = 0.5f * s / dir_len;
+    const float eps_z = 0.01f * s / dir_len;
+    /* Steps multiply by it: no division in the loop. */
+    const float inv_len = 1.0f / dir_len;
+    const float far_m = TSDF_RAY_FAR_VOX * s;
+    const float margin_m = TSDF_RAY_FAR_MARGIN_VOX * s;
+    const float z_end = tsdf_ray_end_z(z_max, dir_len, s);
+    /* An integer counter: it costs fewer GPU registers than a double. */
+    const uint32_t max_it = tsdf_ray_max_iterations(z_min, z_end, dir_len, s);
+    float z = z_from, prev_z = 0.0f, prev_s = 0.0f, far_z = 0.0f, far_s = 0.0f;
+    /* The pending cell sample's depth, and the crossing's first estimate
+     * and the sample at z while a bracket or refinement is under way. */
+    float q_z = 0.0f, zc = 0.0f, sdf = 0.0f;
+    int prev_known = 0, after_far = 0, phase = STEP;
+    uint32_t it = 0;
+    tsdf_ray_vox r;
+    tsdf_ray_vox_init(vol, o, d, &r);
+
+    /* One turn is a step, or one cell sample (at z, or for a bracket or
+     * the refinement): so the gather is inlined at one place, and a lane
+     * whose ray refines does not make its warp run the march twice over.
+     * Only steps count against max_it; at most three samples follow one. */
+    while (z <= z_end && it < max_it) {
+        float pv[3];
+        if (phase == STEP) {
+            int32_t vx[3];
+            it++;
+            if (z > z_stop)
+                return 0;
+            tsdf_ray_vox_point(&r, z, pv);
+            if (!tsdf_ray_vox_cell(pv, vx))
+                return 0;
+            const int32_t b[3] = {tsdf_floor_div8(vx[0]), tsdf_floor_div8(vx[1]),
+                                  tsdf_floor_div8(vx[2])};
+            const int32_t blk = tsdf_ray_block(vol, c, b[0], b[1], b[2]);
+            if (blk < 0) {
+                const int32_t lo[3] = {b[0] * TSDF_BLOCK_DIM, b[1] * TSDF_BLOCK_DIM,
+                                       b[2] * TSDF_BLOCK_DIM};
+                float z_next = tsdf_ray_cube_exit_z(&r, lo, TSDF_BLOCK_DIM) + eps_z;
+                prev_known = after_far = 0;
+                z = z_next > z + eps_z ? z_next : z + eps_z;
+                continue;
+            }
+            /* The voxel that holds the point, read alone. */
+            const tsdf_vox v =
+                tsdf_vox_load_ro(vol->layout, vol->geom,
+                                 (size_t)blk * TSDF_BLOCK_VOXELS +
+                                     (size_t)tsdf_voxel_index(vx[0] & 7, vx[1] & 7, vx[2] & 7),
+                                 vol->quant);
+            if (!tsdf_vox_known(v)) {
+                /* Every cell around a point of this voxel has it as a
+                 * corner: none is known until the ray leaves it. */
+                float z_next = tsdf_ray_cube_exit_z(&r, vx, 1) + eps_z;
+                prev_known = after_far = 0;
+                z = z_next > z + min_step_z ? z_next : z + min_step_z;
+                continue;
+            }
+            /* A far step; but not behind a surface (sdf < 0) where the
+             * point before was in front of one (a far step out of free
+             * space, or a positive sample): a crossing lies between, to
+             * be bracketed. */
+            if (fabsf(v.sdf_m) >= far_m &&
+                (v.sdf_m > 0.0f || !(after_far || (prev_known && prev_s > 0.0f)))) {
+                float step = 0.75f * (fabsf(v.sdf_m) - margin_m) * inv_len;
+                prev_known = 0;
+                /* Only a step out of free space can pass over a + to -
+                 * crossing. */
+                after_far = v.sdf_m > 0.0f;
+                far_z = z;
+                far_s = v.sdf_m;
+                z += step > min_step_z ? step : min_step_z;
+                continue;
+            }
+            phase = AT_Z;
+            q_z = z;
+        } else {
+            tsdf_ray_vox_point(&r, q_z, pv);
+        }
+        const tsdf_ray_sample cs = tsdf_ray_cell_sample(vol, c, pv);
+        if (phase == AT_Z) {
+            if (!cs.ok) {
+                /* The point's voxel is known, a corner of its cell is not. */
+                prev_known = after_far = 0;
+                z += min_step_z;
+                phase = STEP;
+                continue;
+            }
+            sdf = cs.sdf;
+            if (sdf <= 0.0f && after_far) {
+                /* The bracket's near end: the far step's start, sampled as
+                 * a cell where it can be (else its one voxel's sdf,
+                 * positive). */
+                phase = BRACKET;
+                q_z = far_z;
+                continue;
+            }
+        } else if (phase == BRACKET) {
+            prev_known = 1;
+            prev_z = far_z;
+            prev_s = cs.ok && cs.sdf > 0.0f ? cs.sdf : far_s;
+        } else if (phase == REFINE) {
+            if (!cs.ok) {
+                /* Both samples are known but the segment between them
+                 * passes a cell with an unobserved corner (at the rim of
+                 * what was seen): no crossing through unknown space;
+                 * march on. */
+                prev_known = 0;
+                z += min_step_z;
+                phase = STEP;
+                continue;
+            }
+            /* One secant refinement on the side that still brackets the
+             * root: the sdf is only piecewise linear along the ray. The
+             * hit must lie in a known cell (its normal and colour come
+             * from there): its sample decides. */
+            q_z = zc;
+            if (cs.sdf > 0.0f)
+                q_z = tsdf_zero_crossing(zc, cs.sdf, z, sdf);
+            else if (cs.sdf < 0.0f)
+                q_z = tsdf_zero_crossing(prev_z, prev_s, zc, cs.sdf);
+            phase = HIT;
+            continue;
+        } else {
+            /* HIT: keep the first estimate where the second's cell is not
+             * known. */
+            *z_hit = cs.ok ? q_z : zc;
+            return 1;
+        }
+        /* A cell sample at z (after its bracket, if it needed one). */
+        after_far = 0;
+        if (prev_known && prev_s > 0.0f && sdf <= 0.0f) {
+            zc = tsdf_zero_crossing(prev_z, prev_s, z, sdf);
+            q_z = zc;
+            phase = REFINE;
+            continue;
+        }
+        prev_known = 1;
+        prev_z = z;
+        prev_s = sdf;
+        {
+            float step = sdf > 0.0f ? 0.75f * sdf * inv_len : 0.0f;
+            z += step > min_step_z ? step : min_step_z;
+        }
+        phase = STEP;
+    }
+    return 0;
 }
 
 /* One ray from o along d (d scaled so that z is the camera depth). Returns
@@ -562,34 +479,13 @@ TSDF_LOOKUP_FN float tsdf_ray_resume_z(const tsdf_ray_volume *vol, const float o
     return z_min;
 }
 
-/* The ray of pixel (px, py) of the fast raycast (o, d) and the span its
- * march takes: the reference march's answer (tsdf_ray_pixel), bit for
- * bit, marched only over the depths where its tile's blocks can be
- * (lo_bits / hi_bits, the tile bounds of tsdf_raycast_range.h, tiles_x per
- * row): resumed before the first block (tsdf_ray_resume_z) and given up
- * past the last (z_stop), where the reference would only skip empty
- * blocks to its end. A tile no block covers marches nothing (z_from
- * INFINITY, z_stop -INFINITY: no surface). */
-TSDF_LOOKUP_INLINE void tsdf_ray_ranged_span(const tsdf_ray_volume *vol, const float *T_world_cam,
-                                             const tsdf_intrinsics *K, uint32_t px, uint32_t py,
-                                             float z_min, float z_max, const uint32_t *lo_bits,
-                                             const uint32_t *hi_bits, uint32_t tiles_x, float o[3],
-                                             float d[3], float *z_from, float *z_stop)
-{
-    float near, far;
-    *z_from = INFINITY;
-    *z_stop = -INFINITY;
-    tsdf_pixel_ray_world(T_world_cam, K, (float)px, (float)py, o, d);
-    if (tsdf_range_of_pixel(lo_bits, hi_bits, tiles_x, px, py, vol->voxel_size_m, z_min, z_max,
-                            &near, &far)) {
-        *z_from = near > z_min ? tsdf_ray_resume_z(vol, o, d, z_min, near) : z_min;
-        *z_stop = far;
-    }
-}
-
-/* One pixel of the fast raycast, the march over tsdf_ray_ranged_span,
- * for the CPU (the CUDA kernels run its two parts, tsdf_ray_walk and
- * tsdf_ray_cells, as kernels of their own: the same answer). */
+/* One pixel of the fast raycast, for the CPU and the CUDA kernel alike: the
+ * reference march's answer (tsdf_ray_pixel), bit for bit, marched only
+ * over the depths where its tile's blocks can be (lo_bits / hi_bits, the
+ * tile bounds of tsdf_raycast_range.h, tiles_x per row): resumed before
+ * the first block (tsdf_ray_resume_z) and given up past the last, where
+ * the reference would only skip empty blocks to its end. A tile no block
+ * covers marches nothing. */
 TSDF_LOOKUP_INLINE void tsdf_ray_pixel_ranged(const tsdf_ray_volume *vol, tsdf_ray_cache *c,
                                               const float *T_world_cam, const tsdf_intrinsics *K,
                                               uint32_t px, uint32_t py, float z_min, float z_max,
@@ -597,9 +493,15 @@ TSDF_LOOKUP_INLINE void tsdf_ray_pixel_ranged(const tsdf_ray_volume *vol, tsdf_r
                                               uint32_t tiles_x, size_t i, float *depth,
                                               float *normals, uint8_t *rgb)
 {
-    float o[3], d[3], z_from, z_stop;
-    tsdf_ray_ranged_span(vol, T_world_cam, K, px, py, z_min, z_max, lo_bits, hi_bits, tiles_x, o, d,
-                         &z_from, &z_stop);
+    float o[3], d[3], near, far;
+    /* Nothing to march (z_from past z_stop): no surface. */
+    float z_from = INFINITY, z_stop = -INFINITY;
+    tsdf_pixel_ray_world(T_world_cam, K, (float)px, (float)py, o, d);
+    if (tsdf_range_of_pixel(lo_bits, hi_bits, tiles_x, px, py, vol->voxel_size_m, z_min, z_max,
+                            &near, &far)) {
+        z_from = near > z_min ? tsdf_ray_resume_z(vol, o, d, z_min, near) : z_min;
+        z_stop = far;
+    }
     tsdf_ray_pixel_od(vol, c, o, d, z_min, z_max, z_from, z_stop, i, depth, normals, rgb);
 }
 
