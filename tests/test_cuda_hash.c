@@ -383,6 +383,48 @@ static void test_insert_erase_stress(void **state)
     stress(0.95f, 20000, 40);
 }
 
+/* A growth of the per-frame set that fails (its device memory made to
+ * fail) leaves no set behind; what follows takes a new one: a smaller
+ * insert (it used to double a size of 0 for ever), the probe statistics
+ * (they used the freed set as scratch), and the same large insert once
+ * memory is there. Nothing of the failed inserts is in the table. */
+static void test_set_growth_failure(void **state)
+{
+    (void)state;
+    /* More distinct keys than the first set (65,536 slots) takes at half
+     * load: its growth is the insert's second allocation, after the
+     * hook's copy of the keys. */
+    enum { N = 40000, SMALL = 100 };
+    uint64_t *keys = malloc(N * sizeof(*keys));
+    assert_non_null(keys);
+    for (size_t i = 0; i < N; i++)
+        keys[i] = tsdf_block_key((int32_t)(i % 200), (int32_t)(i / 200), 11);
+    void *v = make_volume(1u << 17, 0.5f, 0);
+    size_t added = 99;
+    tsdf_cuda_test_fail_alloc(v, 2);
+    assert_int_equal(tsdf_cuda_test_insert_keys(v, keys, N, &added), TSDF_ECUDA);
+    assert_int_equal(added, 0);
+    assert_int_equal(tsdf_cuda_test_insert_keys(v, keys, SMALL, &added), TSDF_OK);
+    assert_int_equal(added, SMALL);
+    tsdf_cuda_test_fail_alloc(v, 2);
+    assert_int_equal(tsdf_cuda_test_insert_keys(v, keys, N, &added), TSDF_ECUDA);
+    tsdf_volume_stats st;
+    assert_int_equal(tsdf_cuda_ops.stats(v, &st, 1), TSDF_OK);
+    assert_int_equal(st.blocks_allocated, SMALL);
+    uint64_t resident = 0;
+    for (int i = 0; i < TSDF_PROBE_HIST_BINS; i++)
+        resident += st.probe_hist[i];
+    assert_int_equal(resident, SMALL);
+    assert_int_equal(tsdf_cuda_test_insert_keys(v, keys, N, &added), TSDF_OK);
+    assert_int_equal(added, N - SMALL);
+    check_all_found(v, keys, N);
+    assert_int_equal(tsdf_cuda_ops.stats(v, &st, 1), TSDF_OK);
+    assert_int_equal(st.blocks_allocated, N);
+    assert_int_equal(tsdf_cuda_test_insert_errors(v), 0);
+    tsdf_cuda_ops.destroy(v);
+    free(keys);
+}
+
 /* No device: create says so cleanly; bad ordinals probe as 0. */
 static void test_probe(void **state)
 {
@@ -404,9 +446,13 @@ int main(void)
         tsdf_test_skip_program("no usable GPU");
     tsdf_test_trace_on_signal();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_probe),   cmocka_unit_test(test_collisions_no_growth),
-        cmocka_unit_test(test_growth),  cmocka_unit_test(test_memory_cap),
-        cmocka_unit_test(test_no_leak), cmocka_unit_test(test_insert_erase_stress),
+        cmocka_unit_test(test_probe),
+        cmocka_unit_test(test_collisions_no_growth),
+        cmocka_unit_test(test_growth),
+        cmocka_unit_test(test_memory_cap),
+        cmocka_unit_test(test_no_leak),
+        cmocka_unit_test(test_insert_erase_stress),
+        cmocka_unit_test(test_set_growth_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

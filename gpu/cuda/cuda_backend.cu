@@ -44,6 +44,10 @@ int cuda_dev_alloc(struct cuda_volume *v, void **ptr, size_t bytes)
     *ptr = NULL;
     if (bytes == 0)
         return TSDF_OK;
+    /* tsdf_cuda_test_fail_alloc: this one fails as cudaMalloc would. */
+    if (v->test_fail_alloc != 0 && --v->test_fail_alloc == 0)
+        return cuda_check(cudaErrorMemoryAllocation, "cudaMalloc (failed by a test)", __FILE__,
+                          __LINE__);
     cudaError_t err = cudaMalloc(ptr, bytes);
     if (err != cudaSuccess) {
         *ptr = NULL;
@@ -682,6 +686,11 @@ extern "C" int tsdf_cuda_test_find_keys(void *impl, const uint64_t *keys, size_t
     cuda_dev_free(v, d, (n ? n : 1) * sizeof(uint64_t));
     cuda_dev_free(v, di, (n ? n : 1) * sizeof(int32_t));
     return rc;
+}
+
+extern "C" void tsdf_cuda_test_fail_alloc(void *impl, uint32_t n)
+{
+    ((struct cuda_volume *)impl)->test_fail_alloc = n;
 }
 
 extern "C" uint64_t tsdf_cuda_test_insert_errors(void *impl)

@@ -42,6 +42,9 @@ int tsdf_cuda_test_insert_keys(void *impl, const uint64_t *keys, size_t n, size_
 int tsdf_cuda_test_erase_keys(void *impl, const uint64_t *keys, size_t n, size_t *erased);
 /* Looks up n keys; idx_out[i] is the key's block index or -1. */
 int tsdf_cuda_test_find_keys(void *impl, const uint64_t *keys, size_t n, int32_t *idx_out);
+/* Makes the volume's n-th next device allocation (n >= 1) fail as an
+ * exhausted cudaMalloc would; 0 cancels. */
+void tsdf_cuda_test_fail_alloc(void *impl, uint32_t n);
 /* Keys whose insertion found no slot since creation (must be 0). */
 uint64_t tsdf_cuda_test_insert_errors(void *impl);
 

@@ -220,8 +220,9 @@ struct cuda_volume {
     uint64_t version;
     double last_raycast_ms, last_mesh_ms;
 
-    size_t mem_bytes; /* device memory held */
-    int sticky_error; /* a kernel fault poisoned the context: every call fails */
+    size_t mem_bytes;         /* device memory held */
+    uint32_t test_fail_alloc; /* tsdf_cuda_test_fail_alloc: n > 0, the n-th next one fails */
+    int sticky_error;         /* a kernel fault poisoned the context: every call fails */
 };
 
 /* ---- error mapping -------------------------------------------------------
