@@ -196,6 +196,7 @@ for tool in "${TOOLS[@]}"; do
         fi
         run_bounded "$log" env -C "$(dirname "$exe")" TSDF_SOURCE_DIR="$ROOT" \
             TSDF_7SCENES_FRAMES="$SANITIZER_7SCENES_FRAMES" TSDF_UNDER_SANITIZER=1 \
+            TSDF_SANITIZER_TOOL="$tool" \
             "$SAN" --tool "$tool" "${extra[@]}" --error-exitcode 99 "./$t"
         rc=$?
         summary_line=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$log" | tail -1)
