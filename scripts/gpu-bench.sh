@@ -16,7 +16,8 @@
 # Each benchmark checks its own result and prints no time for a wrong one
 # (its exit status is then non-zero, and the summary says FAIL). Outputs go
 # to $BENCH_LOGS (default $BUILD_DIR/bench-logs), one file each. About
-# eight minutes on an H200 host. QUICK=1 shortens every run (for checking
+# five minutes after the build on an H200 host, by the runs' lengths (not yet
+# timed there). QUICK=1 shortens every run (for checking
 # the script, not for figures).
 set -u
 
