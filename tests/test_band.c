@@ -11,6 +11,7 @@
 
 #include "testutil.h"
 
+#include "tsdf_band.h"
 #include "tsdf_math.h"
 #include "tsdf_volume.h"
 

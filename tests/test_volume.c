@@ -16,6 +16,7 @@
 #include "testutil.h"
 
 #include "volume_testlib.h"
+#include "tsdf_band.h"
 #include "tsdf_math.h"
 #include "tsdf_synth.h"
 

@@ -25,6 +25,7 @@
 #endif
 
 #include "cpu_backend.h"
+#include "tsdf_band.h"
 #include "tsdf_math.h"
 
 /* Rows per band of job 2: large enough that a band's own dedupe table

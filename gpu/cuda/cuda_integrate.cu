@@ -10,7 +10,7 @@
  *           the half's pinned host buffer;
  *   collect    one thread per pixel writes its usable depth (depth edges
  *           zeroed, as the CPU's own tsdf_depth_usable_from_m), walks the
- *           shared allocation band (tsdf_band_walk of tsdf_math.h, the
+ *           shared allocation band (tsdf_band_walk of tsdf_band.h, the
  *           CPU's own code) and puts
  *           every block key into a per-frame set (CAS); the thread that
  *           adds a key first lists it as distinct, looks it up in the table
@@ -101,6 +101,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "tsdf_band.h"
 
 /* ---- kernels ------------------------------------------------------------- */
 
