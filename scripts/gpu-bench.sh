@@ -2,21 +2,23 @@
 # gpu-bench.sh - every benchmark behind bench/RESULTS.md's table "Issue #10:
 # where every target stands", in one command, on a machine with a CUDA GPU:
 #   1. configure and build into build-gpu (BUILD_DIR overrides; the same
-#      tree scripts/gpu-test.sh builds, DEPS_PREFIX as there),
+#      tree scripts/gpu-test.sh builds, DEPS_PREFIX as there:
+#      scripts/deps-prefix.sh),
 #   2. bench_engine on 7-Scenes at 1 cm and at 5 mm (the data folder from
 #      $TSDF_DATA_DIR, default ../shared/data/7scenes-redkitchen; skipped,
 #      saying so, when it is absent),
 #   3. bench_transport's floors (a frame's request, a raycast image's reply,
 #      in the message and through a ring),
 #   4. bench_daemon against a spawned tsdfd on CUDA: 32 clients for 30 s
-#      with raycasts, through rings and without; 1 client's round trip
+#      through rings with raycasts (with normals, and depth alone), 12 s
+#      without rings; 1 client's round trip
 #      through a ring and without; idle raycasts of depth alone and with
 #      normals through a ring,
 #   5. a summary of the lines RESULTS.md quotes.
 # Each benchmark checks its own result and prints no time for a wrong one
 # (its exit status is then non-zero, and the summary says FAIL). Outputs go
 # to $BENCH_LOGS (default $BUILD_DIR/bench-logs), one file each. About
-# five minutes after the build on an H200 host, by the runs' lengths (not yet
+# six minutes after the build on an H200 host, by the runs' lengths (not yet
 # timed there). QUICK=1 shortens every run (for checking
 # the script, not for figures).
 set -u
@@ -49,16 +51,20 @@ run() { # name command...
     fi
 }
 
-if [ -n "${DEPS_PREFIX:-}" ]; then
-    export CMAKE_PREFIX_PATH=$DEPS_PREFIX/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
-    export PKG_CONFIG_PATH=$DEPS_PREFIX/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-    export LD_LIBRARY_PATH=$DEPS_PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+# Dependencies unpacked outside /usr (DEPS_PREFIX): CMAKE_EXTRA.
+# shellcheck source=scripts/deps-prefix.sh
+. "$ROOT/scripts/deps-prefix.sh"
+rm -f "$LOGS/configure.log" "$LOGS/build.log"
 if ! cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" >"$LOGS/configure.log" 2>&1 ||
-    ! cmake --build "$BUILD_DIR" -j"$JOBS" --target bench_engine bench_daemon bench_transport \
-        tsdfd >"$LOGS/build.log" 2>&1; then
-    tail -30 "$LOGS/build.log" 2>/dev/null || tail -30 "$LOGS/configure.log"
+    -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" ${CMAKE_EXTRA[@]+"${CMAKE_EXTRA[@]}"} \
+    >"$LOGS/configure.log" 2>&1; then
+    tail -30 "$LOGS/configure.log"
+    echo "gpu-bench: configure failed (logs in $LOGS)" >&2
+    exit 1
+fi
+if ! cmake --build "$BUILD_DIR" -j"$JOBS" --target bench_engine bench_daemon bench_transport tsdfd \
+    >"$LOGS/build.log" 2>&1; then
+    grep -E "error|Error" "$LOGS/build.log" | head -30
     echo "gpu-bench: the build failed (logs in $LOGS)" >&2
     exit 1
 fi
@@ -67,18 +73,18 @@ TSDFD=$BUILD_DIR/daemon/tsdfd
 
 if [ "$QUICK" = 1 ]; then
     ENGINE_QUICK=(--frames 40 --check-frames 5)
-    LONG=4 SHORT=2 REPS=200
+    LONG=4 SHORT=2 MID=2 REPS=200
 else
     ENGINE_QUICK=()
-    LONG=30 SHORT=8 REPS=1000
+    LONG=30 SHORT=8 MID=12 REPS=1000
 fi
 
 # 2. The engine.
 if [ -d "$DATA" ]; then
     run engine-1cm "$B/bench_engine" --backend "$BACKEND" --data "$DATA" --layout s16 \
-        --raycast-reps 20 --mesh-reps 5 --inc-mesh-step 10 "${ENGINE_QUICK[@]}"
+        --raycast-reps 20 --mesh-reps 5 --inc-mesh-step 10 ${ENGINE_QUICK[@]+"${ENGINE_QUICK[@]}"}
     run engine-5mm "$B/bench_engine" --backend "$BACKEND" --data "$DATA" --layout s16 \
-        --voxel 0.005 --raycast-reps 10 --mesh-reps 3 --inc-mesh-step 10 "${ENGINE_QUICK[@]}"
+        --voxel 0.005 --raycast-reps 10 --mesh-reps 3 --inc-mesh-step 10 ${ENGINE_QUICK[@]+"${ENGINE_QUICK[@]}"}
 else
     echo "gpu-bench: no 7-Scenes data at $DATA (set TSDF_DATA_DIR): engine runs skipped" >&2
     SUMMARY+=("$(printf '%-28s SKIP (no data at %s)' engine "$DATA")")
@@ -93,7 +99,9 @@ run transport-image-ring "$B/bench_transport" --reps "$REPS" --reply --bytes 491
 # 4. The daemon.
 D=("$B/bench_daemon" --spawn "$TSDFD" --backend "$BACKEND")
 run daemon-32-ring "${D[@]}" --clients 32 --seconds "$LONG" --mode acked --mesh off --ring
-run daemon-32 "${D[@]}" --clients 32 --seconds "$SHORT" --mode acked --mesh off
+run daemon-32-ring-depth "${D[@]}" --clients 32 --seconds "$LONG" --mode acked --mesh off --ring \
+    --raycast-reply depth
+run daemon-32 "${D[@]}" --clients 32 --seconds "$MID" --mode acked --mesh off
 run daemon-1-ring "${D[@]}" --clients 1 --seconds "$SHORT" --mode acked --mesh off --raycast off \
     --ring
 run daemon-1 "${D[@]}" --clients 1 --seconds "$SHORT" --mode acked --mesh off --raycast off

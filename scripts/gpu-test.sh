@@ -126,17 +126,9 @@ run_bounded() {
 
 mkdir -p "$LOGS"
 
-# Dependencies unpacked outside /usr (DEPS_PREFIX, e.g. /opt/deps where
-# .device-deps/env.sh unpacks Debian's packages on the lent GPU machine):
-# their pkg-config files name /usr, so re-root them under the prefix, and
-# take zlib's headers from there but the system's runtime library.
-CMAKE_EXTRA=()
-if [ -n "${DEPS_PREFIX:-}" ]; then
-    export PKG_CONFIG_SYSROOT_DIR=$DEPS_PREFIX
-    export PKG_CONFIG_LIBDIR=$DEPS_PREFIX/usr/lib/x86_64-linux-gnu/pkgconfig:$DEPS_PREFIX/usr/share/pkgconfig
-    CMAKE_EXTRA+=(-DZLIB_INCLUDE_DIR="$DEPS_PREFIX/usr/include"
-        -DZLIB_LIBRARY=/lib/x86_64-linux-gnu/libz.so.1)
-fi
+# Dependencies unpacked outside /usr (DEPS_PREFIX): CMAKE_EXTRA.
+# shellcheck source=scripts/deps-prefix.sh
+. "$ROOT/scripts/deps-prefix.sh"
 
 # The GPU test programs are the files tests/test_cuda_*.c.
 TARGETS=()
