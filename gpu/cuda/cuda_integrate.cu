@@ -454,16 +454,16 @@ static int collect_blocks(struct cuda_volume *v, const frame_args &a)
         if (v->h_counters[CUDA_CTR_SET_OVERFLOW] == 0)
             return TSDF_OK;
         /* The set was too small for this frame: take one four times as
-         * large (a new set starts empty) and start over, bounded by the
-         * 32-bit slot index. At the bound the frame fails; the set it
-         * filled is emptied first, or every later frame's probes would
-         * walk it whole and find its keys "already listed". */
+         * large, at most 2^30 slots (a new set starts empty), and start
+         * over. At that size the frame fails; the set it filled is
+         * emptied first, or every later frame's probes would walk it
+         * whole and find its keys "already listed". */
         if (v->set_cap >= (1u << 30)) {
             CUDA_TRY(cudaMemsetAsync(v->d_set_keys, 0xff, (size_t)v->set_cap * sizeof(uint64_t),
                                      v->stream));
             return TSDF_ECAPACITY;
         }
-        rc = cuda_scratch_reserve(v, v->set_cap * 4);
+        rc = cuda_scratch_reserve(v, v->set_cap < (1u << 28) ? v->set_cap * 4 : 1u << 30);
         if (rc != TSDF_OK)
             return rc;
     }

@@ -203,10 +203,11 @@ TSDF_HD void tsdf_rgb_update(uint8_t *rgb, float w_old, const uint8_t *src)
  *     |dir| >= 1 metres along the ray.
  *   - The allocation band of a sample is measured along its ray: the points
  *     within trunc metres of the measured point on the ray, i.e. camera
- *     depths d +- trunc / |dir| (tsdf_band_dda_init), so every ray's band
- *     has the same length 2 trunc whatever its angle to the optical axis.
+ *     depths d +- trunc / |dir| (tsdf_band_dda_init of tsdf_band.h), so
+ *     every ray's band has the same length 2 trunc whatever its angle to
+ *     the optical axis.
  *   - Integration touches exactly the blocks that the allocation pass yields
- *     for this frame (tsdf_band_dda_* over every valid pixel), and updates
+ *     for this frame (tsdf_band.h's walk over every valid pixel), and updates
  *     every voxel of those blocks with tsdf_integrate_voxel, which skips
  *     samples on depth edges (tsdf_depth_edge). Other blocks, even in view,
  *     are left alone.
