@@ -283,7 +283,7 @@ static int cuda_create_impl(struct cuda_volume *v)
     rc = cuda_table_alloc(v, cap);
     if (rc != TSDF_OK)
         return rc;
-    rc = cuda_scratch_reserve(v, 1u << 16);
+    rc = cuda_scratch_reserve(v, CUDA_SET_FIRST_SLOTS);
     if (rc != TSDF_OK)
         return rc;
     CUDA_TRY(cudaEventRecord(v->epoch, v->stream));

@@ -718,7 +718,7 @@ static int integrate_from(struct cuda_volume *v, const tsdf_frame *f, const void
     }
     /* A failed growth of the per-frame set leaves none (free_scratch). */
     if (v->set_cap == 0) {
-        rc = cuda_scratch_reserve(v, 1u << 16);
+        rc = cuda_scratch_reserve(v, CUDA_SET_FIRST_SLOTS);
         if (rc != TSDF_OK) {
             release_staging(v, s, fe);
             return rc;
@@ -846,7 +846,7 @@ int cuda_insert_keys(struct cuda_volume *v, const uint64_t *d_keys, uint32_t n, 
     /* A set at most half full, within the set's 2^30 slots. */
     if (n > (1u << 29))
         return TSDF_EINVAL;
-    uint32_t need = v->set_cap ? v->set_cap : 1u << 16;
+    uint32_t need = v->set_cap ? v->set_cap : CUDA_SET_FIRST_SLOTS;
     while (need / 2 < n)
         need *= 2;
     int rc = cuda_scratch_reserve(v, need);

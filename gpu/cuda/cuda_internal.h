@@ -251,6 +251,10 @@ int cuda_kept_reserve(struct cuda_volume *v, int slot, size_t bytes, void **p);
 int cuda_sync_all(struct cuda_volume *v);
 /* Grows the per-frame scratch so that its set has at least set_cap slots. */
 int cuda_scratch_reserve(struct cuda_volume *v, uint32_t set_cap);
+/* The per-frame set's slots at creation, and again after a failed growth
+ * freed it (set_cap 0): what a first frame needs on 7-Scenes at 1 cm
+ * several times over. */
+#define CUDA_SET_FIRST_SLOTS (1u << 16)
 
 /* ---- the table (cuda_table.cu) ----------------------------------------- */
 /* Bytes of one table slot. */

@@ -257,10 +257,10 @@ int cuda_erase_keys(struct cuda_volume *v, const uint64_t *d_keys_in, uint32_t n
 int cuda_probe_stats(struct cuda_volume *v, tsdf_volume_stats *out)
 {
     /* The scratch: 17 u64 (bins + sum) and one u32 max, from the set's
-     * slot list (at least 2^15 entries), which is idle between
-     * operations; a failed growth of the set may have freed it. */
+     * slot list (CUDA_SET_FIRST_SLOTS / 2 entries at least), which is idle
+     * between operations; a failed growth of the set may have freed it. */
     if (v->set_cap == 0) {
-        int rc = cuda_scratch_reserve(v, 1u << 16);
+        int rc = cuda_scratch_reserve(v, CUDA_SET_FIRST_SLOTS);
         if (rc != TSDF_OK)
             return rc;
     }
