@@ -652,13 +652,21 @@ typedef struct {
     uint64_t ring_offset; /* and where in it */
 } raycast_dest;
 
-/* Checks raycast reply rr against what d asked for and copies its arrays
- * (from the message, or from the ring) into out. */
-static int raycast_copy_out(const raycast_dest *d, const tsdf_rep_raycast *rr,
-                            tsdf_raycast_output *out, tsdf_client_raycast_info *info)
+/* The arrays of a raycast reply, where they are: in the message or in
+ * the ring. */
+typedef struct {
+    const void *depth, *normals, *rgb;
+} raycast_arrays;
+
+/* Checks raycast reply rr against what d asked for and finds its arrays
+ * (in the message, or in the ring); fills info (optional). */
+static int raycast_locate(const raycast_dest *d, const tsdf_rep_raycast *rr, raycast_arrays *a,
+                          tsdf_client_raycast_info *info)
 {
     const size_t px = (size_t)d->w * d->h;
-    const void *depth = rr->depth_m, *normals = rr->normals, *rgb = rr->rgb;
+    a->depth = rr->depth_m;
+    a->normals = rr->normals;
+    a->rgb = rr->rgb;
     if (rr->width != d->w || rr->height != d->h)
         /* A daemon from before "scale" renders the full image. */
         return client_fail(TSDF_EBAD_SIZE, "raycast reply is %ux%u, asked for %ux%u", rr->width,
@@ -672,47 +680,58 @@ static int raycast_copy_out(const raycast_dest *d, const tsdf_rep_raycast *rr,
             return client_fail(TSDF_EFORMAT,
                                "raycast reply names a ring slot or a layout not asked for");
         const uint8_t *at = client_ring_data(d->ring, rr->ring_offset);
-        depth = at;
-        normals = rr->ring_normals ? at + px * 4u : NULL;
-        rgb = rr->ring_rgb ? at + tsdf_proto_raycast_rgb_offset(px, rr->ring_normals) : NULL;
+        a->depth = at;
+        a->normals = rr->ring_normals ? at + px * 4u : NULL;
+        a->rgb = rr->ring_rgb ? at + tsdf_proto_raycast_rgb_offset(px, rr->ring_normals) : NULL;
     }
-    if (d->q->want_normals && normals == NULL)
+    if (d->q->want_normals && a->normals == NULL)
         return client_fail(TSDF_EPROTO_KEY, "raycast reply without the normals asked for");
-    memcpy(out->depth_m, depth, px * 4u);
-    if (d->q->want_normals)
-        memcpy(out->normals, normals, px * 12u);
-    if (out->rgb != NULL) {
-        if (rgb != NULL)
-            memcpy(out->rgb, rgb, px * 3u);
-        else
-            memset(out->rgb, 0, px * 3u);
-    }
     if (info != NULL) {
         info->width = d->w;
         info->height = d->h;
-        info->has_rgb = rgb != NULL;
+        info->has_rgb = a->rgb != NULL;
         info->version = rr->version;
     }
     return TSDF_OK;
 }
 
-int tsdf_client_raycast_ex(tsdf_client *c, const char *map, const tsdf_raycast_params *p,
-                           const tsdf_client_raycast_options *o, tsdf_raycast_output *out,
-                           tsdf_client_raycast_info *info, int timeout_ms)
+/* A raycast request sent and answered: the reply (rep, m), the ring span
+ * its image was asked into (sp.slot -1: none) and where the image goes.
+ * raycast_finish gives the span and the reply back. */
+typedef struct {
+    tsdf_request q;
+    raycast_dest d;
+    client_ring *ring;
+    client_ring_span sp;
+    tsdf_reply *rep;
+    nng_msg *m;
+} raycast_call;
+
+static void raycast_finish(raycast_call *k, int rc)
+{
+    if (k->rep != NULL)
+        call_free(k->rep, k->m);
+    k->rep = NULL;
+    k->m = NULL;
+    client_ring_release(k->ring, &k->sp, ring_answered(rc));
+    k->sp.slot = -1;
+}
+
+/* Sends the raycast of p with options o (NULL: depth alone, full size) and
+ * waits for its reply; on success *k holds it and its span (give both back
+ * with raycast_finish), on failure nothing is held. */
+static int raycast_send(tsdf_client *c, const char *map, const tsdf_raycast_params *p,
+                        const tsdf_client_raycast_options *o, int timeout_ms, raycast_call *k)
 {
     static const tsdf_client_raycast_options depth_only = {0, 0, 1, 0};
-    if (c == NULL || p == NULL || out == NULL || out->depth_m == NULL)
-        return TSDF_EINVAL;
     if (o == NULL)
         o = &depth_only;
-    last_message[0] = '\0';
-    if (o->want_normals && out->normals == NULL)
-        return client_fail(TSDF_EINVAL, "normals asked for, but no buffer for them");
-    tsdf_request q;
-    int rc = map_request(&q, TSDF_MSG_RAYCAST, map);
+    memset(k, 0, sizeof *k);
+    k->sp.slot = -1;
+    int rc = map_request(&k->q, TSDF_MSG_RAYCAST, map);
     if (rc != TSDF_OK)
         return rc;
-    tsdf_req_raycast *r = &q.u.raycast;
+    tsdf_req_raycast *r = &k->q.u.raycast;
     r->width = p->width;
     r->height = p->height;
     r->K = p->K;
@@ -734,30 +753,138 @@ int tsdf_client_raycast_ex(tsdf_client *c, const char *map, const tsdf_raycast_p
     /* With a ring, the image comes back in its slots rather than through
      * the socket (PROTOCOL.md 6.10); where no run of slots is free or big
      * enough, in the reply as usual. */
-    client_ring *ring = atomic_load(&c->ring);
-    client_ring_span sp;
-    r->has_ring = client_ring_take(ring, tsdf_proto_raycast_request_image_bytes(r), &sp) == TSDF_OK;
-    r->ring_token = sp.token;
-    r->ring_offset = sp.offset;
-    r->ring_seq = sp.seq;
-    tsdf_reply *rep;
-    nng_msg *m;
-    rc = call_alloc(c, &q, timeout_ms, &rep, &m);
+    k->ring = atomic_load(&c->ring);
+    r->has_ring =
+        client_ring_take(k->ring, tsdf_proto_raycast_request_image_bytes(r), &k->sp) == TSDF_OK;
+    r->ring_token = k->sp.token;
+    r->ring_offset = k->sp.offset;
+    r->ring_seq = k->sp.seq;
+    rc = call_alloc(c, &k->q, timeout_ms, &k->rep, &k->m);
     if (r->has_ring && ring_lost(rc)) {
         /* The daemon no longer has the ring (it restarted). */
-        client_ring_break(ring);
-        client_ring_release(ring, &sp, 1);
-        sp.slot = -1;
+        client_ring_break(k->ring);
+        client_ring_release(k->ring, &k->sp, 1);
+        k->sp.slot = -1;
         r->has_ring = 0;
-        rc = call_alloc(c, &q, timeout_ms, &rep, &m);
+        rc = call_alloc(c, &k->q, timeout_ms, &k->rep, &k->m);
     }
-    if (rc == TSDF_OK) {
-        const raycast_dest d = {r, w, h, sp.slot >= 0 ? ring : NULL, sp.offset};
-        rc = raycast_copy_out(&d, &rep->u.raycast, out, info);
-        call_free(rep, m);
-    }
-    client_ring_release(ring, &sp, ring_answered(rc));
+    k->d.q = r;
+    k->d.w = w;
+    k->d.h = h;
+    k->d.ring = k->sp.slot >= 0 ? k->ring : NULL;
+    k->d.ring_offset = k->sp.offset;
+    if (rc != TSDF_OK)
+        raycast_finish(k, rc);
     return rc;
+}
+
+int tsdf_client_raycast_ex(tsdf_client *c, const char *map, const tsdf_raycast_params *p,
+                           const tsdf_client_raycast_options *o, tsdf_raycast_output *out,
+                           tsdf_client_raycast_info *info, int timeout_ms)
+{
+    if (c == NULL || p == NULL || out == NULL || out->depth_m == NULL)
+        return TSDF_EINVAL;
+    last_message[0] = '\0';
+    if (o != NULL && o->want_normals && out->normals == NULL)
+        return client_fail(TSDF_EINVAL, "normals asked for, but no buffer for them");
+    raycast_call k;
+    int rc = raycast_send(c, map, p, o, timeout_ms, &k);
+    if (rc != TSDF_OK)
+        return rc;
+    raycast_arrays a;
+    rc = raycast_locate(&k.d, &k.rep->u.raycast, &a, info);
+    if (rc == TSDF_OK) {
+        const size_t px = (size_t)k.d.w * k.d.h;
+        memcpy(out->depth_m, a.depth, px * 4u);
+        if (k.d.q->want_normals)
+            memcpy(out->normals, a.normals, px * 12u);
+        if (out->rgb != NULL) {
+            if (a.rgb != NULL)
+                memcpy(out->rgb, a.rgb, px * 3u);
+            else
+                memset(out->rgb, 0, px * 3u);
+        }
+    }
+    raycast_finish(&k, rc);
+    return rc;
+}
+
+/* What a view holds until it is released: the call (its reply message and
+ * ring span), and a copy of arrays that were not aligned for their floats
+ * in the message. */
+struct tsdf_client_view_hold {
+    raycast_call k;
+    void *copy;
+};
+
+/* The n floats at p: p itself when it is aligned for them, else a copy
+ * at copy + *at (and *at moves past it). */
+static const float *aligned_floats(const void *p, size_t n, uint8_t *copy, size_t *at)
+{
+    if (((uintptr_t)p & (_Alignof(float) - 1)) == 0)
+        return p;
+    float *dst = (float *)(void *)(copy + *at);
+    memcpy(dst, p, n * sizeof(float));
+    *at += n * sizeof(float);
+    return dst;
+}
+
+int tsdf_client_raycast_view(tsdf_client *c, const char *map, const tsdf_raycast_params *p,
+                             const tsdf_client_raycast_options *o, tsdf_client_view *v,
+                             int timeout_ms)
+{
+    if (c == NULL || p == NULL || v == NULL)
+        return TSDF_EINVAL;
+    memset(v, 0, sizeof *v);
+    last_message[0] = '\0';
+    struct tsdf_client_view_hold *hold = calloc(1, sizeof *hold);
+    if (hold == NULL)
+        return TSDF_ENOMEM;
+    int rc = raycast_send(c, map, p, o, timeout_ms, &hold->k);
+    if (rc != TSDF_OK) {
+        free(hold);
+        return rc;
+    }
+    raycast_arrays a;
+    rc = raycast_locate(&hold->k.d, &hold->k.rep->u.raycast, &a, &v->info);
+    if (rc == TSDF_OK) {
+        const size_t px = (size_t)hold->k.d.w * hold->k.d.h;
+        /* Ring slots are aligned; a msgpack payload inside a message is
+         * aligned only by chance (its header's length): copy what is not. */
+        size_t need = 0, at = 0;
+        if (((uintptr_t)a.depth & (_Alignof(float) - 1)) != 0)
+            need += px * 4u;
+        if (a.normals != NULL && ((uintptr_t)a.normals & (_Alignof(float) - 1)) != 0)
+            need += px * 12u;
+        if (need > 0 && (hold->copy = malloc(need)) == NULL)
+            rc = TSDF_ENOMEM;
+        if (rc == TSDF_OK) {
+            v->depth_m = aligned_floats(a.depth, px, hold->copy, &at);
+            v->normals = hold->k.d.q->want_normals
+                             ? aligned_floats(a.normals, 3 * px, hold->copy, &at)
+                             : NULL;
+            v->rgb = a.rgb;
+        }
+    }
+    if (rc != TSDF_OK) {
+        raycast_finish(&hold->k, rc);
+        free(hold->copy);
+        free(hold);
+        memset(v, 0, sizeof *v);
+        return rc;
+    }
+    v->hold = hold;
+    return TSDF_OK;
+}
+
+void tsdf_client_view_release(tsdf_client_view *v)
+{
+    if (v == NULL || v->hold == NULL)
+        return;
+    raycast_finish(&v->hold->k, TSDF_OK);
+    free(v->hold->copy);
+    free(v->hold);
+    memset(v, 0, sizeof *v);
 }
 
 void tsdf_client_mesh_release(tsdf_mesh *m)

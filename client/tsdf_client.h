@@ -235,6 +235,41 @@ TSDF_API int tsdf_client_raycast_ex(tsdf_client *c, const char *map, const tsdf_
                                     const tsdf_client_raycast_options *o, tsdf_raycast_output *out,
                                     tsdf_client_raycast_info *info, int timeout_ms);
 
+/* A raycast image read where it arrived, without a copy into the
+ * caller's arrays: in this client's ring (tsdf_client_attach_ring), or
+ * in the reply message. The arrays are valid, read-only, until
+ * tsdf_client_view_release; depth_m holds info.width x
+ * info.height floats, normals 3 of them a pixel (NULL unless asked for),
+ * rgb 3 bytes a pixel (NULL when none came: not asked for, or a map
+ * without colour). */
+typedef struct {
+    const float *depth_m;
+    const float *normals;
+    const uint8_t *rgb;
+    tsdf_client_raycast_info info;
+    struct tsdf_client_view_hold *hold; /* internal: what release gives back */
+} tsdf_client_view;
+
+/* tsdf_client_raycast_ex into a view: the same request, options (NULL:
+ * depth alone, full size) and errors, but the arrays are read in place
+ * (an image of 640 x 480 with normals is 4.9 MB the call does not copy).
+ * Only the floats of a reply that came through the socket unaligned
+ * (msgpack does not align) are copied, into memory the view owns. On
+ * failure *v is zeroed and nothing is held. A view holds its ring slots
+ * (later raycasts that find none free come through the socket) and its
+ * reply message until released; release every view before
+ * tsdf_client_close. */
+TSDF_API int tsdf_client_raycast_view(tsdf_client *c, const char *map, const tsdf_raycast_params *p,
+                                      const tsdf_client_raycast_options *o, tsdf_client_view *v,
+                                      int timeout_ms);
+
+/* Gives back what view v holds and zeroes it; nothing for a zeroed view
+ * or NULL. */
+TSDF_API void tsdf_client_view_release(tsdf_client_view *v);
+
+/* Defined by a libtsdf that has tsdf_client_raycast_view. */
+#define TSDF_CLIENT_HAS_RAYCAST_VIEW 1
+
 /* Extracts the mesh of map (NULL: "default"); params NULL: the whole map.
  * On success the old arrays of *out (initialised by the caller, e.g. with
  * tsdf_mesh_init or zeroed) are freed and replaced by malloc'ed arrays

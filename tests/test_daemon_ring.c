@@ -6,8 +6,10 @@
  * token, a slot outside the ring, another process's ring, a ring named
  * over the frames socket), with the volume untouched; a ring is detached
  * with its connection; and a client whose daemon lost its ring (a
- * restart) goes back to sending frames in the request by itself; and
- * tsdfctl replay --ring streams through a ring.
+ * restart) goes back to sending frames in the request by itself;
+ * tsdfctl replay --ring streams through a ring; and a raycast read in
+ * place (tsdf_client_raycast_view) holds the bytes the copying call
+ * writes, in the ring or the reply.
  */
 #define _GNU_SOURCE
 
@@ -112,6 +114,53 @@ static size_t ring_pages_resident(void)
     return pages;
 }
 
+/* What the raycast tests look at: a daemon with rings, maps "m" (no
+ * colour) and "c" (colour) of the room's frames, and three clients:
+ * plain (no ring), ring (six slots of a depth image: depth and normals
+ * take four) and small (two such slots: too few for depth and normals,
+ * 16 bytes a pixel, in all). */
+typedef struct {
+    frame_set fs;
+    tsdfd_harness h;
+    tsdf_client *plain, *ring, *small;
+    uint8_t *colour;
+} raycast_setup;
+
+static void raycast_setup_start(raycast_setup *t)
+{
+    char path[TSDFD_HARNESS_PATH_LEN + 16];
+    const size_t px = (size_t)IMG_W * IMG_H;
+    frames_make(&t->fs, "room", IMG_W, IMG_H, N_FRAMES);
+    assert_int_equal(start_daemon(&t->h, ring_ini, NULL), 0);
+    ring_path(&t->h, path, sizeof path);
+    t->plain = open_client(&t->h, 0);
+    t->ring = open_client(&t->h, 0);
+    t->small = open_client(&t->h, 0);
+    t->colour = malloc(px * 3u);
+    assert_non_null(t->colour);
+    for (size_t i = 0; i < px * 3u; i++)
+        t->colour[i] = (uint8_t)(i * 7u);
+    for (uint32_t i = 0; i < t->fs.count; i++) {
+        integrate_ok(t->plain, "m", &t->fs.frames[i], i);
+        tsdf_frame f = t->fs.frames[i];
+        f.rgb = t->colour;
+        f.rgb_size_bytes = px * 3u;
+        integrate_ok(t->plain, "c", &f, i);
+    }
+    assert_int_equal(tsdf_client_attach_ring(t->ring, path, px * 4u, 6), TSDF_OK);
+    assert_int_equal(tsdf_client_attach_ring(t->small, path, px * 4u, 2), TSDF_OK);
+}
+
+static void raycast_setup_stop(raycast_setup *t)
+{
+    free(t->colour);
+    tsdf_client_close(t->small);
+    tsdf_client_close(t->ring);
+    tsdf_client_close(t->plain);
+    assert_int_equal(tsdfd_harness_stop(&t->h, 30000), 0);
+    frames_free(&t->fs);
+}
+
 /* libtsdf's raycasts through a ring: the same image as in the reply, with
  * and without normals, at full and half size, with colour from a map that
  * has it and zeros from one that has none, and in the reply when the
@@ -120,30 +169,10 @@ static size_t ring_pages_resident(void)
 static void test_ring_raycast_identical(void **state)
 {
     (void)state;
-    frame_set fs;
-    tsdfd_harness h;
-    char path[TSDFD_HARNESS_PATH_LEN + 16];
+    raycast_setup t;
     const size_t px = (size_t)IMG_W * IMG_H;
-    frames_make(&fs, "room", IMG_W, IMG_H, N_FRAMES);
-    assert_int_equal(start_daemon(&h, ring_ini, NULL), 0);
-    ring_path(&h, path, sizeof path);
-    tsdf_client *plain = open_client(&h, 0), *ring = open_client(&h, 0),
-                *small = open_client(&h, 0);
-    uint8_t *colour = malloc(px * 3u);
-    assert_non_null(colour);
-    for (size_t i = 0; i < px * 3u; i++)
-        colour[i] = (uint8_t)(i * 7u);
-    for (uint32_t i = 0; i < fs.count; i++) {
-        integrate_ok(plain, "m", &fs.frames[i], i);
-        tsdf_frame f = fs.frames[i];
-        f.rgb = colour;
-        f.rgb_size_bytes = px * 3u;
-        integrate_ok(plain, "c", &f, i);
-    }
-    /* Slots of a depth image each: depth and normals take four. */
-    assert_int_equal(tsdf_client_attach_ring(ring, path, px * 4u, 6), TSDF_OK);
-    /* Too small for depth and normals (16 bytes a pixel) in all. */
-    assert_int_equal(tsdf_client_attach_ring(small, path, px * 4u, 2), TSDF_OK);
+    raycast_setup_start(&t);
+    tsdf_client *plain = t.plain, *ring = t.ring, *small = t.small;
 
     float *buf = malloc(3 * px * 16u);
     uint8_t *rgb = malloc(3 * px * 3u);
@@ -153,7 +182,7 @@ static void test_ring_raycast_identical(void **state)
     uint8_t *c[3] = {rgb, rgb + px * 3u, rgb + px * 6u};
     tsdf_client *who[3] = {plain, ring, small};
     tsdf_raycast_params rp;
-    camera_of(&fs.frames[N_FRAMES / 2], &rp);
+    camera_of(&t.fs.frames[N_FRAMES / 2], &rp);
     assert_int_equal(ring_pages_resident(), 0);
     /* k: bit 0 normals, bit 1 half size; from 3 on colour asked for, of
      * the map without it (3) and of the one with it (4..7). */
@@ -183,13 +212,133 @@ static void test_ring_raycast_identical(void **state)
     /* At least one image of each ring client: its depth's pages. */
     assert_true(ring_pages_resident() * (size_t)sysconf(_SC_PAGESIZE) >= 2 * px * 4u);
     free(rgb);
-    free(colour);
     free(buf);
-    tsdf_client_close(small);
-    tsdf_client_close(ring);
-    tsdf_client_close(plain);
-    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
-    frames_free(&fs);
+    raycast_setup_stop(&t);
+}
+
+/* Whether p lies in one of this process's ring mappings. */
+static int in_ring_mapping(const void *p)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[512];
+    int in = 0;
+    while (!in && fgets(line, sizeof line, f) != NULL) {
+        unsigned long lo, hi;
+        if (strstr(line, "tsdf-frame-ring") != NULL && sscanf(line, "%lx-%lx", &lo, &hi) == 2)
+            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+    }
+    fclose(f);
+    return in;
+}
+
+/* A view's floats: where they are aligned for them, and equal to what
+ * the copying call wrote. */
+static void assert_view_equal(const tsdf_client_view *v, const tsdf_client_raycast_info *want,
+                              const float *depth, const float *normals, const uint8_t *rgb,
+                              int want_normals)
+{
+    const size_t n = (size_t)want->width * want->height;
+    assert_int_equal(v->info.width, want->width);
+    assert_int_equal(v->info.height, want->height);
+    assert_int_equal(v->info.version, want->version);
+    assert_int_equal(v->info.has_rgb, want->has_rgb);
+    assert_non_null(v->depth_m);
+    assert_int_equal((uintptr_t)v->depth_m % _Alignof(float), 0);
+    assert_memory_equal(v->depth_m, depth, n * 4u);
+    if (want_normals) {
+        assert_non_null(v->normals);
+        assert_int_equal((uintptr_t)v->normals % _Alignof(float), 0);
+        assert_memory_equal(v->normals, normals, n * 12u);
+    } else {
+        assert_null(v->normals);
+    }
+    if (want->has_rgb) {
+        assert_non_null(v->rgb);
+        assert_memory_equal(v->rgb, rgb, n * 3u);
+    } else {
+        assert_null(v->rgb);
+    }
+}
+
+/* tsdf_client_raycast_view gives the bytes tsdf_client_raycast_ex copies,
+ * in place: through the socket (aligned or copied), in the ring, and
+ * through the socket for a ring without room; a view holds its slots
+ * until released, so a second one held with it comes through the socket,
+ * and the one after the release through the ring again. A failed view is
+ * zeroed and holds nothing. */
+static void test_ring_raycast_view(void **state)
+{
+    (void)state;
+    raycast_setup t;
+    const size_t px = (size_t)IMG_W * IMG_H;
+    raycast_setup_start(&t);
+    tsdf_client *plain = t.plain, *ring = t.ring, *small = t.small;
+    float *depth = malloc(px * 4u), *normals = malloc(px * 12u);
+    uint8_t *rgb = malloc(px * 3u);
+    assert_true(depth != NULL && normals != NULL && rgb != NULL);
+    tsdf_raycast_params rp;
+    camera_of(&t.fs.frames[N_FRAMES / 2], &rp);
+    tsdf_client *who[3] = {plain, ring, small};
+    /* k: bit 0 normals, bit 1 half size, bit 2 colour of the map with it. */
+    for (int k = 0; k < 8; k++) {
+        const tsdf_client_raycast_options o = {
+            .want_normals = k & 1, .want_rgb = (k & 4) != 0, .scale = k & 2 ? 2u : 1u};
+        const char *map = k & 4 ? "c" : "m";
+        tsdf_client_raycast_info want;
+        raycast_ok(plain, map, &rp, &o, depth, normals, o.want_rgb ? rgb : NULL, &want);
+        assert_true(hits(depth, (size_t)want.width * want.height) > 0);
+        for (int w = 0; w < 3; w++) {
+            tsdf_client_view v;
+            int rc = tsdf_client_raycast_view(who[w], map, &rp, &o, &v, 30000);
+            if (rc != TSDF_OK)
+                fail_msg("view %d of %s: %s (%s)", w, map, tsdf_strerror(rc),
+                         tsdf_client_last_message());
+            assert_view_equal(&v, &want, depth, normals, rgb, o.want_normals);
+            /* In the ring where the image fits in its free slots. */
+            const size_t n = (size_t)want.width * want.height,
+                         bytes = n * (4u + (o.want_normals ? 12u : 0u) + (o.want_rgb ? 3u : 0u));
+            const int fits = w == 1 || (w == 2 && bytes <= 2 * px * 4u);
+            assert_int_equal(in_ring_mapping(v.depth_m), fits);
+            tsdf_client_view_release(&v);
+            assert_null(v.hold);
+            assert_null(v.depth_m);
+        }
+    }
+    /* Two views held at once from the ring client: the first in the ring,
+     * the second through the socket; released, the next in the ring. */
+    const tsdf_client_raycast_options wn = {.want_normals = 1};
+    tsdf_client_raycast_info want;
+    raycast_ok(plain, "m", &rp, &wn, depth, normals, NULL, &want);
+    tsdf_client_view a, b, c;
+    assert_int_equal(tsdf_client_raycast_view(ring, "m", &rp, &wn, &a, 30000), TSDF_OK);
+    assert_int_equal(tsdf_client_raycast_view(ring, "m", &rp, &wn, &b, 30000), TSDF_OK);
+    assert_view_equal(&a, &want, depth, normals, NULL, 1);
+    assert_view_equal(&b, &want, depth, normals, NULL, 1);
+    assert_true(in_ring_mapping(a.depth_m));
+    assert_false(in_ring_mapping(b.depth_m));
+    tsdf_client_view_release(&a);
+    tsdf_client_view_release(&b);
+    assert_int_equal(tsdf_client_raycast_view(ring, "m", &rp, &wn, &c, 30000), TSDF_OK);
+    assert_view_equal(&c, &want, depth, normals, NULL, 1);
+    assert_true(in_ring_mapping(c.depth_m));
+    tsdf_client_view_release(&c);
+
+    /* A failure leaves a zeroed view; releasing it (or NULL) does nothing. */
+    tsdf_client_view z;
+    memset(&z, 0x5a, sizeof z);
+    assert_int_equal(tsdf_client_raycast_view(ring, "no-such-map", &rp, &wn, &z, 30000),
+                     TSDF_ENOT_FOUND);
+    assert_null(z.hold);
+    assert_null(z.depth_m);
+    tsdf_client_view_release(&z);
+    tsdf_client_view_release(NULL);
+    assert_int_equal(tsdf_client_raycast_view(NULL, "m", &rp, &wn, &z, 30000), TSDF_EINVAL);
+
+    free(rgb);
+    free(normals);
+    free(depth);
+    raycast_setup_stop(&t);
 }
 
 static void test_ring_refusals(void **state)
@@ -643,6 +792,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ring_integrates_identically),
         cmocka_unit_test(test_ring_refusals),
         cmocka_unit_test(test_ring_raycast_identical),
+        cmocka_unit_test(test_ring_raycast_view),
         cmocka_unit_test(test_ring_raycast_protocol),
         cmocka_unit_test(test_ring_lost_falls_back),
         cmocka_unit_test(test_ring_advertised),
