@@ -7,6 +7,7 @@
  *                [--maps own|shared] [--width W] [--height H] [--scene NAME]
  *                [--raycast on|off] [--mesh on|off] [--query-period-ms P]
  *                [--raycast-width W] [--raycast-height H]
+ *                [--raycast-reply full|depth|half] [--raycast-view on|off]
  *                [--set SECTION.KEY=VALUE]... [--settle-timeout-s S] [--keep]
  *
  * --spawn runs the given tsdfd binary on a generated configuration in a
@@ -38,7 +39,10 @@
  * raycast is checked against the scene's exact depth and every mesh's
  * vertices against the scene's signed distance, and a wrong answer fails
  * the run. A query's latency is its client call alone (request sent to
- * the arrays in the caller's memory), not the check after it.
+ * the arrays in the caller's memory), not the check after it. With
+ * --raycast-view on the raycast is read where it arrived
+ * (tsdf_client_raycast_view: the ring, or the reply) instead of copied
+ * into the benchmark's arrays.
  *
  * --clients 0 measures the queries alone, on an idle daemon: no client
  * streams; before the clock starts one map integrates the first 30 poses
@@ -271,15 +275,27 @@ static int query_once(query_job *q, tsdf_client *c, float *depth, float *normals
     if (q->kind == QUERY_RAYCAST) {
         tsdf_raycast_output out = {depth, q->ro.want_normals ? normals : NULL, NULL};
         tsdf_client_raycast_info info;
-        int rc = tsdf_client_raycast_ex(c, q->map, &q->rp, &q->ro, &out, &info, CALL_TIMEOUT_MS);
+        tsdf_client_view view;
+        const float *got = depth;
+        int rc;
+        if (q->run->o->raycast_view) {
+            rc = tsdf_client_raycast_view(c, q->map, &q->rp, &q->ro, &view, CALL_TIMEOUT_MS);
+            info = view.info;
+            got = view.depth_m;
+        } else {
+            rc = tsdf_client_raycast_ex(c, q->map, &q->rp, &q->ro, &out, &info, CALL_TIMEOUT_MS);
+        }
         *call_ms = now_ms() - t0;
         if (rc != TSDF_OK)
             return rc;
+        double agree = 0.0, wrong = 1.0;
+        if (info.width == q->out_w && info.height == q->out_h)
+            bd_raycast_agreement(got, q->want_depth_m, (size_t)q->out_w * q->out_h,
+                                 RAYCAST_TOL_VOX * q->voxel_m, &agree, &wrong);
+        if (q->run->o->raycast_view)
+            tsdf_client_view_release(&view);
         if (info.width != q->out_w || info.height != q->out_h)
             return TSDF_EBAD_SIZE;
-        double agree, wrong;
-        bd_raycast_agreement(depth, q->want_depth_m, (size_t)q->out_w * q->out_h,
-                             RAYCAST_TOL_VOX * q->voxel_m, &agree, &wrong);
         if (agree < q->worst_agree)
             q->worst_agree = agree;
         if (agree < RAYCAST_MIN_AGREE || wrong > RAYCAST_MAX_WRONG) {

@@ -58,6 +58,7 @@ typedef struct {
     uint32_t query_period_ms;
     uint32_t raycast_width, raycast_height;
     raycast_reply raycast_reply;
+    int raycast_view; /* --raycast-view on: tsdf_client_raycast_view, no copy */
     const char *sets[MAX_SETS];
     size_t set_count;
     double settle_timeout_s;

@@ -128,7 +128,7 @@ void bd_usage(FILE *to)
                 "                    [--maps own|shared] [--width W] [--height H] [--scene NAME]\n"
                 "                    [--raycast on|off] [--mesh on|off] [--query-period-ms P]\n"
                 "                    [--raycast-width W] [--raycast-height H]\n"
-                "                    [--raycast-reply full|depth|half]\n"
+                "                    [--raycast-reply full|depth|half] [--raycast-view on|off]\n"
                 "                    [--set SECTION.KEY=VALUE]... [--settle-timeout-s S] [--keep]\n"
                 "                    [--ring]\n"
                 "defaults: --backend auto, --transport ipc (both with --spawn only),\n"
@@ -136,7 +136,9 @@ void bd_usage(FILE *to)
                 "          --width 640 --height 480, --scene demo, --raycast on --mesh on,\n"
                 "          --query-period-ms 100, --raycast-width 640 --raycast-height 480,\n"
                 "          --raycast-reply full (depth and normals; depth: depth alone;\n"
-                "          half: depth alone at half the width and height),\n"
+                "          half: depth alone at half the width and height), --raycast-view off\n"
+                "          (on: the raycast is read in place, tsdf_client_raycast_view,\n"
+                "          not copied into the benchmark's arrays),\n"
                 "          --settle-timeout-s 300\n"
                 "--ring: every client attaches a shared-memory frame ring (two slots)\n"
                 "          and sends its depth through it, and the raycast query's\n"
@@ -240,7 +242,9 @@ static int parse_option(bench_opts *o, const char *a, const char *val)
             o->raycast_reply = REPLY_HALF;
         else
             return -1;
-    } else if (strcmp(a, "--settle-timeout-s") == 0)
+    } else if (strcmp(a, "--raycast-view") == 0)
+        return parse_on_off(val, &o->raycast_view);
+    else if (strcmp(a, "--settle-timeout-s") == 0)
         return parse_seconds(val, &o->settle_timeout_s);
     else if (strcmp(a, "--set") == 0) {
         if (o->set_count == MAX_SETS || strchr(val, '=') == NULL)
