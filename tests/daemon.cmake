@@ -101,6 +101,14 @@ if(TARGET tsdf_client)
         LABELS "gpu;daemon"
         ENVIRONMENT "TSDF_SOURCE_DIR=${PROJECT_SOURCE_DIR};TSDF_TEST_DAEMON_BACKEND=cuda")
     endforeach()
+    # The rings against a daemon on the CUDA backend, where raycast images
+    # go from the device straight into the rings; skipped (77) without a GPU.
+    foreach(topic IN ITEMS ring ring_fence)
+      add_test(NAME daemon_${topic}_cuda COMMAND test_daemon_${topic})
+      set_tests_properties(daemon_${topic}_cuda PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
+        LABELS "gpu;daemon"
+        ENVIRONMENT "TSDF_SOURCE_DIR=${PROJECT_SOURCE_DIR};TSDF_TEST_DAEMON_BACKEND=cuda")
+    endforeach()
     # Upload/compute overlap on the CUDA daemon path, from the CUDA event
     # timeline of the stats reply; skipped (77) without a GPU.
     tsdf_add_test(NAME daemon_overlap SOURCES test_daemon_overlap.c

@@ -49,8 +49,10 @@ void sleep_ms(int ms);
  * a copy of f otherwise; the returned samples are the caller's to free. */
 uint16_t *frame_to_mm(const tsdf_frame *f, tsdf_frame *out);
 
-/* Maps ref and map of the daemon hold the same volume: the same mesh,
- * array for array, the same block and frame counts, no rejected frame. */
+/* Maps ref and map of the daemon hold the same volume: the same mesh
+ * (array for array on the CPU backend; on CUDA, whose meshes follow the
+ * blocks' pool order, the same vertices and triangles in any order), the
+ * same block and frame counts, no rejected frame. */
 void assert_same_map(tsdf_client *c, const char *ref, const char *map);
 
 /* Sorts n vertices (x, y, z floats) of positions in place, so that meshes
