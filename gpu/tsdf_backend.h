@@ -115,6 +115,10 @@ int tsdf_cuda_total_memory(int ordinal, uint64_t *total_bytes);
  * TSDF_ENOMEM when the driver refuses. */
 int tsdf_cuda_host_alloc(size_t bytes, void **out);
 void tsdf_cuda_host_free(void *p);
+/* tsdf_host_register's page-locking (cudaHostRegister, portable) and its
+ * undoing; TSDF_ENOMEM when the driver refuses. */
+int tsdf_cuda_host_register(void *p, size_t bytes);
+void tsdf_cuda_host_unregister(void *p);
 #endif
 
 #ifdef __cplusplus

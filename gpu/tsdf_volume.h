@@ -77,6 +77,21 @@ int tsdf_cuda_available(void);
 int tsdf_host_alloc(size_t bytes, void **out);
 void tsdf_host_free(void *p);
 
+/* Page-locks bytes of host memory from p that the caller allocated or
+ * mapped itself (a shared-memory ring), so that the CUDA backend's copies
+ * read and write it directly, as tsdf_host_alloc's memory: a raycast's
+ * outputs there are written by the device's copy engine, a frame's depth
+ * there is uploaded from it. The pages are faulted in and locked by the
+ * driver (a file's pages must exist and stay: the caller keeps the
+ * mapping and the file's size until tsdf_host_unregister). TSDF_EINVAL
+ * for NULL or 0 bytes, TSDF_ENOT_BUILT without the CUDA backend,
+ * TSDF_ENO_GPU without a usable device, TSDF_ENOMEM when the driver
+ * refuses (the range is then not registered). Slow (milliseconds for
+ * megabytes): register once and reuse. tsdf_host_unregister(p) undoes it;
+ * nothing for NULL. */
+int tsdf_host_register(void *p, size_t bytes);
+void tsdf_host_unregister(void *p);
+
 typedef struct {
     float voxel_size_m;               /* edge of one voxel; default 0.01 */
     float trunc_vox;                  /* truncation distance in voxels; default 4 */

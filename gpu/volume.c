@@ -109,6 +109,29 @@ void tsdf_host_free(void *p)
     free(h);
 }
 
+int tsdf_host_register(void *p, size_t bytes)
+{
+    if (p == NULL || bytes == 0)
+        return TSDF_EINVAL;
+#ifdef TSDF_HAVE_CUDA
+    if (!tsdf_cuda_available())
+        return TSDF_ENO_GPU;
+    return tsdf_cuda_host_register(p, bytes);
+#else
+    return TSDF_ENOT_BUILT;
+#endif
+}
+
+void tsdf_host_unregister(void *p)
+{
+#ifdef TSDF_HAVE_CUDA
+    if (p != NULL)
+        tsdf_cuda_host_unregister(p);
+#else
+    (void)p;
+#endif
+}
+
 /* ---- parameters ------------------------------------------------------------ */
 
 void tsdf_volume_params_default(tsdf_volume_params *p)

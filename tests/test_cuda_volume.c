@@ -16,19 +16,25 @@
  *     removed blocks; writing the blocks back restores both volumes; meshes
  *     by block come in the same parts;
  *   - frames in page-locked memory (tsdf_host_alloc, uploaded without the
- *     staging copy) give the same volume as from ordinary memory.
+ *     staging copy) give the same volume as from ordinary memory, and a
+ *     shared mapping registered with tsdf_host_register (as the daemon
+ *     registers a client's ring) takes raycast outputs and frames as
+ *     ordinary memory does.
  * On synthetic sequences (scenes/tsdf_synth.h: float and uint16 depth, with
  * colour) and on the first 100 frames of 7-Scenes (1 cm voxels, 4 cm
  * truncation, depth <= 4 m), which also prints the GPU timings.
  * Exits 77 without a usable GPU; the 7-Scenes case skips without the data.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* memfd_create, fallocate */
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "testutil.h"
 #include "tsdf_dataset.h"
@@ -683,6 +689,82 @@ static void test_page_locked_frames(void **state)
     free(rgb);
 }
 
+/* A memfd mapped shared and registered (tsdf_host_register), as the
+ * daemon maps a client's ring: a raycast's depth, normals and colour
+ * copied into it by the device are the bytes a raycast into ordinary
+ * memory gets, and a frame whose depth lies in it integrates as from
+ * ordinary memory. */
+static void test_registered_memory(void **state)
+{
+    (void)state;
+    tsdf_synth_sequence seq;
+    assert_int_equal(tsdf_synth_sequence_init(&seq, "room"), TSDF_OK);
+    const size_t n = (size_t)seq.width * seq.height;
+    const size_t bytes = n * (4u + 12u + 3u);
+    float *depth = malloc(n * sizeof(float));
+    uint16_t *mm = malloc(n * sizeof(uint16_t));
+    uint8_t *rgb = malloc(3 * n), *plain = malloc(bytes);
+    assert_true(depth != NULL && mm != NULL && rgb != NULL && plain != NULL);
+    int fd = memfd_create("test-registered", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)bytes), 0);
+    assert_int_equal(fallocate(fd, 0, 0, (off_t)bytes), 0);
+    uint8_t *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(map != MAP_FAILED);
+    assert_int_equal(tsdf_host_register(map, bytes), TSDF_OK);
+
+    tsdf_volume *a = make_volume(TSDF_BACKEND_CUDA, 0.02f, 4.0f, TSDF_LAYOUT_S16);
+    tsdf_volume *b = make_volume(TSDF_BACKEND_CUDA, 0.02f, 4.0f, TSDF_LAYOUT_S16);
+    uint32_t frames = seq.frame_count < 8 ? seq.frame_count : 8;
+    for (uint32_t i = 0; i < frames; i++) {
+        tsdf_frame f;
+        synth_frame(&seq, i, depth, mm, rgb, &f);
+        assert_int_equal(tsdf_volume_integrate(a, &f), TSDF_OK);
+        memcpy(map, mm, n * sizeof(uint16_t));
+        f.depth = map;
+        assert_int_equal(tsdf_volume_integrate(b, &f), TSDF_OK);
+        /* Read once integrate returned: overwriting it changes nothing. */
+        memset(map, 0x01, n * sizeof(uint16_t));
+    }
+    assert_int_equal(tsdf_volume_sync(b), TSDF_OK);
+    assert_same_volume(a, b);
+
+    tsdf_raycast_params p;
+    memset(&p, 0, sizeof p);
+    p.width = seq.width;
+    p.height = seq.height;
+    p.K = seq.K;
+    tsdf_frame f;
+    synth_frame(&seq, frames / 2, depth, NULL, rgb, &f);
+    memcpy(p.T_world_cam, f.T_world_cam, sizeof p.T_world_cam);
+    p.min_depth_m = 0.1f;
+    p.max_depth_m = 5.0f;
+    memset(map, 0x5a, bytes);
+    memset(plain, 0xa5, bytes);
+    tsdf_raycast_output into_map = {(float *)(void *)map, (float *)(void *)(map + 4 * n),
+                                    map + 16 * n};
+    tsdf_raycast_output into_plain = {(float *)(void *)plain, (float *)(void *)(plain + 4 * n),
+                                      plain + 16 * n};
+    assert_int_equal(tsdf_volume_raycast(a, &p, &into_plain), TSDF_OK);
+    assert_int_equal(tsdf_volume_raycast(a, &p, &into_map), TSDF_OK);
+    size_t hits = 0;
+    for (size_t i = 0; i < n; i++)
+        hits += !isnan(((const float *)(const void *)plain)[i]);
+    assert_true(hits > n / 4);
+    assert_memory_equal(map, plain, bytes);
+    printf("[registered] %u frames, raycast of %zu hits: as from ordinary memory\n", frames, hits);
+
+    tsdf_volume_destroy(a);
+    tsdf_volume_destroy(b);
+    tsdf_host_unregister(map);
+    assert_int_equal(munmap(map, bytes), 0);
+    close(fd);
+    free(plain);
+    free(depth);
+    free(mm);
+    free(rgb);
+}
+
 /* ---- a dense surface ------------------------------------------------------------ */
 
 /* An n x n x n cube of blocks at block (x0, 0, 0) whose voxels alternate
@@ -923,13 +1005,10 @@ int main(void)
         tsdf_test_skip_program("no usable GPU");
     tsdf_test_trace_on_signal();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sphere_f32),
-        cmocka_unit_test(test_sphere_s16),
-        cmocka_unit_test(test_room_u16_rgb),
-        cmocka_unit_test(test_demo_f32_rgb),
-        cmocka_unit_test(test_page_locked_frames),
-        cmocka_unit_test(test_dense_mesh),
-        cmocka_unit_test(test_7scenes),
+        cmocka_unit_test(test_sphere_f32),         cmocka_unit_test(test_sphere_s16),
+        cmocka_unit_test(test_room_u16_rgb),       cmocka_unit_test(test_demo_f32_rgb),
+        cmocka_unit_test(test_page_locked_frames), cmocka_unit_test(test_registered_memory),
+        cmocka_unit_test(test_dense_mesh),         cmocka_unit_test(test_7scenes),
     };
     /* TSDF_TEST_FILTER="test_7scenes" runs one case (measurements). */
     const char *filter = getenv("TSDF_TEST_FILTER");

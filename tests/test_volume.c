@@ -482,7 +482,7 @@ static void test_integrate_is_the_voxel_reference(void **state)
     free(rgb);
 }
 
-/* tsdf_host_alloc: its arguments checked, 64-byte aligned memory, and a
+/* tsdf_host_alloc and tsdf_host_register: their arguments checked, 64-byte aligned memory, and a
  * frame in it integrates as from any memory (on the CPU backend here; the
  * CUDA backend's direct upload is test_cuda_volume's). */
 static void test_host_memory(void **state)
@@ -494,6 +494,16 @@ static void test_host_memory(void **state)
     assert_int_equal(tsdf_host_alloc(16, NULL), TSDF_EINVAL);
     assert_int_equal(tsdf_host_alloc(SIZE_MAX, &p), TSDF_EINVAL);
     tsdf_host_free(NULL);
+    /* tsdf_host_register: arguments checked, and without a device (this
+     * program's machines in CI) it says why and locks nothing. */
+    char page[64];
+    assert_int_equal(tsdf_host_register(NULL, 64), TSDF_EINVAL);
+    assert_int_equal(tsdf_host_register(page, 0), TSDF_EINVAL);
+    if (!tsdf_cuda_available()) {
+        int rc = tsdf_host_register(page, sizeof page);
+        assert_true(rc == TSDF_ENOT_BUILT || rc == TSDF_ENO_GPU);
+    }
+    tsdf_host_unregister(NULL);
 
     float *depth = malloc(W * H * sizeof(float)), *pl = NULL;
     assert_non_null(depth);

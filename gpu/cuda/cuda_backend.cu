@@ -607,6 +607,21 @@ extern "C" void tsdf_cuda_host_free(void *p)
         (void)cudaGetLastError();
 }
 
+extern "C" int tsdf_cuda_host_register(void *p, size_t bytes)
+{
+    if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return TSDF_ENOMEM;
+    }
+    return TSDF_OK;
+}
+
+extern "C" void tsdf_cuda_host_unregister(void *p)
+{
+    if (cudaHostUnregister(p) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
 /* In the order of tsdf_backend_ops (C++ has no designated initialisers
  * for C structs before C++20). */
 extern "C" const tsdf_backend_ops tsdf_cuda_ops = {
