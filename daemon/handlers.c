@@ -353,6 +353,15 @@ static void raycast_ring_reply(daemon_ctx *d, const tsdf_req_raycast *rq, uint64
                                const worker_job *j, tsdf_reply *rep)
 {
     const size_t px = (size_t)j->out_width * j->out_height;
+    tsdf_rep_raycast *rr = &rep->u.raycast;
+    if (j->out_in_ring) {
+        /* The device copied it there (rings_lease). */
+        rr->in_ring = 1;
+        rr->ring_offset = rq->ring_offset;
+        rr->ring_normals = j->normals != NULL;
+        rr->ring_rgb = j->rgb != NULL;
+        return;
+    }
     struct iovec v[3];
     int n = 0;
     v[n++] = (struct iovec){j->depth_m, px * 4u};
@@ -370,7 +379,6 @@ static void raycast_ring_reply(daemon_ctx *d, const tsdf_req_raycast *rq, uint64
         tsdf_reply_set_error(rep, rc, "%s", why);
         return;
     }
-    tsdf_rep_raycast *rr = &rep->u.raycast;
     rr->in_ring = 1;
     rr->ring_offset = rq->ring_offset;
     rr->ring_normals = j->normals != NULL;
@@ -555,8 +563,10 @@ int handlers_run_job(daemon_ctx *d, dmap *m, worker_job *j, uint32_t timeout_ms,
     return rc;
 }
 
-int handlers_run_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request *req,
-                       tsdf_reply *rep, worker_job **jp)
+/* handlers_run_query; ring (a raycast's only, or NULL): its image may go
+ * into the sender's ring there (worker_job.out_rings). */
+static int run_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request *req,
+                     const rings_ref *ring, tsdf_reply *rep, worker_job **jp)
 {
     *jp = NULL;
     worker_job *j = job_new(kind, 1);
@@ -566,12 +576,23 @@ int handlers_run_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request
     }
     if (req != NULL)
         j->req = *req;
-    if (kind == JOB_RAYCAST)
+    if (kind == JOB_RAYCAST) {
         job_raycast_outputs(j, d->frame_buffers);
+        if (ring != NULL && d->rings != NULL) {
+            j->out_rings = d->rings;
+            j->out_ref = *ring;
+        }
+    }
     int rc = handlers_run_job(d, m, j, d->cfg->request_timeout_ms, rep);
     if (rc == TSDF_OK)
         *jp = j;
     return rc;
+}
+
+int handlers_run_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request *req,
+                       tsdf_reply *rep, worker_job **jp)
+{
+    return run_query(d, m, kind, req, NULL, rep, jp);
 }
 
 static int find_map(daemon_ctx *d, const char *name, tsdf_reply *rep, dmap **m)
@@ -679,7 +700,8 @@ void handle_request(daemon_ctx *d, nng_msg *msg, handler_result *res)
             break;
         if (find_map(d, req->map, rep, &m) != TSDF_OK)
             break;
-        if (handlers_run_query(d, m, JOB_RAYCAST, req, rep, &j) != TSDF_OK)
+        const rings_ref where = {rq->ring_token, pid, rq->ring_offset, rq->ring_seq};
+        if (run_query(d, m, JOB_RAYCAST, req, rq->has_ring ? &where : NULL, rep, &j) != TSDF_OK)
             break;
         rep->u.raycast.width = j->out_width;
         rep->u.raycast.height = j->out_height;

@@ -346,7 +346,8 @@ int main(int argc, char **argv)
         if (cfg_ipc_gid(&m.cfg, &gid) != TSDF_OK)
             gid = -1; /* server_start reports the unknown group */
         rc = rings_start(ring_path, (int)m.cfg.ipc_mode, gid, m.cfg.max_connections,
-                         (uint64_t)m.cfg.ring_max_mb << 20, &m.d.rings, err, sizeof err);
+                         (uint64_t)m.cfg.ring_max_mb << 20, m.maps.backend == TSDF_BACKEND_CUDA,
+                         &m.d.rings, err, sizeof err);
         if (rc != TSDF_OK) {
             TSDF_LOG(TSDF_LOG_ERROR, "%s", err);
             goto fail_server;

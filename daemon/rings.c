@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -20,6 +21,7 @@
 
 #include "log.h"
 #include "tsdf_types.h"
+#include "tsdf_volume.h"
 
 /* statfs f_type of tmpfs and shmem (linux/magic.h TMPFS_MAGIC). */
 #define TMPFS_MAGIC_NUMBER 0x01021994
@@ -33,6 +35,9 @@ typedef struct {
     uint64_t bytes;
     int writable;   /* no write seal, opened read-write: raycast images may go in */
     uint64_t fence; /* requests with a ring_seq below it are refused */
+    /* A writable ring mapped and page-locked for the GPU's copies
+     * (map_for_gpu), or NULL. The daemon's CPU never reads or writes it. */
+    void *gpu_map;
 } ring_conn;
 
 struct rings {
@@ -43,6 +48,7 @@ struct rings {
     int started;
     uint32_t max_rings;
     uint64_t max_bytes;
+    int gpu_direct; /* map writable rings for the GPU's copies (rings_start) */
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     /* Readers (request threads) hold it shared while they copy; the
      * ring thread holds it exclusively to add or drop a ring. */
@@ -70,6 +76,11 @@ static void conn_reset(ring_conn *c)
  * caller logs, after unlocking). */
 static void conn_close(rings *r, ring_conn *c)
 {
+    if (c->gpu_map != NULL) {
+        /* No lease holds it: the lock is ours alone. */
+        tsdf_host_unregister(c->gpu_map);
+        munmap(c->gpu_map, (size_t)c->bytes);
+    }
     if (c->token != 0) {
         close(c->memfd);
         r->attached--;
@@ -177,6 +188,42 @@ static void fence(rings *r, ring_conn *c, const tsdf_ring_attach_msg *m)
     reply(c->fd, TSDF_OK, token, NULL);
 }
 
+/* The ring's pages mapped and page-locked for the device's copies
+ * (rings_start's gpu_direct), so that a raycast's image goes from the GPU
+ * straight into the ring instead of through a page-locked buffer and a
+ * pwrite. The whole file is allocated first (fallocate), so that the
+ * driver finds no hole to fault in when it locks the pages; after that
+ * the device's copies go to locked pages and cannot fault. The daemon's
+ * CPU never touches the mapping: a fault there could raise SIGBUS (a
+ * page the kernel cannot allocate under strict overcommit, after the
+ * client punched a hole), where pread and pwrite give an error code. A
+ * hole the client punches later only detaches its own pages from the
+ * locked ones (it then reads zeros where the device wrote). NULL when any
+ * step fails: the ring is then written with pwrite, as on the CPU
+ * backend. */
+static void *map_for_gpu(int fd, uint64_t bytes, pid_t pid)
+{
+    if (bytes == 0 || bytes > (uint64_t)SIZE_MAX || bytes > (uint64_t)INT64_MAX)
+        return NULL;
+    const char *why = NULL;
+    void *p = MAP_FAILED;
+    if (fallocate(fd, 0, 0, (off_t)bytes) != 0)
+        why = "fallocate";
+    else if ((p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+             MAP_FAILED)
+        why = "mmap";
+    else if (tsdf_host_register(p, (size_t)bytes) != TSDF_OK)
+        why = "page-locking";
+    if (why == NULL)
+        return p;
+    if (p != MAP_FAILED)
+        munmap(p, (size_t)bytes);
+    TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "ring gpu map",
+                         "frame ring of process %ld: %s failed; its images go through pwrite",
+                         (long)pid, why);
+    return NULL;
+}
+
 /* One attach message on c: take the memfd it carries. A refused one
  * closes a connection that has no ring (so that it does not hold a slot). */
 static void attach(rings *r, ring_conn *c)
@@ -234,9 +281,10 @@ static void attach(rings *r, ring_conn *c)
     while (why == NULL && token == 0)
         if (getrandom(&token, sizeof token, 0) != (ssize_t)sizeof token)
             why = "no random token", status = TSDF_EINTERNAL;
-    /* The ring's descriptor is kept and read with pread, never mapped: a
-     * read of a hole gives zeros and a failure is a return value, where a
-     * mapping's page fault could kill the daemon (SIGBUS). */
+    /* The ring's descriptor is kept and read with pread, never through a
+     * mapping by the CPU: a read of a hole gives zeros and a failure is a
+     * return value, where a mapping's page fault could kill the daemon
+     * (SIGBUS). Only the device writes into map_for_gpu's mapping. */
     for (int i = why == NULL ? 1 : 0; i < nfds; i++)
         close_received(fds[i]);
     if (why != NULL) {
@@ -256,16 +304,21 @@ static void attach(rings *r, ring_conn *c)
 #ifdef F_SEAL_FUTURE_WRITE
     write_seals |= F_SEAL_FUTURE_WRITE;
 #endif
+    const int writable =
+        seals >= 0 && !(seals & write_seals) && fl >= 0 && (fl & O_ACCMODE) == O_RDWR;
+    /* Before the ring is published (its token set): no reader sees it. */
+    void *gpu_map = r->gpu_direct && writable ? map_for_gpu(fds[0], m.bytes, pid) : NULL;
     pthread_rwlock_wrlock(&r->lock);
-    c->writable = seals >= 0 && !(seals & write_seals) && fl >= 0 && (fl & O_ACCMODE) == O_RDWR;
+    c->writable = writable;
+    c->gpu_map = gpu_map;
     c->memfd = fds[0];
     c->bytes = m.bytes;
     c->token = token;
     r->attached++;
     r->held += m.bytes;
     pthread_rwlock_unlock(&r->lock);
-    TSDF_LOG(TSDF_LOG_INFO, "frame ring of process %ld attached (%llu bytes)", (long)pid,
-             (unsigned long long)m.bytes);
+    TSDF_LOG(TSDF_LOG_INFO, "frame ring of process %ld attached (%llu bytes%s)", (long)pid,
+             (unsigned long long)m.bytes, gpu_map != NULL ? ", images written by the GPU" : "");
     reply(c->fd, TSDF_OK, token, NULL);
 }
 
@@ -333,7 +386,7 @@ static void *ring_main(void *arg)
 }
 
 int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64_t max_bytes,
-                rings **out, char *err, size_t err_len)
+                int gpu_direct, rings **out, char *err, size_t err_len)
 {
     if (max_rings == 0) {
         snprintf(err, err_len, "frame rings: no room for any ring");
@@ -348,6 +401,7 @@ int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64
     r->wake[0] = r->wake[1] = -1;
     r->max_rings = max_rings;
     r->max_bytes = max_bytes;
+    r->gpu_direct = gpu_direct;
     /* Writers first: under load the request threads' copies overlap, and
      * glibc's default would keep an attach or detach waiting for a gap. */
     pthread_rwlockattr_t la;
@@ -468,6 +522,31 @@ static int ring_xfer(int fd, uint8_t *buf, size_t len, uint64_t off, int write)
     return TSDF_OK;
 }
 
+/* The ring ref names, with its checks for bytes from ref's offset
+ * (read, or write): *out and TSDF_OK, or the codes of rings_read. Under
+ * the lock, held shared. */
+static int ring_find(rings *r, const rings_ref *ref, uint64_t bytes, int write,
+                     const ring_conn **out)
+{
+    *out = NULL;
+    for (uint32_t i = 0; i < r->max_rings; i++) {
+        const ring_conn *c = &r->conns[i];
+        if (c->token != ref->token)
+            continue;
+        if ((uint64_t)c->pid != ref->pid)
+            return TSDF_EFORBIDDEN;
+        if (ref->seq < c->fence)
+            return TSDF_ETIMEOUT;
+        if (ref->offset > c->bytes || bytes > c->bytes - ref->offset)
+            return TSDF_EBAD_SIZE;
+        if (write && !c->writable)
+            return TSDF_EINVAL;
+        *out = c;
+        return TSDF_OK;
+    }
+    return TSDF_ENOT_FOUND;
+}
+
 /* The n pieces of iov, one after the other from offset of ring token of
  * process pid, for the request numbered seq: read into them, written from
  * them (write), or with io 0 only checked. The codes of rings_read. */
@@ -480,24 +559,11 @@ static int ring_io(rings *r, const rings_ref *ref, const struct iovec *iov, int 
     uint64_t bytes = 0;
     for (int k = 0; k < n; k++)
         bytes += iov[k].iov_len;
-    int rc = TSDF_ENOT_FOUND;
+    const ring_conn *c;
     pthread_rwlock_rdlock(&r->lock);
-    for (uint32_t i = 0; i < r->max_rings; i++) {
-        const ring_conn *c = &r->conns[i];
-        if (c->token != ref->token)
-            continue;
-        if ((uint64_t)c->pid != ref->pid)
-            rc = TSDF_EFORBIDDEN;
-        else if (ref->seq < c->fence)
-            rc = TSDF_ETIMEOUT;
-        else if (offset > c->bytes || bytes > c->bytes - offset)
-            rc = TSDF_EBAD_SIZE;
-        else
-            rc = write && !c->writable ? TSDF_EINVAL : TSDF_OK;
-        for (int k = 0; rc == TSDF_OK && io && k < n; offset += iov[k].iov_len, k++)
-            rc = ring_xfer(c->memfd, iov[k].iov_base, iov[k].iov_len, offset, write);
-        break;
-    }
+    int rc = ring_find(r, ref, bytes, write, &c);
+    for (int k = 0; rc == TSDF_OK && io && k < n; offset += iov[k].iov_len, k++)
+        rc = ring_xfer(c->memfd, iov[k].iov_base, iov[k].iov_len, offset, write);
     pthread_rwlock_unlock(&r->lock);
     return rc;
 }
@@ -521,6 +587,28 @@ int rings_check(rings *r, const rings_ref *ref, uint64_t bytes, int write)
 int rings_write(rings *r, const rings_ref *ref, const struct iovec *iov, int n)
 {
     return ring_io(r, ref, iov, n, 1, 1);
+}
+
+int rings_lease(rings *r, const rings_ref *ref, uint64_t bytes, void **p)
+{
+    *p = NULL;
+    if (r == NULL || ref->token == 0)
+        return TSDF_ENOT_FOUND;
+    const ring_conn *c;
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = ring_find(r, ref, bytes, 1, &c);
+    if (rc == TSDF_OK && c->gpu_map != NULL) {
+        /* Held until rings_lease_end: no fence, detach or stop meanwhile. */
+        *p = (uint8_t *)c->gpu_map + ref->offset;
+        return TSDF_OK;
+    }
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+void rings_lease_end(rings *r)
+{
+    pthread_rwlock_unlock(&r->lock);
 }
 
 void rings_get_stats(rings *r, rings_stats *out)

@@ -8,9 +8,12 @@
  * integrate request then names the token and a byte offset instead of
  * carrying the depth, and the request thread reads the samples from the
  * descriptor once (pread, into the frame's page-locked buffer on CUDA).
- * It never maps a ring: a mapping's page fault (a hole the client left,
- * memory the kernel cannot commit) would be a SIGBUS in the daemon, where
- * pread gives zeros or an error code. nng 1.5
+ * Its CPU never touches a mapping of a ring: a page fault there (a hole
+ * the client left, memory the kernel cannot commit) would be a SIGBUS in
+ * the daemon, where pread gives zeros or an error code. On the CUDA
+ * backend a writable ring is also mapped and page-locked at attach
+ * (rings_start's gpu_direct), and a raycast's image goes there from the
+ * GPU by the device's copy engine (rings_lease), which cannot fault. nng 1.5
  * reads every socket of a process on one thread, which a 614 KB frame per
  * request saturates near 10,000 frames/s (bench/RESULTS.md, 2026-12-03
  * evening); a ring takes the frames' bytes off that thread.
@@ -40,9 +43,12 @@ typedef struct rings rings;
 
 /* Listens on path (a stale socket file there is replaced) with the given
  * file mode and group (-1: unchanged), and serves attachments on a thread
- * of its own: at most max_rings at once, max_bytes of rings in all. */
+ * of its own: at most max_rings at once, max_bytes of rings in all. With
+ * gpu_direct (the CUDA backend) each writable ring is allocated whole,
+ * mapped and page-locked (tsdf_host_register) when it attaches, for
+ * rings_lease; a ring where that fails is written with pwrite. */
 int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64_t max_bytes,
-                rings **out, char *err, size_t err_len);
+                int gpu_direct, rings **out, char *err, size_t err_len);
 
 /* Stops the thread, closes every connection and every ring. */
 void rings_stop(rings *r);
@@ -79,6 +85,19 @@ int rings_check(rings *r, const rings_ref *ref, uint64_t bytes, int write);
  * when the file takes fewer bytes. The fence is looked at again: a
  * raycast's image is written long after its request was checked. */
 int rings_write(rings *r, const rings_ref *ref, const struct iovec *iov, int n);
+
+/* Where the device may write bytes at ref of a ring mapped for it
+ * (gpu_direct): TSDF_OK with *p there, and the ring held (no fence,
+ * detach or stop takes effect) until rings_lease_end, which the caller
+ * calls once the device's copies there are complete; the fence and the
+ * other checks of rings_write are made now, for the whole write. TSDF_OK
+ * with *p NULL: the ring is not mapped for the device (use rings_write;
+ * nothing is held). Else rings_write's codes, nothing held. Only the
+ * device may write at *p: the daemon's CPU must not touch it. */
+int rings_lease(rings *r, const rings_ref *ref, uint64_t bytes, void **p);
+
+/* Ends a lease. */
+void rings_lease_end(rings *r);
 
 typedef struct {
     uint64_t attached; /* rings attached now */

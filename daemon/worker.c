@@ -467,9 +467,27 @@ static int run_raycast(dmap *m, worker_job *j)
     out.depth_m = j->depth_m;
     out.normals = j->normals;
     out.rgb = j->rgb;
+    /* Straight into the sender's ring where it is mapped for the device:
+     * the same layout as out_buf's (depth, normals, colour), written only
+     * by the device's copies, and held against fences and detaching until
+     * they are done. */
+    uint8_t *ring = NULL;
+    if (j->out_rings != NULL &&
+        rings_lease(j->out_rings, &j->out_ref, tsdf_proto_raycast_request_image_bytes(rq),
+                    (void **)&ring) != TSDF_OK)
+        ring = NULL;
+    if (ring != NULL) {
+        out.depth_m = (float *)(void *)ring;
+        out.normals = rq->want_normals ? (float *)(void *)(ring + px * 4u) : NULL;
+        out.rgb = rq->want_rgb ? ring + tsdf_proto_raycast_rgb_offset(px, rq->want_normals) : NULL;
+    }
     int rc = tsdf_volume_raycast(m->vol, &p, &out);
     if (rc == TSDF_OK)
         rc = tsdf_volume_sync(m->vol);
+    if (ring != NULL) {
+        rings_lease_end(j->out_rings);
+        j->out_in_ring = rc == TSDF_OK;
+    }
     return rc;
 }
 

@@ -37,6 +37,7 @@
 #include "dstats.h"
 #include "frame_pool.h"
 #include "queue.h"
+#include "rings.h"
 #include "tsdf_proto.h"
 #include "tsdf_volume.h"
 
@@ -104,6 +105,14 @@ typedef struct worker_job {
      * it); else each is malloc'd. */
     void *out_buf;
     frame_pool *out_pool;
+    /* A raycast that asked for its image in its sender's ring: the rings
+     * and the request's reference there (out_rings NULL: none). Where the
+     * ring is mapped for the device (rings_lease) the image is copied from
+     * the GPU straight into it, and out_in_ring says so; else the handler
+     * writes it there from the arrays above (rings_write). */
+    struct rings *out_rings;
+    rings_ref out_ref;
+    int out_in_ring;
     uint32_t out_width, out_height; /* the raycast's image (the request's size / scale) */
     tsdf_mesh mesh;                 /* owned */
     tsdf_volume_stats vstats;
