@@ -13,14 +13,14 @@
 #      through rings with raycasts (with normals, and depth alone), 12 s
 #      without rings; 1 client's round trip
 #      through a ring and without; idle raycasts of depth alone and with
-#      normals through a ring,
+#      normals through a ring, copied into the client's arrays and read in
+#      place (--raycast-view on),
 #   5. a summary of the lines RESULTS.md quotes.
 # Each benchmark checks its own result and prints no time for a wrong one
 # (its exit status is then non-zero, and the summary says FAIL). Outputs go
 # to $BENCH_LOGS (default $BUILD_DIR/bench-logs), one file each. About
-# six minutes after the build on an H200 host, by the runs' lengths (not yet
-# timed there). QUICK=1 shortens every run (for checking
-# the script, not for figures).
+# two and a half minutes after the build on the H200 host (2026-12-04).
+# QUICK=1 shortens every run (for checking the script, not for figures).
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -106,7 +106,11 @@ run daemon-1-ring "${D[@]}" --clients 1 --seconds "$SHORT" --mode acked --mesh o
     --ring
 run daemon-1 "${D[@]}" --clients 1 --seconds "$SHORT" --mode acked --mesh off --raycast off
 run daemon-idle-normals "${D[@]}" --clients 0 --seconds 6 --mesh off --ring
+run daemon-idle-normals-view "${D[@]}" --clients 0 --seconds 6 --mesh off --ring \
+    --raycast-view on
 run daemon-idle-depth "${D[@]}" --clients 0 --seconds 6 --mesh off --ring --raycast-reply depth
+run daemon-idle-depth-view "${D[@]}" --clients 0 --seconds 6 --mesh off --ring \
+    --raycast-reply depth --raycast-view on
 
 # 5. What RESULTS.md quotes, from the logs.
 {
