@@ -346,8 +346,9 @@ int main(int argc, char **argv)
         if (cfg_ipc_gid(&m.cfg, &gid) != TSDF_OK)
             gid = -1; /* server_start reports the unknown group */
         rc = rings_start(ring_path, (int)m.cfg.ipc_mode, gid, m.cfg.max_connections,
-                         (uint64_t)m.cfg.ring_max_mb << 20, m.maps.backend == TSDF_BACKEND_CUDA,
-                         &m.d.rings, err, sizeof err);
+                         (uint64_t)m.cfg.ring_max_mb << 20,
+                         m.maps.backend == TSDF_BACKEND_CUDA ? RINGS_GPU : RINGS_PWRITE, &m.d.rings,
+                         err, sizeof err);
         if (rc != TSDF_OK) {
             TSDF_LOG(TSDF_LOG_ERROR, "%s", err);
             goto fail_server;

@@ -38,17 +38,27 @@ typedef struct {
     /* A writable ring mapped and page-locked for the GPU's copies
      * (map_for_gpu), or NULL. The daemon's CPU never reads or writes it. */
     void *gpu_map;
+    /* rings_lease's in flight on gpu_map: the device may be writing
+     * there. They hold no lock; what must wait for them waits here: */
+    atomic_uint leases;
+    /* the answer to a fence (the ring's token; 0: none), sent by the ring
+     * thread once no lease is in flight (settle_leases), */
+    uint64_t fence_answer;
+    /* and a connection that closed with leases in flight: its slot and
+     * mapping are kept until they end (fd and token are gone). */
+    int closing;
 } ring_conn;
 
 struct rings {
     int listen_fd;
     int bound;   /* path is our socket: rings_stop removes it */
     int wake[2]; /* rings_stop writes one byte */
+    int kick[2]; /* the last lease of a ring ends: settle_leases */
     pthread_t thread;
     int started;
     uint32_t max_rings;
     uint64_t max_bytes;
-    int gpu_direct; /* map writable rings for the GPU's copies (rings_start) */
+    rings_direct direct; /* how writable rings are treated (rings_start) */
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     /* Readers (request threads) hold it shared while they copy; the
      * ring thread holds it exclusively to add or drop a ring. */
@@ -70,23 +80,48 @@ static void conn_reset(ring_conn *c)
     memset(c, 0, sizeof *c);
     c->fd = -1;
     c->memfd = -1;
+    atomic_init(&c->leases, 0);
+}
+
+/* A slot no connection holds, and no lease (a closing one is kept). */
+static int conn_free(const ring_conn *c)
+{
+    return c->fd < 0 && !c->closing;
+}
+
+/* Drops c's mapping for the device; no lease may be in flight. */
+static void conn_unmap(const rings *r, ring_conn *c)
+{
+    if (c->gpu_map == NULL)
+        return;
+    if (r->direct == RINGS_GPU)
+        tsdf_host_unregister(c->gpu_map);
+    munmap(c->gpu_map, (size_t)c->bytes);
+    c->gpu_map = NULL;
 }
 
 /* Drops c's ring and closes its connection (exclusive lock held; the
- * caller logs, after unlocking). */
+ * caller logs, after unlocking). With leases in flight the mapping and
+ * the slot stay, closing, until the last ends (settle_leases): the token
+ * is gone at once, so no request finds the ring from now on. */
 static void conn_close(rings *r, ring_conn *c)
 {
-    if (c->gpu_map != NULL) {
-        /* No lease holds it: the lock is ours alone. */
-        tsdf_host_unregister(c->gpu_map);
-        munmap(c->gpu_map, (size_t)c->bytes);
-    }
     if (c->token != 0) {
         close(c->memfd);
         r->attached--;
         r->held -= c->bytes;
     }
-    close(c->fd);
+    if (c->fd >= 0)
+        close(c->fd);
+    if (c->gpu_map != NULL && atomic_load(&c->leases) > 0) {
+        c->fd = -1;
+        c->memfd = -1;
+        c->token = 0;
+        c->fence_answer = 0;
+        c->closing = 1;
+        return;
+    }
+    conn_unmap(r, c);
     conn_reset(c);
 }
 
@@ -184,12 +219,43 @@ static void fence(rings *r, ring_conn *c, const tsdf_ring_attach_msg *m)
     if (f.fence > c->fence)
         c->fence = f.fence;
     const uint64_t token = c->token;
+    /* A lease checked the fence before this one and the device may still
+     * be writing its image: the sender may reuse the fenced slots once it
+     * has the answer, so the answer waits for the lease (settle_leases). */
+    const int wait = atomic_load(&c->leases) > 0;
+    if (wait)
+        c->fence_answer = token;
     pthread_rwlock_unlock(&r->lock);
-    reply(c->fd, TSDF_OK, token, NULL);
+    if (!wait)
+        reply(c->fd, TSDF_OK, token, NULL);
+}
+
+/* After a ring's last lease ended (rings_lease_end kicked the thread):
+ * the fence answers that waited for it, and the mappings of connections
+ * that closed meanwhile. */
+static void settle_leases(rings *r)
+{
+    char buf[64];
+    while (read(r->kick[0], buf, sizeof buf) > 0) {
+    }
+    pthread_rwlock_wrlock(&r->lock);
+    for (uint32_t i = 0; i < r->max_rings; i++) {
+        ring_conn *c = &r->conns[i];
+        if (atomic_load(&c->leases) > 0)
+            continue;
+        if (c->closing) {
+            conn_unmap(r, c);
+            conn_reset(c);
+        } else if (c->fence_answer != 0) {
+            reply(c->fd, TSDF_OK, c->fence_answer, NULL);
+            c->fence_answer = 0;
+        }
+    }
+    pthread_rwlock_unlock(&r->lock);
 }
 
 /* The ring's pages mapped and page-locked for the device's copies
- * (rings_start's gpu_direct), so that a raycast's image goes from the GPU
+ * (rings_start's RINGS_GPU), so that a raycast's image goes from the GPU
  * straight into the ring instead of through a page-locked buffer and a
  * pwrite. The whole file is allocated first (fallocate), so that the
  * driver finds no hole to fault in when it locks the pages; after that
@@ -201,7 +267,7 @@ static void fence(rings *r, ring_conn *c, const tsdf_ring_attach_msg *m)
  * locked ones (it then reads zeros where the device wrote). NULL when any
  * step fails: the ring is then written with pwrite, as on the CPU
  * backend. */
-static void *map_for_gpu(int fd, uint64_t bytes, pid_t pid)
+static void *map_for_gpu(rings_direct direct, int fd, uint64_t bytes, pid_t pid)
 {
     if (bytes == 0 || bytes > (uint64_t)SIZE_MAX || bytes > (uint64_t)INT64_MAX)
         return NULL;
@@ -212,8 +278,12 @@ static void *map_for_gpu(int fd, uint64_t bytes, pid_t pid)
     else if ((p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
              MAP_FAILED)
         why = "mmap";
-    else if (tsdf_host_register(p, (size_t)bytes) != TSDF_OK)
+    else if (direct == RINGS_GPU && tsdf_host_register(p, (size_t)bytes) != TSDF_OK)
         why = "page-locking";
+    if (why == NULL) {
+        /* A client's data, up to ring_max_mb of it: not in a core dump. */
+        (void)madvise(p, (size_t)bytes, MADV_DONTDUMP);
+    }
     if (why == NULL)
         return p;
     if (p != MAP_FAILED)
@@ -307,7 +377,8 @@ static void attach(rings *r, ring_conn *c)
     const int writable =
         seals >= 0 && !(seals & write_seals) && fl >= 0 && (fl & O_ACCMODE) == O_RDWR;
     /* Before the ring is published (its token set): no reader sees it. */
-    void *gpu_map = r->gpu_direct && writable ? map_for_gpu(fds[0], m.bytes, pid) : NULL;
+    void *gpu_map =
+        r->direct != RINGS_PWRITE && writable ? map_for_gpu(r->direct, fds[0], m.bytes, pid) : NULL;
     pthread_rwlock_wrlock(&r->lock);
     c->writable = writable;
     c->gpu_map = gpu_map;
@@ -318,7 +389,10 @@ static void attach(rings *r, ring_conn *c)
     r->held += m.bytes;
     pthread_rwlock_unlock(&r->lock);
     TSDF_LOG(TSDF_LOG_INFO, "frame ring of process %ld attached (%llu bytes%s)", (long)pid,
-             (unsigned long long)m.bytes, gpu_map != NULL ? ", images written by the GPU" : "");
+             (unsigned long long)m.bytes,
+             gpu_map == NULL          ? ""
+             : r->direct == RINGS_GPU ? ", images written by the GPU"
+                                      : ", mapped");
     reply(c->fd, TSDF_OK, token, NULL);
 }
 
@@ -331,7 +405,7 @@ static void accept_one(rings *r)
     socklen_t len = sizeof cr;
     ring_conn *slot = NULL;
     for (uint32_t i = 0; i < r->max_rings && slot == NULL; i++)
-        if (r->conns[i].fd < 0)
+        if (conn_free(&r->conns[i]))
             slot = &r->conns[i];
     if (slot == NULL || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) {
         atomic_fetch_add(&r->refused, 1);
@@ -348,8 +422,8 @@ static void accept_one(rings *r)
 static void *ring_main(void *arg)
 {
     rings *r = arg;
-    struct pollfd *p = calloc((size_t)r->max_rings + 2, sizeof *p);
-    ring_conn **who = calloc((size_t)r->max_rings + 2, sizeof *who);
+    struct pollfd *p = calloc((size_t)r->max_rings + 3, sizeof *p);
+    ring_conn **who = calloc((size_t)r->max_rings + 3, sizeof *who);
     if (p == NULL || who == NULL) {
         TSDF_LOG(TSDF_LOG_ERROR, "ring socket: out of memory; no rings will attach");
         free(p);
@@ -360,6 +434,7 @@ static void *ring_main(void *arg)
         nfds_t n = 0;
         p[n++] = (struct pollfd){.fd = r->wake[0], .events = POLLIN};
         p[n++] = (struct pollfd){.fd = r->listen_fd, .events = POLLIN};
+        p[n++] = (struct pollfd){.fd = r->kick[0], .events = POLLIN};
         for (uint32_t i = 0; i < r->max_rings; i++) {
             if (r->conns[i].fd < 0)
                 continue;
@@ -374,7 +449,9 @@ static void *ring_main(void *arg)
         }
         if (p[0].revents)
             break;
-        for (nfds_t i = 2; i < n; i++)
+        if (p[2].revents)
+            settle_leases(r);
+        for (nfds_t i = 3; i < n; i++)
             if (p[i].revents)
                 attach(r, who[i]);
         if (p[1].revents & POLLIN)
@@ -386,7 +463,7 @@ static void *ring_main(void *arg)
 }
 
 int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64_t max_bytes,
-                int gpu_direct, rings **out, char *err, size_t err_len)
+                rings_direct direct, rings **out, char *err, size_t err_len)
 {
     if (max_rings == 0) {
         snprintf(err, err_len, "frame rings: no room for any ring");
@@ -399,9 +476,10 @@ int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64
     }
     r->listen_fd = -1;
     r->wake[0] = r->wake[1] = -1;
+    r->kick[0] = r->kick[1] = -1;
     r->max_rings = max_rings;
     r->max_bytes = max_bytes;
-    r->gpu_direct = gpu_direct;
+    r->direct = direct;
     /* Writers first: under load the request threads' copies overlap, and
      * glibc's default would keep an attach or detach waiting for a gap. */
     pthread_rwlockattr_t la;
@@ -422,7 +500,8 @@ int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64
     memcpy(a.sun_path, path, strlen(path) + 1);
     snprintf(r->path, sizeof r->path, "%s", path);
     r->conns = malloc(max_rings * sizeof *r->conns);
-    if (r->conns == NULL || pipe2(r->wake, O_CLOEXEC) != 0) {
+    if (r->conns == NULL || pipe2(r->wake, O_CLOEXEC) != 0 ||
+        pipe2(r->kick, O_CLOEXEC | O_NONBLOCK) != 0) {
         snprintf(err, err_len, "out of memory");
         rc = TSDF_ENOMEM;
         goto fail;
@@ -492,13 +571,29 @@ void rings_stop(rings *r)
     if (r->bound)
         unlink(r->path);
     pthread_rwlock_wrlock(&r->lock);
-    for (uint32_t i = 0; r->conns != NULL && i < r->max_rings; i++)
-        if (r->conns[i].fd >= 0)
-            conn_close(r, &r->conns[i]);
+    uint32_t leased = 0;
+    for (uint32_t i = 0; r->conns != NULL && i < r->max_rings; i++) {
+        ring_conn *c = &r->conns[i];
+        if (c->fd >= 0 || c->closing)
+            conn_close(r, c);
+        leased += c->closing;
+    }
     pthread_rwlock_unlock(&r->lock);
-    for (int i = 0; i < 2; i++)
+    if (leased > 0) {
+        /* A worker still in a raycast into a ring (one the stop gave up
+         * on, stuck on the device): its mapping, and what its lease's end
+         * touches (this struct, the kick pipe), stay for the rest of the
+         * process's life. */
+        TSDF_LOG(TSDF_LOG_WARN,
+                 "frame rings: %u ring(s) still written by the GPU at stop: left mapped", leased);
+        return;
+    }
+    for (int i = 0; i < 2; i++) {
         if (r->wake[i] >= 0)
             close(r->wake[i]);
+        if (r->kick[i] >= 0)
+            close(r->kick[i]);
+    }
     pthread_rwlock_destroy(&r->lock);
     free(r->conns);
     free(r);
@@ -525,12 +620,11 @@ static int ring_xfer(int fd, uint8_t *buf, size_t len, uint64_t off, int write)
 /* The ring ref names, with its checks for bytes from ref's offset
  * (read, or write): *out and TSDF_OK, or the codes of rings_read. Under
  * the lock, held shared. */
-static int ring_find(rings *r, const rings_ref *ref, uint64_t bytes, int write,
-                     const ring_conn **out)
+static int ring_find(rings *r, const rings_ref *ref, uint64_t bytes, int write, ring_conn **out)
 {
     *out = NULL;
     for (uint32_t i = 0; i < r->max_rings; i++) {
-        const ring_conn *c = &r->conns[i];
+        ring_conn *c = &r->conns[i];
         if (c->token != ref->token)
             continue;
         if ((uint64_t)c->pid != ref->pid)
@@ -559,7 +653,7 @@ static int ring_io(rings *r, const rings_ref *ref, const struct iovec *iov, int 
     uint64_t bytes = 0;
     for (int k = 0; k < n; k++)
         bytes += iov[k].iov_len;
-    const ring_conn *c;
+    ring_conn *c;
     pthread_rwlock_rdlock(&r->lock);
     int rc = ring_find(r, ref, bytes, write, &c);
     for (int k = 0; rc == TSDF_OK && io && k < n; offset += iov[k].iov_len, k++)
@@ -589,26 +683,39 @@ int rings_write(rings *r, const rings_ref *ref, const struct iovec *iov, int n)
     return ring_io(r, ref, iov, n, 1, 1);
 }
 
-int rings_lease(rings *r, const rings_ref *ref, uint64_t bytes, void **p)
+int rings_lease(rings *r, const rings_ref *ref, uint64_t bytes, rings_lease_t *lease, void **p)
 {
     *p = NULL;
+    lease->conn = NULL;
     if (r == NULL || ref->token == 0)
         return TSDF_ENOT_FOUND;
-    const ring_conn *c;
+    ring_conn *c;
     pthread_rwlock_rdlock(&r->lock);
     int rc = ring_find(r, ref, bytes, 1, &c);
-    if (rc == TSDF_OK && c->gpu_map != NULL) {
-        /* Held until rings_lease_end: no fence, detach or stop meanwhile. */
+    /* Floats at the offset: only where it is aligned for them. */
+    if (rc == TSDF_OK && c->gpu_map != NULL && ref->offset % sizeof(float) == 0) {
+        /* Counted under the lock, so that a fence or close that takes it
+         * next sees the lease; it holds no lock itself. */
+        atomic_fetch_add(&c->leases, 1);
+        lease->conn = c;
         *p = (uint8_t *)c->gpu_map + ref->offset;
-        return TSDF_OK;
     }
     pthread_rwlock_unlock(&r->lock);
     return rc;
 }
 
-void rings_lease_end(rings *r)
+void rings_lease_end(rings *r, rings_lease_t *lease)
 {
-    pthread_rwlock_unlock(&r->lock);
+    ring_conn *c = lease->conn;
+    if (c == NULL)
+        return;
+    lease->conn = NULL;
+    /* The last lease of the ring: a fence answer or a closed connection
+     * may wait for it. */
+    if (atomic_fetch_sub(&c->leases, 1) == 1) {
+        ssize_t n = write(r->kick[1], "k", 1);
+        (void)n; /* a full pipe holds a kick already */
+    }
 }
 
 void rings_get_stats(rings *r, rings_stats *out)

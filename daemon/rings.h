@@ -12,8 +12,10 @@
  * the client left, memory the kernel cannot commit) would be a SIGBUS in
  * the daemon, where pread gives zeros or an error code. On the CUDA
  * backend a writable ring is also mapped and page-locked at attach
- * (rings_start's gpu_direct), and a raycast's image goes there from the
- * GPU by the device's copy engine (rings_lease), which cannot fault. nng 1.5
+ * (rings_start's RINGS_GPU), and a raycast's image goes there from the
+ * GPU by the device's copy engine (rings_lease), which cannot fault; a
+ * fence is answered, and a detached ring unmapped, once the images in
+ * flight into it are written. nng 1.5
  * reads every socket of a process on one thread, which a 614 KB frame per
  * request saturates near 10,000 frames/s (bench/RESULTS.md, 2026-12-03
  * evening); a ring takes the frames' bytes off that thread.
@@ -41,14 +43,21 @@
 
 typedef struct rings rings;
 
+/* How rings_start treats a writable ring when it attaches. */
+typedef enum {
+    RINGS_PWRITE = 0, /* written with pwrite only (the CPU backend) */
+    RINGS_GPU = 1,    /* allocated whole, mapped and page-locked for the device */
+    RINGS_MAPPED = 2  /* tests only: allocated and mapped, not page-locked (no device) */
+} rings_direct;
+
 /* Listens on path (a stale socket file there is replaced) with the given
  * file mode and group (-1: unchanged), and serves attachments on a thread
  * of its own: at most max_rings at once, max_bytes of rings in all. With
- * gpu_direct (the CUDA backend) each writable ring is allocated whole,
+ * RINGS_GPU (the CUDA backend) each writable ring is allocated whole,
  * mapped and page-locked (tsdf_host_register) when it attaches, for
  * rings_lease; a ring where that fails is written with pwrite. */
 int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64_t max_bytes,
-                int gpu_direct, rings **out, char *err, size_t err_len);
+                rings_direct direct, rings **out, char *err, size_t err_len);
 
 /* Stops the thread, closes every connection and every ring. */
 void rings_stop(rings *r);
@@ -86,18 +95,25 @@ int rings_check(rings *r, const rings_ref *ref, uint64_t bytes, int write);
  * raycast's image is written long after its request was checked. */
 int rings_write(rings *r, const rings_ref *ref, const struct iovec *iov, int n);
 
-/* Where the device may write bytes at ref of a ring mapped for it
- * (gpu_direct): TSDF_OK with *p there, and the ring held (no fence,
- * detach or stop takes effect) until rings_lease_end, which the caller
- * calls once the device's copies there are complete; the fence and the
- * other checks of rings_write are made now, for the whole write. TSDF_OK
- * with *p NULL: the ring is not mapped for the device (use rings_write;
- * nothing is held). Else rings_write's codes, nothing held. Only the
- * device may write at *p: the daemon's CPU must not touch it. */
-int rings_lease(rings *r, const rings_ref *ref, uint64_t bytes, void **p);
+/* A lease of rings_lease (conn NULL: none held). */
+typedef struct {
+    void *conn;
+} rings_lease_t;
 
-/* Ends a lease. */
-void rings_lease_end(rings *r);
+/* Where the device may write bytes at ref of a ring mapped for it
+ * (RINGS_GPU): TSDF_OK with *p there and *lease held until
+ * rings_lease_end, which the caller calls once the device's copies there
+ * are complete. The fence and the other checks of rings_write are made
+ * now, for the whole write; a lease holds no lock, but a fence on its
+ * ring is answered, and a detached ring's mapping dropped, only after
+ * the ring's leases ended. TSDF_OK with *p NULL: the ring is not mapped
+ * for the device, or ref's offset is not aligned for floats (use
+ * rings_write; nothing is held). Else rings_write's codes, nothing held.
+ * Only the device may write at *p: the daemon's CPU must not touch it. */
+int rings_lease(rings *r, const rings_ref *ref, uint64_t bytes, rings_lease_t *lease, void **p);
+
+/* Ends a lease (nothing for one not held). */
+void rings_lease_end(rings *r, rings_lease_t *lease);
 
 typedef struct {
     uint64_t attached; /* rings attached now */

@@ -472,20 +472,27 @@ static int run_raycast(dmap *m, worker_job *j)
      * by the device's copies, and held against fences and detaching until
      * they are done. */
     uint8_t *ring = NULL;
+    rings_lease_t lease = {NULL};
     if (j->out_rings != NULL &&
-        rings_lease(j->out_rings, &j->out_ref, tsdf_proto_raycast_request_image_bytes(rq),
+        rings_lease(j->out_rings, &j->out_ref, tsdf_proto_raycast_request_image_bytes(rq), &lease,
                     (void **)&ring) != TSDF_OK)
         ring = NULL;
     if (ring != NULL) {
+        /* rings_lease gives a float-aligned offset. */
         out.depth_m = (float *)(void *)ring;
         out.normals = rq->want_normals ? (float *)(void *)(ring + px * 4u) : NULL;
         out.rgb = rq->want_rgb ? ring + tsdf_proto_raycast_rgb_offset(px, rq->want_normals) : NULL;
     }
     int rc = tsdf_volume_raycast(m->vol, &p, &out);
-    if (rc == TSDF_OK)
-        rc = tsdf_volume_sync(m->vol);
+    if (rc == TSDF_OK || ring != NULL) {
+        /* Into a ring, whatever the raycast returned: no copy of the
+         * device's may still be writing there when the lease ends. */
+        int sync = tsdf_volume_sync(m->vol);
+        if (rc == TSDF_OK)
+            rc = sync;
+    }
     if (ring != NULL) {
-        rings_lease_end(j->out_rings);
+        rings_lease_end(j->out_rings, &lease);
         j->out_in_ring = rc == TSDF_OK;
     }
     return rc;

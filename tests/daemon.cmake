@@ -10,6 +10,13 @@ tsdf_add_test(NAME queue SOURCES test_queue.c LIBS tsdfd_core Threads::Threads T
 tsdf_add_test(NAME worker SOURCES test_worker.c LIBS tsdfd_core Threads::Threads TIMEOUT 60)
 tsdf_add_test(NAME frame_pool SOURCES test_frame_pool.c LIBS tsdfd_core Threads::Threads TIMEOUT 60)
 tsdf_add_test(NAME watchdog SOURCES test_watchdog.c LIBS tsdfd_core Threads::Threads TIMEOUT 60)
+# The rings' leases (a ring mapped as for the GPU, written where a lease
+# points): fences and detaching wait for them (client_ring.c compiled in
+# for its attach exchange).
+tsdf_add_test(NAME rings_lease
+  SOURCES test_rings_lease.c ${PROJECT_SOURCE_DIR}/client/client_ring.c
+  LIBS tsdfd_core Threads::Threads TIMEOUT 60)
+target_include_directories(test_rings_lease PRIVATE ${PROJECT_SOURCE_DIR}/client)
 
 tsdf_add_test(NAME config SOURCES test_config.c LIBS tsdfd_core TIMEOUT 60)
 target_compile_definitions(test_config PRIVATE
