@@ -833,9 +833,11 @@ int tsdf_client_raycast_view(tsdf_client *c, const char *map, const tsdf_raycast
                              const tsdf_client_raycast_options *o, tsdf_client_view *v,
                              int timeout_ms)
 {
-    if (c == NULL || p == NULL || v == NULL)
+    if (v == NULL)
         return TSDF_EINVAL;
     memset(v, 0, sizeof *v);
+    if (c == NULL || p == NULL)
+        return TSDF_EINVAL;
     last_message[0] = '\0';
     struct tsdf_client_view_hold *hold = calloc(1, sizeof *hold);
     if (hold == NULL)
@@ -854,7 +856,7 @@ int tsdf_client_raycast_view(tsdf_client *c, const char *map, const tsdf_raycast
         size_t need = 0, at = 0;
         if (((uintptr_t)a.depth & (_Alignof(float) - 1)) != 0)
             need += px * 4u;
-        if (a.normals != NULL && ((uintptr_t)a.normals & (_Alignof(float) - 1)) != 0)
+        if (hold->k.d.q->want_normals && ((uintptr_t)a.normals & (_Alignof(float) - 1)) != 0)
             need += px * 12u;
         if (need > 0 && (hold->copy = malloc(need)) == NULL)
             rc = TSDF_ENOMEM;

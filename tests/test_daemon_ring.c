@@ -356,7 +356,11 @@ static void test_ring_raycast_view(void **state)
     assert_null(z.depth_m);
     tsdf_client_view_release(&z);
     tsdf_client_view_release(NULL);
+    memset(&z, 0x5a, sizeof z);
     assert_int_equal(tsdf_client_raycast_view(NULL, "m", &rp, &wn, &z, 30000), TSDF_EINVAL);
+    assert_null(z.hold);
+    assert_null(z.depth_m);
+    assert_int_equal(tsdf_client_raycast_view(ring, "m", &rp, &wn, NULL, 30000), TSDF_EINVAL);
 
     free(rgb);
     free(normals);
