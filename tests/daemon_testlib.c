@@ -93,6 +93,21 @@ static int cmp_vertex(const void *a, const void *b)
     return cmp_floats(a, b, 3);
 }
 
+/* The first n floats of x and y by their bits: a total order (-0 and +0
+ * apart, NaNs in place), so that sorting two equal multisets gives the
+ * same bytes. */
+static int cmp_float_bits(const float *x, const float *y, int n)
+{
+    for (int k = 0; k < n; k++) {
+        uint32_t a, b;
+        memcpy(&a, &x[k], sizeof a);
+        memcpy(&b, &y[k], sizeof b);
+        if (a != b)
+            return a < b ? -1 : 1;
+    }
+    return 0;
+}
+
 void sort_vertices(float *positions, size_t n)
 {
     qsort(positions, n, 3 * sizeof(float), cmp_vertex);
@@ -420,18 +435,18 @@ static void mesh_of(tsdf_client *c, const char *map, tsdf_mesh *m)
 
 static int cmp_floats6(const void *a, const void *b)
 {
-    return cmp_floats(a, b, 6);
+    return cmp_float_bits(a, b, 6);
 }
 
 static int cmp_floats9(const void *a, const void *b)
 {
-    return cmp_floats(a, b, 9);
+    return cmp_float_bits(a, b, 9);
 }
 
 /* m's vertices (position and normal) and its triangles (their corners'
- * positions, rotated so that the least corner comes first, which keeps the
- * winding), each sorted: what two meshes of the same volume share
- * whatever order their vertices and triangles came in. */
+ * positions, in the rotation whose bits sort first, which keeps the
+ * winding), each sorted by their bits: what two meshes of the same
+ * volume share whatever order their vertices and triangles came in. */
 static void mesh_canonical(const tsdf_mesh *m, float **verts, float **tris)
 {
     *verts = malloc((m->vertex_count ? m->vertex_count : 1) * 6 * sizeof(float));
@@ -443,15 +458,17 @@ static void mesh_canonical(const tsdf_mesh *m, float **verts, float **tris)
     }
     qsort(*verts, m->vertex_count, 6 * sizeof(float), cmp_floats6);
     for (size_t t = 0; t < m->triangle_count; t++) {
-        const float *p[3];
-        for (int k = 0; k < 3; k++)
-            p[k] = m->positions + 3 * (size_t)m->indices[3 * t + (size_t)k];
+        float rot[3][9];
+        for (int r = 0; r < 3; r++)
+            for (int k = 0; k < 3; k++)
+                memcpy(&rot[r][3 * k],
+                       m->positions + 3 * (size_t)m->indices[3 * t + (size_t)((r + k) % 3)],
+                       3 * sizeof(float));
         int first = 0;
-        for (int k = 1; k < 3; k++)
-            if (cmp_vertex(p[k], p[first]) < 0)
-                first = k;
-        for (int k = 0; k < 3; k++)
-            memcpy(*tris + 9 * t + 3 * (size_t)k, p[(first + k) % 3], 3 * sizeof(float));
+        for (int r = 1; r < 3; r++)
+            if (cmp_float_bits(rot[r], rot[first], 9) < 0)
+                first = r;
+        memcpy(*tris + 9 * t, rot[first], 9 * sizeof(float));
     }
     qsort(*tris, m->triangle_count, 9 * sizeof(float), cmp_floats9);
 }
