@@ -164,9 +164,11 @@ TSDF_API int tsdf_client_integrate(tsdf_client *c, const tsdf_client_frame *f, i
  * reads the depth of tsdf_client_integrate's frames from a ring of
  * `slots` (1..64) slots of slot_bytes each that this process shares with
  * it, instead of out of the request, and writes the images of
- * tsdf_client_raycast(_ex) into it instead of into the reply, so those
- * bytes do not go through the sockets (one copy into the ring, one out of
- * it). A frame or an image takes as many consecutive free slots as it
+ * tsdf_client_raycast(_ex) and tsdf_client_raycast_view into it instead
+ * of into the reply, so those bytes do not go through the sockets (one
+ * copy into the ring, one out of it, none out of it for a view; a daemon
+ * on the CUDA backend has the GPU write the images into the ring). A
+ * frame or an image takes as many consecutive free slots as it
  * needs: a frame's depth is 614,400 bytes at 640 x 480 u16, an image 4
  * bytes a pixel, 16 with normals, 19 with colour too; one that does not
  * fit in the free slots travels through the socket as without a ring.
