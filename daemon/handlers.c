@@ -355,11 +355,12 @@ static void raycast_ring_reply(daemon_ctx *d, const tsdf_req_raycast *rq, uint64
     const size_t px = (size_t)j->out_width * j->out_height;
     tsdf_rep_raycast *rr = &rep->u.raycast;
     if (j->out_in_ring) {
-        /* The device copied it there (rings_lease). */
+        /* The device copied it there (rings_lease); the job has no arrays
+         * of its own to say what came. */
         rr->in_ring = 1;
         rr->ring_offset = rq->ring_offset;
-        rr->ring_normals = j->normals != NULL;
-        rr->ring_rgb = j->rgb != NULL;
+        rr->ring_normals = rq->want_normals != 0;
+        rr->ring_rgb = j->out_rgb;
         return;
     }
     struct iovec v[3];
@@ -577,11 +578,15 @@ static int run_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request *
     if (req != NULL)
         j->req = *req;
     if (kind == JOB_RAYCAST) {
-        job_raycast_outputs(j, d->frame_buffers);
         if (ring != NULL && d->rings != NULL) {
             j->out_rings = d->rings;
             j->out_ref = *ring;
         }
+        /* A page-locked buffer for the image, unless it is to go into a
+         * ring mapped for the device (the worker allocates one itself if
+         * that falls back): the frames need the page-locked memory more. */
+        if (j->out_rings == NULL || !rings_mapped(d->rings))
+            job_raycast_outputs(j, d->frame_buffers);
     }
     int rc = handlers_run_job(d, m, j, d->cfg->request_timeout_ms, rep);
     if (rc == TSDF_OK)

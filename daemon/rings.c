@@ -718,6 +718,11 @@ void rings_lease_end(rings *r, rings_lease_t *lease)
     }
 }
 
+int rings_mapped(const rings *r)
+{
+    return r != NULL && r->direct != RINGS_PWRITE;
+}
+
 void rings_get_stats(rings *r, rings_stats *out)
 {
     memset(out, 0, sizeof *out);

@@ -115,6 +115,11 @@ int rings_lease(rings *r, const rings_ref *ref, uint64_t bytes, rings_lease_t *l
 /* Ends a lease (nothing for one not held). */
 void rings_lease_end(rings *r, rings_lease_t *lease);
 
+/* 1 when r maps writable rings for the device (RINGS_GPU, RINGS_MAPPED):
+ * a raycast into one then needs no buffer of its own unless its lease
+ * falls back (0 for NULL). */
+int rings_mapped(const rings *r);
+
 typedef struct {
     uint64_t attached; /* rings attached now */
     uint64_t bytes;    /* their size in all */

@@ -449,16 +449,28 @@ static int run_raycast(dmap *m, worker_job *j)
     size_t px = (size_t)p.width * p.height;
     j->out_width = p.width;
     j->out_height = p.height;
-    if (j->out_buf == NULL) {
+    j->out_rgb = rq->want_rgb; /* until the map turns out to have none */
+    /* Straight into the sender's ring where it is mapped for the device:
+     * the same layout as out_buf's (depth, normals, colour), written only
+     * by the device's copies, and held against fences and detaching until
+     * they are done. The job's own arrays are then not needed (the handler
+     * took no page-locked buffer for them: rings_mapped). */
+    uint8_t *ring = NULL;
+    rings_lease_t lease = {NULL};
+    if (j->out_rings != NULL &&
+        rings_lease(j->out_rings, &j->out_ref, tsdf_proto_raycast_request_image_bytes(rq), &lease,
+                    (void **)&ring) != TSDF_OK)
+        ring = NULL;
+    if (ring == NULL && j->out_buf == NULL) {
         j->depth_m = malloc(px * sizeof(float));
         if (rq->want_normals)
             j->normals = malloc(px * 3 * sizeof(float));
         if (rq->want_rgb)
             j->rgb = malloc(px * 3);
+        if (j->depth_m == NULL || (rq->want_normals && j->normals == NULL) ||
+            (rq->want_rgb && j->rgb == NULL))
+            return TSDF_ENOMEM;
     }
-    if (j->depth_m == NULL || (rq->want_normals && j->normals == NULL) ||
-        (rq->want_rgb && j->rgb == NULL))
-        return TSDF_ENOMEM;
     memcpy(p.T_world_cam, rq->T_world_cam, sizeof p.T_world_cam);
     p.min_depth_m = rq->min_depth_m;
     p.max_depth_m = rq->max_depth_m;
@@ -467,16 +479,6 @@ static int run_raycast(dmap *m, worker_job *j)
     out.depth_m = j->depth_m;
     out.normals = j->normals;
     out.rgb = j->rgb;
-    /* Straight into the sender's ring where it is mapped for the device:
-     * the same layout as out_buf's (depth, normals, colour), written only
-     * by the device's copies, and held against fences and detaching until
-     * they are done. */
-    uint8_t *ring = NULL;
-    rings_lease_t lease = {NULL};
-    if (j->out_rings != NULL &&
-        rings_lease(j->out_rings, &j->out_ref, tsdf_proto_raycast_request_image_bytes(rq), &lease,
-                    (void **)&ring) != TSDF_OK)
-        ring = NULL;
     if (ring != NULL) {
         /* rings_lease gives a float-aligned offset. */
         out.depth_m = (float *)(void *)ring;
@@ -654,6 +656,7 @@ static void run_query(dmap *m, worker_job *j)
          * (PROTOCOL.md 6.2): otherwise it would be all zeros, which a client
          * cannot tell from a black surface. */
         if (j->kind == JOB_RAYCAST && !st.has_color) {
+            j->out_rgb = 0;
             if (j->out_buf == NULL) /* else it lies in out_buf */
                 free(j->rgb);
             j->rgb = NULL;

@@ -113,6 +113,7 @@ typedef struct worker_job {
     struct rings *out_rings;
     rings_ref out_ref;
     int out_in_ring;
+    int out_rgb; /* a raycast's image carries colour (asked for, and the map has it) */
     uint32_t out_width, out_height; /* the raycast's image (the request's size / scale) */
     tsdf_mesh mesh;                 /* owned */
     tsdf_volume_stats vstats;
