@@ -349,20 +349,11 @@ static int raycast_ring_check(daemon_ctx *d, const tsdf_req_raycast *rq, nng_msg
     return rc;
 }
 
-static void raycast_ring_reply(daemon_ctx *d, const tsdf_req_raycast *rq, uint64_t pid,
-                               const worker_job *j, tsdf_reply *rep)
+/* Writes j's image into the sender's ring with pwrite: 1, or 0 with the
+ * refusal in rep. */
+static int raycast_ring_write(daemon_ctx *d, const tsdf_req_raycast *rq, uint64_t pid,
+                              const worker_job *j, size_t px, tsdf_reply *rep)
 {
-    const size_t px = (size_t)j->out_width * j->out_height;
-    tsdf_rep_raycast *rr = &rep->u.raycast;
-    if (j->out_in_ring) {
-        /* The device copied it there (rings_lease); the job has no arrays
-         * of its own to say what came. */
-        rr->in_ring = 1;
-        rr->ring_offset = rq->ring_offset;
-        rr->ring_normals = rq->want_normals != 0;
-        rr->ring_rgb = j->out_rgb;
-        return;
-    }
     struct iovec v[3];
     int n = 0;
     v[n++] = (struct iovec){j->depth_m, px * 4u};
@@ -378,12 +369,24 @@ static void raycast_ring_reply(daemon_ctx *d, const tsdf_req_raycast *rq, uint64
                      tsdf_proto_raycast_image_bytes(px, j->normals != NULL, j->rgb != NULL), why,
                      sizeof why);
         tsdf_reply_set_error(rep, rc, "%s", why);
-        return;
+        return 0;
     }
+    return 1;
+}
+
+static void raycast_ring_reply(daemon_ctx *d, const tsdf_req_raycast *rq, uint64_t pid,
+                               const worker_job *j, tsdf_reply *rep)
+{
+    const size_t px = (size_t)j->out_width * j->out_height;
+    /* Unless the device copied it there already (rings_lease), from the
+     * job's arrays. */
+    if (!j->out_in_ring && !raycast_ring_write(d, rq, pid, j, px, rep))
+        return;
+    tsdf_rep_raycast *rr = &rep->u.raycast;
     rr->in_ring = 1;
     rr->ring_offset = rq->ring_offset;
-    rr->ring_normals = j->normals != NULL;
-    rr->ring_rgb = j->rgb != NULL;
+    rr->ring_normals = rq->want_normals != 0;
+    rr->ring_rgb = j->out_rgb;
 }
 
 static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_reply *rep,

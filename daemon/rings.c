@@ -283,9 +283,8 @@ static void *map_for_gpu(rings_direct direct, int fd, uint64_t bytes, pid_t pid)
     if (why == NULL) {
         /* A client's data, up to ring_max_mb of it: not in a core dump. */
         (void)madvise(p, (size_t)bytes, MADV_DONTDUMP);
-    }
-    if (why == NULL)
         return p;
+    }
     if (p != MAP_FAILED)
         munmap(p, (size_t)bytes);
     TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "ring gpu map",

@@ -207,24 +207,35 @@ int job_prepare_images(worker_job *j, frame_pool *pool, tsdf_proto_error *err)
     return rc;
 }
 
+/* rq's image of px pixels laid out from p as the wire has it (PROTOCOL.md
+ * 6.10): depth, then normals (4-byte aligned after px floats) when asked
+ * for, then colour when asked for. p is aligned for floats. */
+static void image_layout(uint8_t *p, const tsdf_req_raycast *rq, size_t px,
+                         tsdf_raycast_output *out)
+{
+    out->depth_m = (float *)(void *)p;
+    out->normals = rq->want_normals ? (float *)(void *)(p + px * 4u) : NULL;
+    out->rgb = rq->want_rgb ? p + tsdf_proto_raycast_rgb_offset(px, rq->want_normals) : NULL;
+}
+
 void job_raycast_outputs(worker_job *j, frame_pool *pool)
 {
     const tsdf_req_raycast *rq = &j->req.u.raycast;
     uint32_t w, h;
     tsdf_intrinsics K;
     tsdf_proto_raycast_scaled(rq, &w, &h, &K);
-    const size_t px = (size_t)w * h;
     uint8_t *p = pool != NULL
                      ? frame_pool_get(pool, (size_t)tsdf_proto_raycast_request_image_bytes(rq))
                      : NULL;
     if (p == NULL)
         return;
-    /* Depth, then normals (4-byte aligned after px floats), then colour. */
+    tsdf_raycast_output out;
+    image_layout(p, rq, (size_t)w * h, &out);
     j->out_buf = p;
     j->out_pool = pool;
-    j->depth_m = (float *)(void *)p;
-    j->normals = rq->want_normals ? (float *)(void *)(p + px * 4u) : NULL;
-    j->rgb = rq->want_rgb ? p + tsdf_proto_raycast_rgb_offset(px, rq->want_normals) : NULL;
+    j->depth_m = out.depth_m;
+    j->normals = out.normals;
+    j->rgb = out.rgb;
 }
 
 int job_wait(worker_job *j, int timeout_ms)
@@ -476,14 +487,13 @@ static int run_raycast(dmap *m, worker_job *j)
     p.max_depth_m = rq->max_depth_m;
     p.cancel = raycast_cancelled;
     p.cancel_arg = &cancel;
-    out.depth_m = j->depth_m;
-    out.normals = j->normals;
-    out.rgb = j->rgb;
     if (ring != NULL) {
         /* rings_lease gives a float-aligned offset. */
-        out.depth_m = (float *)(void *)ring;
-        out.normals = rq->want_normals ? (float *)(void *)(ring + px * 4u) : NULL;
-        out.rgb = rq->want_rgb ? ring + tsdf_proto_raycast_rgb_offset(px, rq->want_normals) : NULL;
+        image_layout(ring, rq, px, &out);
+    } else {
+        out.depth_m = j->depth_m;
+        out.normals = j->normals;
+        out.rgb = j->rgb;
     }
     int rc = tsdf_volume_raycast(m->vol, &p, &out);
     if (rc == TSDF_OK || ring != NULL) {
