@@ -817,11 +817,16 @@ struct tsdf_client_view_hold {
     void *copy;
 };
 
+static int float_aligned(const void *p)
+{
+    return ((uintptr_t)p & (_Alignof(float) - 1)) == 0;
+}
+
 /* The n floats at p: p itself when it is aligned for them, else a copy
  * at copy + *at (and *at moves past it). */
 static const float *aligned_floats(const void *p, size_t n, uint8_t *copy, size_t *at)
 {
-    if (((uintptr_t)p & (_Alignof(float) - 1)) == 0)
+    if (float_aligned(p))
         return p;
     float *dst = (float *)(void *)(copy + *at);
     memcpy(dst, p, n * sizeof(float));
@@ -854,9 +859,9 @@ int tsdf_client_raycast_view(tsdf_client *c, const char *map, const tsdf_raycast
         /* Ring slots are aligned; a msgpack payload inside a message is
          * aligned only by chance (its header's length): copy what is not. */
         size_t need = 0, at = 0;
-        if (((uintptr_t)a.depth & (_Alignof(float) - 1)) != 0)
+        if (!float_aligned(a.depth))
             need += px * 4u;
-        if (hold->k.d.q->want_normals && ((uintptr_t)a.normals & (_Alignof(float) - 1)) != 0)
+        if (hold->k.d.q->want_normals && !float_aligned(a.normals))
             need += px * 12u;
         if (need > 0 && (hold->copy = malloc(need)) == NULL)
             rc = TSDF_ENOMEM;
