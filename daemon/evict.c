@@ -53,18 +53,20 @@ int evict_open(dmap *m, const tsdf_volume_params *p)
     return rc;
 }
 
+static void publish_spilled(dmap *m)
+{
+    atomic_store(&m->blocks_spilled, spill_blocks(m->spill));
+    atomic_fetch_add(&m->reg->spill_chunks_damaged, spill_take_damaged(m->spill));
+}
+
 void evict_close(dmap *m, int remove_files)
 {
+    publish_spilled(m);
     if (remove_files)
         spill_destroy(m->spill);
     else
         spill_close(m->spill);
     m->spill = NULL;
-}
-
-static void publish_spilled(dmap *m)
-{
-    atomic_store(&m->blocks_spilled, spill_blocks(m->spill));
 }
 
 /* Removes the blocks farther than radius_m from center: into the spill
@@ -178,7 +180,9 @@ int evict_export_spilled(dmap *m, tsdf_block_set *out)
         tsdf_block_set_fini(out);
         return TSDF_OK;
     }
-    return spill_read_all(m->spill, out);
+    int rc = spill_read_all(m->spill, out);
+    publish_spilled(m);
+    return rc;
 }
 
 int evict_import_spilled(dmap *m, const tsdf_block_set *in, const tsdf_volume_params *p)

@@ -142,6 +142,9 @@ typedef struct map_registry {
     tsdf_backend backend;  /* the backend new volumes use (auto resolved at init) */
     queue_budget budget;   /* [queue] max_bytes_mb over every map's queued frames */
     volume_budget vbudget; /* [volume] memory_budget_mb over every map's volume */
+    /* Spill chunk files found damaged and dropped, every map together
+     * (spill.h); raised by the maps' workers, read anywhere. */
+    atomic_uint_least64_t spill_chunks_damaged;
 } map_registry;
 
 /* Gives m's volume the cap the budget leaves it (when that changed) and

@@ -113,6 +113,7 @@ GET(get_conns_refused, c->conns_refused)
 GET(get_volume_bytes, c->volume_bytes)
 GET(get_volume_budget, c->volume_budget_bytes)
 GET(get_budget_refused, c->budget_refused)
+GET(get_spill_damaged, c->spill_chunks_damaged)
 GET(get_queries_abandoned, c->totals.queries_abandoned)
 GET(get_queries_busy, c->queries_busy[l->index])
 GET(get_queries_cancelled, c->totals.queries_cancelled)
@@ -382,6 +383,13 @@ static const metrics_row rows[] = {
              "tsdfd_frames_rejected_total, reason capacity).",
      .type = METRIC_COUNTER,
      .value = get_budget_refused},
+    {.stats_key = "spill.chunks_damaged",
+     .prom_name = "tsdfd_spill_chunks_damaged_total",
+     .help = "Spill chunk files that did not read back (truncated, corrupt, replaced or a "
+             "link): each one's blocks were lost and their space is unobserved; every other "
+             "block was kept.",
+     .type = METRIC_COUNTER,
+     .value = get_spill_damaged},
     {.stats_key = "queries.abandoned",
      .prom_name = "tsdfd_queries_abandoned_total",
      .help = "Queries not run: their request timed out while they waited, or the daemon "

@@ -114,14 +114,15 @@ typedef struct {
     /* Sensors (dstats_sensor_at) and latency windows; read during the
      * walk (both are thread-safe). Never NULL. */
     dstats *stats;
-    uint64_t queue_capacity;      /* frames per map queue ([queue] length) */
-    uint64_t queue_bytes;         /* bytes queued in every map */
-    uint64_t queue_max_bytes;     /* [queue] max_bytes_mb, in bytes */
-    frame_pool_stats pinned;      /* the page-locked depth buffers (all 0 without) */
-    rings_stats rings;            /* the shared-memory frame rings (all 0 without) */
-    uint64_t volume_bytes;        /* every map's volume memory */
-    uint64_t volume_budget_bytes; /* [volume] memory_budget_mb, resolved */
-    uint64_t budget_refused;      /* frames the volume budget refused */
+    uint64_t queue_capacity;       /* frames per map queue ([queue] length) */
+    uint64_t queue_bytes;          /* bytes queued in every map */
+    uint64_t queue_max_bytes;      /* [queue] max_bytes_mb, in bytes */
+    frame_pool_stats pinned;       /* the page-locked depth buffers (all 0 without) */
+    rings_stats rings;             /* the shared-memory frame rings (all 0 without) */
+    uint64_t volume_bytes;         /* every map's volume memory */
+    uint64_t volume_budget_bytes;  /* [volume] memory_budget_mb, resolved */
+    uint64_t budget_refused;       /* frames the volume budget refused */
+    uint64_t spill_chunks_damaged; /* spill chunk files found damaged (spill.h) */
     uint64_t conns_open, conns_refused;
     uint64_t queries_busy[2]; /* refused BUSY: by map, by kind (METRIC_DIM_BUSY_REASON) */
     uint64_t workers_stalled;
@@ -218,9 +219,11 @@ size_t metrics_stats_entries_per_sensor(void);
  * many there are, and /metrics has them all); and the sensors up to which
  * every entry of the table fits as well. */
 /* 12 and 2 since the four rings.* rows (12 entries of the 128 were a
- * thirteenth sensor's and a third sensor's room before). */
-#define METRICS_STATS_MIN_SENSORS 12
-#define METRICS_STATS_FULL_SENSORS 2
+ * thirteenth sensor's and a third sensor's room before); 11 and 1 since
+ * spill.chunks_damaged, which leaves room for three entries more. The
+ * protocol's 128 is kept: clients written to it hold that many entries. */
+#define METRICS_STATS_MIN_SENSORS 11
+#define METRICS_STATS_FULL_SENSORS 1
 
 /* Appends the table's entries to s->extra (the "daemon" map; s->extra_count
  * entries may be there already) in three parts, each within

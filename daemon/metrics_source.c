@@ -37,6 +37,7 @@ void handlers_metrics_context(daemon_ctx *d, const job_counters *snap, metrics_c
         c->budget_refused = atomic_load(&vb->refused_frames);
     }
     c->stats = d->stats;
+    c->spill_chunks_damaged = atomic_load(&d->maps->spill_chunks_damaged);
     c->queue_capacity = d->cfg->queue_length;
     c->queue_max_bytes = d->maps->budget.limit_bytes;
     frame_pool_get_stats(d->frame_buffers, &c->pinned);

@@ -36,6 +36,12 @@ typedef struct {
 
 struct spill_store {
     char dir[SPILL_PATH_LEN];
+    /* The directory, opened once: every file is opened, created, renamed
+     * and removed relative to it, never through a path that a link placed
+     * later could redirect. */
+    int dirfd;
+    uint64_t tmp_seq;        /* names the next temporary file */
+    uint64_t damaged_untold; /* chunks found damaged since spill_take_damaged */
     tsdf_volume_params params;
     float sdf_unit_m;
     float block_m;       /* the edge of a block, metres */
@@ -53,12 +59,12 @@ static uint64_t chunk_of(const int32_t b[3])
 
 _Static_assert(SPILL_CHUNK_BLOCKS == 16, "chunk_of shifts by 4");
 
-static int chunk_path(const spill_store *s, uint64_t key, char *out, size_t len)
+/* The file name of chunk key, inside the store's directory. */
+static void chunk_name(uint64_t key, char out[64])
 {
     int32_t c[3];
     tsdf_block_key_unpack(key, &c[0], &c[1], &c[2]);
-    int n = snprintf(out, len, "%s/c%d_%d_%d" SPILL_SUFFIX, s->dir, c[0], c[1], c[2]);
-    return n > 0 && (size_t)n < len ? TSDF_OK : TSDF_ETOO_LARGE;
+    snprintf(out, 64, "c%d_%d_%d" SPILL_SUFFIX, c[0], c[1], c[2]);
 }
 
 /* The index entry of key, or where it would go. */
@@ -140,68 +146,115 @@ static void chunk_map(const spill_store *s, const tsdf_block_set *blocks, snap_m
     m->version = blocks->version;
 }
 
-static int write_chunk(const spill_store *s, uint64_t key, const tsdf_block_set *blocks)
+/* Creates a temporary file in the store's directory (never through a
+ * link: O_EXCL); its name into tmp. */
+static int create_tmp(spill_store *s, char tmp[64])
 {
-    char path[SPILL_PATH_LEN], tmp[SPILL_PATH_LEN];
+    for (int tries = 0; tries < 16; tries++) {
+        snprintf(tmp, 64, SPILL_TMP_PREFIX "%ld-%" PRIu64, (long)getpid(), s->tmp_seq++);
+        int fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+        if (fd >= 0 || errno != EEXIST)
+            return fd;
+    }
+    return -1;
+}
+
+static int write_chunk(spill_store *s, uint64_t key, const tsdf_block_set *blocks)
+{
+    char name[64], tmp[64];
     snap_map m;
-    int rc = chunk_path(s, key, path, sizeof path);
-    if (rc != TSDF_OK)
-        return rc;
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s/" SPILL_TMP_PREFIX "XXXXXX", s->dir) >= sizeof tmp)
-        return TSDF_ETOO_LARGE;
+    int rc;
+    chunk_name(key, name);
     chunk_map(s, blocks, &m);
     if ((rc = snapfmt_check_maps(&m, 1)) != TSDF_OK)
         return rc;
-    int fd = mkostemp(tmp, O_CLOEXEC);
+    int fd = create_tmp(s, tmp);
     if (fd < 0) {
         TSDF_LOG_RATELIMITED(TSDF_LOG_ERROR, "spill write", "spill: cannot create a file in %s: %s",
                              s->dir, strerror(errno));
         return TSDF_EIO;
     }
-    FILE *f = fdopen(fd, "w+b");
+    FILE *f = fdopen(fd, "wb");
     if (f == NULL) {
         close(fd);
-        unlink(tmp);
+        unlinkat(s->dirfd, tmp, 0);
         return TSDF_EIO;
     }
     rc = snapfmt_write(f, &m, 1);
     if (fclose(f) != 0 && rc == TSDF_OK)
         rc = TSDF_EIO;
-    /* No fsync: a snapshot, not this file, is the map's record. */
-    if (rc == TSDF_OK && rename(tmp, path) != 0)
+    /* No fsync: a snapshot, not this file, is the map's record. A rename
+     * over a link replaces the link, not what it points to. */
+    if (rc == TSDF_OK && renameat(s->dirfd, tmp, s->dirfd, name) != 0)
         rc = TSDF_EIO;
     if (rc != TSDF_OK) {
-        TSDF_LOG_RATELIMITED(TSDF_LOG_ERROR, "spill write", "spill: writing %s failed: %s", path,
-                             rc == TSDF_EIO ? strerror(errno) : tsdf_strerror(rc));
-        unlink(tmp);
+        TSDF_LOG_RATELIMITED(TSDF_LOG_ERROR, "spill write", "spill: writing %s/%s failed: %s",
+                             s->dir, name, rc == TSDF_EIO ? strerror(errno) : tsdf_strerror(rc));
+        unlinkat(s->dirfd, tmp, 0);
     }
     return rc;
 }
 
-/* Reads the blocks of chunk key into *out. */
-static int read_chunk(const spill_store *s, uint64_t key, tsdf_block_set *out)
+/* Whether an error of read_chunk means the file is damaged (anything but
+ * a shortage of memory or of descriptors, which a later try may not meet). */
+static int is_damage(int rc)
 {
-    char path[SPILL_PATH_LEN];
-    int rc = chunk_path(s, key, path, sizeof path);
-    if (rc != TSDF_OK)
-        return rc;
-    FILE *f = fopen(path, "rbe");
-    if (f == NULL) {
+    return rc != TSDF_OK && rc != TSDF_ENOMEM && rc != TSDF_EBUSY;
+}
+
+/* The blocks of a chunk file are the ones the index lists for it: a file
+ * that is valid but holds other blocks (another chunk's, an older copy) is
+ * as damaged as one that fails its checksum. */
+static int blocks_match(const tsdf_block_set *b, const chunk_entry *e)
+{
+    if (b->count != e->blocks)
+        return 0;
+    for (size_t i = 0; i < b->count; i++)
+        if (tsdf_block_key(b->coords[3 * i], b->coords[3 * i + 1], b->coords[3 * i + 2]) !=
+            e->bkeys[i])
+            return 0;
+    return 1;
+}
+
+/*
+ * Reads the blocks of chunk e into *out. The file is opened inside the
+ * store's directory, never through a link, and must be a regular file that
+ * reads back whole (its length, its checksums: snapfmt_read) as exactly
+ * the blocks the index lists. TSDF_OK; TSDF_ENOMEM, or TSDF_EBUSY (out of
+ * descriptors) for a try that may succeed later; any other error is a
+ * damaged file (is_damage), logged with its path and the reason.
+ */
+static int read_chunk(const spill_store *s, const chunk_entry *e, tsdf_block_set *out)
+{
+    char name[64], path[SPILL_PATH_LEN + 64];
+    chunk_name(e->key, name);
+    snprintf(path, sizeof path, "%s/%s", s->dir, name);
+    /* O_NONBLOCK: a FIFO put in its place must not hang the worker. */
+    int fd = openat(s->dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
         TSDF_LOG_RATELIMITED(TSDF_LOG_ERROR, "spill read", "spill: cannot open %s: %s", path,
-                             strerror(errno));
-        return TSDF_EIO;
+                             err == ELOOP ? "it is a symbolic link" : strerror(err));
+        return err == EMFILE || err == ENFILE ? TSDF_EBUSY : err == ENOMEM ? TSDF_ENOMEM : TSDF_EIO;
     }
     struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return snapfmt_refuse(path, TSDF_EFORMAT, "not a regular file");
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (f == NULL) {
+        close(fd);
+        return TSDF_ENOMEM;
+    }
     snap_map *maps = NULL;
     size_t n = 0;
-    if (fstat(fileno(f), &st) != 0)
-        rc = TSDF_EIO;
-    else
-        rc = snapfmt_read(path, f, (uint64_t)st.st_size, &maps, &n);
+    int rc = snapfmt_read(path, f, (uint64_t)st.st_size, &maps, &n);
     fclose(f);
-    if (rc == TSDF_OK && (n != 1 || maps[0].blocks.layout != s->params.layout)) {
+    if (rc == TSDF_OK && (n != 1 || maps[0].blocks.layout != s->params.layout))
         rc = snapfmt_refuse(path, TSDF_EFORMAT, "not a chunk of this map's layout");
-    }
+    if (rc == TSDF_OK && (maps[0].spilled.count != 0 || !blocks_match(&maps[0].blocks, e)))
+        rc = snapfmt_refuse(path, TSDF_EFORMAT, "not the blocks this chunk holds");
     if (rc == TSDF_OK) {
         tsdf_block_set_fini(out);
         *out = maps[0].blocks;
@@ -213,10 +266,28 @@ static int read_chunk(const spill_store *s, uint64_t key, tsdf_block_set *out)
 
 static void remove_chunk_file(const spill_store *s, uint64_t key)
 {
-    char path[SPILL_PATH_LEN];
-    if (chunk_path(s, key, path, sizeof path) == TSDF_OK && unlink(path) != 0 && errno != ENOENT)
-        TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "spill unlink", "spill: cannot remove %s: %s", path,
-                             strerror(errno));
+    char name[64];
+    chunk_name(key, name);
+    if (unlinkat(s->dirfd, name, 0) != 0 && errno != ENOENT)
+        TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "spill unlink", "spill: cannot remove %s/%s: %s",
+                             s->dir, name, strerror(errno));
+}
+
+/* The chunk at index entry `at` did not read back: its blocks are lost,
+ * and the space they held is unobserved again (a frame there integrates as
+ * into space never seen). Its file goes, so that a later put of that chunk
+ * starts afresh; counted (spill_take_damaged) and logged. */
+static void drop_damaged(spill_store *s, size_t at)
+{
+    char name[64];
+    chunk_name(s->chunks[at].key, name);
+    TSDF_LOG_RATELIMITED(TSDF_LOG_ERROR, "spill damaged",
+                         "spill: chunk %s/%s is damaged: its %u blocks are lost and their space "
+                         "is unobserved; the map's other blocks are unaffected",
+                         s->dir, name, s->chunks[at].blocks);
+    remove_chunk_file(s, s->chunks[at].key);
+    chunk_drop(s, at);
+    s->damaged_untold++;
 }
 
 /* ---- block sets ------------------------------------------------------------ */
@@ -317,20 +388,20 @@ static int mkdirs(const char *dir)
 /* Removes the store's files (chunks and stray temporary files). */
 static int remove_files(const spill_store *s)
 {
-    DIR *d = opendir(s->dir);
-    if (d == NULL)
-        return errno == ENOENT ? TSDF_OK : TSDF_EIO;
+    int fd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (d == NULL) {
+        if (fd >= 0)
+            close(fd);
+        return TSDF_EIO;
+    }
     struct dirent *de;
     int rc = TSDF_OK;
     while ((de = readdir(d)) != NULL) {
         size_t len = strlen(de->d_name), sl = strlen(SPILL_SUFFIX);
         int ours = strncmp(de->d_name, SPILL_TMP_PREFIX, strlen(SPILL_TMP_PREFIX)) == 0 ||
                    (len > sl && strcmp(de->d_name + len - sl, SPILL_SUFFIX) == 0);
-        if (!ours)
-            continue;
-        char path[SPILL_PATH_LEN + 256];
-        snprintf(path, sizeof path, "%s/%s", s->dir, de->d_name);
-        if (unlink(path) != 0 && errno != ENOENT)
+        if (ours && unlinkat(s->dirfd, de->d_name, 0) != 0 && errno != ENOENT)
             rc = TSDF_EIO;
     }
     closedir(d);
@@ -343,6 +414,7 @@ int spill_open(const char *dir, const tsdf_volume_params *params, spill_store **
     spill_store *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return TSDF_ENOMEM;
+    s->dirfd = -1;
     if ((size_t)snprintf(s->dir, sizeof s->dir, "%s", dir) >= sizeof s->dir) {
         free(s);
         return TSDF_ETOO_LARGE;
@@ -352,10 +424,17 @@ int spill_open(const char *dir, const tsdf_volume_params *params, spill_store **
     s->block_m = (float)TSDF_BLOCK_DIM * params->voxel_size_m;
     s->chunk_m = (float)SPILL_CHUNK_BLOCKS * s->block_m;
     int rc = mkdirs(dir);
+    /* The store's own directory is never a link (its parents may be: an
+     * operator's state_dir on another disk). */
+    if (rc == TSDF_OK &&
+        (s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+        rc = TSDF_EIO;
     if (rc == TSDF_OK)
         rc = remove_files(s);
     if (rc != TSDF_OK) {
         TSDF_LOG(TSDF_LOG_ERROR, "spill: cannot prepare %s: %s", dir, strerror(errno));
+        if (s->dirfd >= 0)
+            close(s->dirfd);
         free(s);
         return rc;
     }
@@ -369,6 +448,7 @@ void spill_close(spill_store *s)
         return;
     chunks_free(s);
     free(s->chunks);
+    close(s->dirfd);
     free(s);
 }
 
@@ -382,6 +462,15 @@ size_t spill_chunks(const spill_store *s)
     return s != NULL ? s->count : 0;
 }
 
+uint64_t spill_take_damaged(spill_store *s)
+{
+    if (s == NULL)
+        return 0;
+    uint64_t n = s->damaged_untold;
+    s->damaged_untold = 0;
+    return n;
+}
+
 /* Writes chunk key as the blocks of refs[0 .. n) (the new ones, of one
  * chunk) over what its file holds. */
 static int put_chunk(spill_store *s, uint64_t key, block_ref *refs, size_t n)
@@ -393,8 +482,13 @@ static int put_chunk(spill_store *s, uint64_t key, block_ref *refs, size_t n)
 
     tsdf_block_set_init(&old);
     tsdf_block_set_init(&merged);
-    if (chunk_present(s, key, &at) && (rc = read_chunk(s, key, &old)) != TSDF_OK)
-        return rc;
+    if (chunk_present(s, key, &at) && (rc = read_chunk(s, &s->chunks[at], &old)) != TSDF_OK) {
+        if (!is_damage(rc))
+            return rc;
+        /* What the file held is lost; the new blocks still go in. */
+        drop_damaged(s, at);
+        rc = TSDF_OK;
+    }
     all = malloc((n + old.count) * sizeof(*all));
     if (all == NULL) {
         tsdf_block_set_fini(&old);
@@ -532,7 +626,9 @@ static void keep_rest(spill_store *s, chunk_pick *c, const float *near, float ra
  * The blocks within radius_m of near (all when near is NULL) into *out,
  * sorted by key; with take, they leave the store. The index says which
  * chunks hold such blocks, so a chunk file is read only when some of its
- * blocks are wanted. On failure the store is unchanged and *out untouched.
+ * blocks are wanted. A damaged chunk file is dropped from the store
+ * (drop_damaged) and the rest collected. On any other failure the store is
+ * unchanged, but for the damaged chunks dropped, and *out untouched.
  */
 static int collect(spill_store *s, const float *near, float radius_m, int take, tsdf_block_set *out)
 {
@@ -545,20 +641,34 @@ static int collect(spill_store *s, const float *near, float radius_m, int take, 
     tsdf_block_set_init(&set);
     if (s->count != 0 && (picks = calloc(s->count, sizeof(*picks))) == NULL)
         return TSDF_ENOMEM;
-    for (size_t i = 0; i < s->count && rc == TSDF_OK; i++) {
+    for (size_t i = 0; i < s->count && rc == TSDF_OK;) {
         const chunk_entry *e = &s->chunks[i];
         size_t wanted = 0;
-        if (near != NULL && chunk_dist2(s, e->key, near) > radius_m * radius_m)
+        if (near != NULL && chunk_dist2(s, e->key, near) > radius_m * radius_m) {
+            i++;
             continue;
+        }
         for (uint32_t k = 0; k < e->blocks; k++)
             wanted += key_near(s, e->bkeys[k], near, radius_m);
-        if (wanted == 0)
+        if (wanted == 0) {
+            i++;
             continue;
-        chunk_pick *c = &picks[np++];
+        }
+        chunk_pick *c = &picks[np];
         c->key = e->key;
         c->whole = wanted == e->blocks;
         tsdf_block_set_init(&c->blocks);
-        if ((rc = read_chunk(s, e->key, &c->blocks)) == TSDF_OK) {
+        rc = read_chunk(s, e, &c->blocks);
+        if (is_damage(rc)) {
+            /* Only this chunk is lost: the walk goes on with the next,
+             * which drop_damaged moved to index i. */
+            drop_damaged(s, i);
+            rc = TSDF_OK;
+            continue;
+        }
+        np++;
+        i++;
+        if (rc == TSDF_OK) {
             total += c->blocks.count;
             with_rgb |= c->blocks.rgb != NULL;
         }

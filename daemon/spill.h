@@ -18,11 +18,22 @@
  * so the files are written without fsync and a store is emptied when it
  * is opened (what a crash left is older than the snapshot restored).
  *
+ * Damage: a chunk file is opened relative to the store's directory (held
+ * open from spill_open), never through a symbolic link, and read back only
+ * when it is a regular file whose length and checksums hold and whose
+ * blocks are exactly the ones the index lists for it. A file that fails
+ * any of that (truncated, flipped, replaced, a link) costs its own blocks
+ * and nothing else: the chunk leaves the store and its file is removed,
+ * logged with its path and counted (spill_take_damaged); its space is then
+ * unobserved, so frames there integrate as into space never seen, and
+ * spill_read_all, spill_take_near and spill_put go on with the other
+ * chunks and succeed.
+ *
  * Ownership: spill_open makes the store, spill_close frees it (the files
  * stay; spill_clear removes them). Threads: one thread at a time (the
  * map's worker). Errors: TSDF_OK or negative tsdf_errno codes; TSDF_EIO
- * for a failed system call, TSDF_EFORMAT / TSDF_ECHECKSUM for a chunk file
- * that does not read back (logged with its path).
+ * for a failed system call, TSDF_ENOMEM, TSDF_EBUSY when the process is
+ * out of file descriptors (a damaged file is never an error).
  */
 #ifndef TSDFD_SPILL_H
 #define TSDFD_SPILL_H
@@ -52,6 +63,9 @@ void spill_close(spill_store *s);
 /* Blocks held, and chunk files. */
 uint64_t spill_blocks(const spill_store *s);
 size_t spill_chunks(const spill_store *s);
+
+/* The chunks found damaged (and dropped) since the last call; 0 for NULL. */
+uint64_t spill_take_damaged(spill_store *s);
 
 /* Adds the blocks of *in (the store's layout), replacing any it holds
  * under the same coordinates. On failure the store holds what it held

@@ -12,6 +12,10 @@
  *   on_full  a map capped far below the corridor takes every frame when
  *            on_full = evict, and refuses frames (CAPACITY) when it is
  *            refuse.
+ *   damage   one spill chunk file truncated, flipped, replaced by garbage
+ *            or by a link costs its own blocks alone: frames near it,
+ *            saves, the save at stop and the restore all succeed, and
+ *            every other block is in the snapshot bit for bit.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -19,11 +23,16 @@
 
 #include "daemon_testlib.h"
 #include "snapshot.h"
+#include "tsdf_math.h"
+#include "tsdf_voxel_layout.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define W 80
 #define H 60
@@ -346,12 +355,218 @@ static void test_on_full_evict_takes_every_frame(void **state)
     assert_int_equal(evicted, 0);
 }
 
+/* ---- a damaged spill file ----------------------------------------------- */
+
+typedef enum { CUT, FLIP, GARBAGE, LINK, DAMAGE_WAYS } damage_way;
+static const char *const way_names[DAMAGE_WAYS] = {"truncated", "flipped", "garbage", "symlink"};
+
+/* Damages file path in one way. */
+static void damage(const char *path, damage_way way, const char *aside)
+{
+    struct stat st;
+    char cmd[9000];
+    assert_int_equal(lstat(path, &st), 0);
+    if (way == CUT) {
+        assert_int_equal(truncate(path, st.st_size / 3), 0);
+    } else if (way == FLIP || way == GARBAGE) {
+        FILE *f = fopen(path, "r+b");
+        assert_non_null(f);
+        const long from = way == FLIP ? st.st_size / 2 : 0;
+        const long to = way == FLIP ? from + 1 : st.st_size;
+        for (long i = from; i < to; i++) {
+            assert_int_equal(fseek(f, i, SEEK_SET), 0);
+            int c = fgetc(f);
+            assert_int_equal(fseek(f, i, SEEK_SET), 0);
+            fputc((c ^ 0xa5 ^ (int)(i * 31)) & 0xff, f);
+        }
+        assert_int_equal(fclose(f), 0);
+    } else {
+        /* A link to an intact copy: only the refusal to follow it keeps
+         * the copy out. */
+        snprintf(cmd, sizeof cmd, "cp '%s' '%s'", path, aside);
+        assert_int_equal(system(cmd), 0);
+        assert_int_equal(unlink(path), 0);
+        assert_int_equal(symlink(aside, path), 0);
+    }
+}
+
+/* One block of a snapshot, wherever it is (resident or spilled). */
+typedef struct {
+    uint64_t key;
+    const tsdf_block_set *set;
+    size_t i;
+} snap_block;
+
+static int cmp_snap_block(const void *a, const void *b)
+{
+    uint64_t x = ((const snap_block *)a)->key, y = ((const snap_block *)b)->key;
+    return x < y ? -1 : x > y;
+}
+
+/* Every block of map m, resident and spilled, sorted by key (the caller
+ * frees the array). */
+static snap_block *all_blocks(const snap_map *m, size_t *n)
+{
+    const tsdf_block_set *sets[2] = {&m->blocks, &m->spilled};
+    *n = m->blocks.count + m->spilled.count;
+    snap_block *b = malloc((*n ? *n : 1) * sizeof *b);
+    assert_non_null(b);
+    size_t k = 0;
+    for (int s = 0; s < 2; s++)
+        for (size_t i = 0; i < sets[s]->count; i++) {
+            const int32_t *c = &sets[s]->coords[3 * i];
+            b[k++] = (snap_block){tsdf_block_key(c[0], c[1], c[2]), sets[s], i};
+        }
+    qsort(b, *n, sizeof *b, cmp_snap_block);
+    return b;
+}
+
+static int in_chunk(const int32_t b[3], const int32_t c[3])
+{
+    return (b[0] >> 4) == c[0] && (b[1] >> 4) == c[1] && (b[2] >> 4) == c[2];
+}
+
+/* after holds every block of before, bit for bit, but those that were
+ * spilled in chunk c, which it lacks (resident blocks of the same space
+ * stay); returns how many were lost. */
+static size_t assert_lost_only_chunk(const snap_map *before, const snap_map *after,
+                                     const int32_t c[3])
+{
+    size_t nb, na, lost = 0;
+    snap_block *b = all_blocks(before, &nb), *a = all_blocks(after, &na);
+    const size_t geom = tsdf_layout_block_bytes(before->blocks.layout);
+    for (size_t i = 0; i < nb; i++) {
+        const int32_t *coord = &b[i].set->coords[3 * b[i].i];
+        snap_block *hit = bsearch(&b[i], a, na, sizeof *a, cmp_snap_block);
+        if (b[i].set == &before->spilled && in_chunk(coord, c)) {
+            assert_null(hit);
+            lost++;
+            continue;
+        }
+        assert_non_null(hit);
+        assert_memory_equal((const char *)b[i].set->geom + b[i].i * geom,
+                            (const char *)hit->set->geom + hit->i * geom, geom);
+    }
+    assert_int_equal(na, nb - lost);
+    free(b);
+    free(a);
+    return lost;
+}
+
+/* The first spill chunk file of map hall by name, into name; its chunk
+ * into c. 0 when there is none. */
+static int first_chunk(const tsdfd_harness *h, char *path, size_t len, int32_t c[3])
+{
+    char dir[4200], best[256] = "";
+    snprintf(dir, sizeof dir, "%s/spill/hall", h->state_dir);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (de->d_name[0] == 'c' && (best[0] == '\0' || strcmp(de->d_name, best) < 0))
+            snprintf(best, sizeof best, "%s", de->d_name);
+    closedir(d);
+    if (best[0] == '\0')
+        return 0;
+    assert_int_equal(sscanf(best, "c%d_%d_%d", &c[0], &c[1], &c[2]), 3);
+    snprintf(path, len, "%s/%s", dir, best);
+    return 1;
+}
+
+/* Where a camera reaches a block of chunk c: the x of the first such
+ * block of m (resident or spilled). */
+static float chunk_block_x(const snap_map *m, const int32_t c[3])
+{
+    for (size_t i = 0; i < m->spilled.count; i++)
+        if (in_chunk(&m->spilled.coords[3 * i], c))
+            return ((float)m->spilled.coords[3 * i] + 0.5f) * TSDF_BLOCK_DIM * VOXEL_M;
+    fail_msg("chunk %d,%d,%d holds no spilled block", c[0], c[1], c[2]);
+    return 0;
+}
+
+static void test_damaged_spill_file_costs_its_blocks_alone(void **state)
+{
+    tsdfd_harness h, b;
+    walker *w = calloc(1, sizeof *w);
+    tsdf_rep_stats *st = calloc(1, sizeof *st);
+    int64_t late;
+    int refused;
+    size_t n_prev, n_cur;
+    (void)state;
+
+    assert_non_null(w);
+    assert_non_null(st);
+    corridor(&w->scene);
+    assert_int_equal(start_daemon(&h, VOLUME_INI "mode = spill\n", NULL), 0);
+    tsdf_client *c = open_client(&h, 0);
+    walk_out(c, w, st, &late, &refused);
+    assert_int_equal(refused, 0);
+    assert_true(stat_get(st, "map.blocks_spilled") > 0);
+    assert_int_equal(stat_get(st, "spill.chunks_damaged"), 0);
+    snap_map *prev = save_and_read(c, &n_prev);
+
+    for (int way = 0; way < DAMAGE_WAYS; way++) {
+        char path[4400], aside[4400];
+        int32_t chunk[3];
+        assert_true(first_chunk(&h, path, sizeof path, chunk));
+        const float x = chunk_block_x(find_hall(prev, n_prev), chunk);
+        snprintf(aside, sizeof aside, "%s/aside-%d", h.dir, way);
+        damage(path, way, aside);
+        /* Half the ways meet the damage in a frame that reaches the chunk
+         * (its blocks would come back), half in a save that reads it. */
+        snap_map *cur;
+        if (way % 2 == 0) {
+            assert_int_equal(integrate_into(c, "hall", frame_at(w, x, 1)), TSDF_OK);
+            cur = save_and_read(c, &n_cur);
+        } else {
+            cur = save_and_read(c, &n_cur);
+            assert_int_equal(integrate_into(c, "hall", frame_at(w, x, 1)), TSDF_OK);
+        }
+        assert_int_equal(tsdf_client_stats(c, "hall", st, 10000), TSDF_OK);
+        assert_int_equal(stat_get(st, "spill.chunks_damaged"), way + 1);
+        size_t lost = assert_lost_only_chunk(find_hall(prev, n_prev), find_hall(cur, n_cur), chunk);
+        assert_true(lost > 0);
+        struct stat ls;
+        assert_int_not_equal(lstat(path, &ls), 0); /* the damaged file is gone */
+        print_message("damage: %s chunk %d,%d,%d: %zu blocks lost, %zu kept bit for bit\n",
+                      way_names[way], chunk[0], chunk[1], chunk[2], lost,
+                      find_hall(cur, n_cur)->blocks.count + find_hall(cur, n_cur)->spilled.count);
+        snap_maps_free(prev, n_prev);
+        prev = cur;
+        n_prev = n_cur;
+        /* The lost space is unobserved: a frame that sees it now
+         * integrates into fresh blocks there. */
+        int64_t before = map_blocks(c, st);
+        assert_int_equal(integrate_into(c, "hall", frame_at(w, x, 0)), TSDF_OK);
+        assert_true(map_blocks(c, st) > before);
+        snap_maps_free(prev, n_prev);
+        prev = save_and_read(c, &n_prev);
+    }
+    tsdf_client_close(c);
+
+    /* The save at stop succeeds (the exit status says so), and a restart
+     * restores every block it held. */
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    const snap_map *last = find_hall(prev, n_prev);
+    restart_on(&h, &b, VOLUME_INI "mode = spill\n");
+    c = open_client(&b, 0);
+    assert_int_equal(map_blocks(c, st), (int64_t)last->blocks.count);
+    assert_int_equal(stat_get(st, "map.blocks_spilled"), (int64_t)last->spilled.count);
+    assert_int_equal(stat_get(st, "spill.chunks_damaged"), 0);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&b, 30000), 0);
+    snap_maps_free(prev, n_prev);
+    free(st);
+    free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spill_keeps_memory_flat_and_brings_blocks_back),
         cmocka_unit_test(test_drop_keeps_memory_flat),
         cmocka_unit_test(test_on_full_evict_takes_every_frame),
+        cmocka_unit_test(test_damaged_spill_file_costs_its_blocks_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
