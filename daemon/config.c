@@ -67,6 +67,7 @@ static const key_def cfg_keys[] = {
     {"server", "decode_threads", KEY_U32, OFF(decode_threads), 1, 32, 0, 0},
     {"server", "max_message_mb", KEY_U32, OFF(max_message_mb), 1, 64, 0, 0},
     {"server", "max_connections", KEY_U32, OFF(max_connections), 1, 4096, 0, 0},
+    {"server", "idle_timeout_s", KEY_U32, OFF(idle_timeout_s), 0, 86400, 0, 0},
     {"server", "request_timeout_ms", KEY_U32, OFF(request_timeout_ms), 100, 600000, 0, 0},
     {"server", "stop_timeout_ms", KEY_U32, OFF(stop_timeout_ms), 0, 600000, 0, 0},
     {"server", "stall_timeout_ms", KEY_U32, OFF(stall_timeout_ms), 0, 86400000, 0, 0},
@@ -76,6 +77,7 @@ static const key_def cfg_keys[] = {
     {"server", "ipc_group", KEY_OPTSTRING, OFF(ipc_group), 0, 0, 0, SZ(ipc_group)},
     {"server", "ring_socket", KEY_OPTSTRING, OFF(ring_socket), 0, 0, 0, SZ(ring_socket)},
     {"server", "ring_max_mb", KEY_U32, OFF(ring_max_mb), 1, 65536, 0, 0},
+    {"server", "ring_attach_timeout_ms", KEY_U32, OFF(ring_attach_timeout_ms), 100, 600000, 0, 0},
 
     {"tls", "cert_file", KEY_OPTSTRING, OFF(tls_cert_file), 0, 0, 0, SZ(tls_cert_file)},
     {"tls", "key_file", KEY_OPTSTRING, OFF(tls_key_file), 0, 0, 0, SZ(tls_key_file)},
@@ -159,6 +161,8 @@ void cfg_defaults(tsdfd_config *c)
     /* A 640 x 480 frame with colour is 1.5 MB; 8 MiB takes 1280 x 720 RGB-D. */
     c->max_message_mb = 8;
     c->max_connections = 64;
+    c->idle_timeout_s = 60;
+    c->ring_attach_timeout_ms = 5000;
     c->request_timeout_ms = 30000;
     c->stop_timeout_ms = 5000;
     /* Twice the request timeout: a job that long has outlived its client

@@ -65,12 +65,15 @@ typedef struct {
      * (request_contexts / 4 and / 2, at least 1). See cfg_query_limits. */
     uint32_t max_queries_per_map;
     uint32_t max_queries_per_kind;
-    uint32_t decode_threads;     /* threads pulling and decoding frames */
-    uint32_t max_message_mb;     /* nng recv max size, MiB */
-    uint32_t max_connections;    /* open connections (pipes) of both sockets together */
-    uint32_t request_timeout_ms; /* a request waits at most this long for its map */
-    uint32_t stop_timeout_ms;    /* at shutdown, after the drain: a worker's last job */
-    uint32_t stall_timeout_ms;   /* a worker on one job longer is stalled; 0 = never */
+    uint32_t decode_threads;  /* threads pulling and decoding frames */
+    uint32_t max_message_mb;  /* nng recv max size, MiB */
+    uint32_t max_connections; /* open connections (pipes) of both sockets together */
+    uint32_t
+        idle_timeout_s; /* a connection with no request in progress this long is closed; 0 never */
+    uint32_t ring_attach_timeout_ms; /* a ring socket connection that attached nothing is closed */
+    uint32_t request_timeout_ms;     /* a request waits at most this long for its map */
+    uint32_t stop_timeout_ms;        /* at shutdown, after the drain: a worker's last job */
+    uint32_t stall_timeout_ms;       /* a worker on one job longer is stalled; 0 = never */
     char state_dir[CFG_PATH_LEN];
     int allow_insecure_remote;     /* plain tcp:// beyond loopback: allowed, with a warning */
     uint32_t ipc_mode;             /* mode of ipc:// socket files (octal in the file) */

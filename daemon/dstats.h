@@ -111,10 +111,13 @@ typedef struct {
     lat_window lat_request[DS_MSG_TYPES]; /* request received -> reply ready, by type */
     lat_window lat_stage[DS_STAGE_COUNT]; /* pipeline stages (ds_stage) */
     /* Connections (nng pipes) of both sockets, kept by the server's pipe
-     * callbacks without the lock: open now, and closed at once because
-     * [server] max_connections were open. */
+     * callbacks without the lock: open now, closed at once because
+     * [server] max_connections were open and every one of them was busy,
+     * and closed for idleness (idle_timeout_s, or to make room for a new
+     * connection at the limit; conns.h). */
     atomic_uint conns_open;
     atomic_uint_least64_t conns_refused;
+    atomic_uint_least64_t conns_idle_closed;
 } dstats;
 
 /* A copy of the totals (sensors are read with dstats_sensor_at). */

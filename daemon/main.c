@@ -51,6 +51,8 @@
 
 #define CRON_PERIOD_MS 100
 #define STATUS_PERIOD_MS 5000
+/* Connections idle for [server] idle_timeout_s are looked for this often. */
+#define IDLE_SWEEP_PERIOD_MS 1000
 
 typedef struct {
     tsdfd_config cfg;
@@ -90,6 +92,8 @@ static void on_cron(uv_timer_t *t)
     m->cron_loops++;
     if (run_with_period(m, STATUS_PERIOD_MS))
         update_status(m);
+    if (m->srv != NULL && run_with_period(m, IDLE_SWEEP_PERIOD_MS))
+        server_sweep(m->srv);
     if (m->cfg.stats_period_s > 0 && run_with_period(m, m->cfg.stats_period_s * 1000u)) {
         char line[256];
         handlers_status_line(&m->d, line, sizeof line);
@@ -346,7 +350,7 @@ int main(int argc, char **argv)
         if (cfg_ipc_gid(&m.cfg, &gid) != TSDF_OK)
             gid = -1; /* server_start reports the unknown group */
         rc = rings_start(ring_path, (int)m.cfg.ipc_mode, gid, m.cfg.max_connections,
-                         (uint64_t)m.cfg.ring_max_mb << 20,
+                         (uint64_t)m.cfg.ring_max_mb << 20, m.cfg.ring_attach_timeout_ms,
                          m.maps.backend == TSDF_BACKEND_CUDA ? RINGS_GPU : RINGS_PWRITE, &m.d.rings,
                          err, sizeof err);
         if (rc != TSDF_OK) {

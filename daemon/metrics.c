@@ -110,6 +110,7 @@ GET(get_rings_refused, c->rings.refused)
 GET(get_rings_frames, c->rings.frames)
 GET(get_conns_open, c->conns_open)
 GET(get_conns_refused, c->conns_refused)
+GET(get_conns_idle_closed, c->conns_idle_closed)
 GET(get_volume_bytes, c->volume_bytes)
 GET(get_volume_budget, c->volume_budget_bytes)
 GET(get_budget_refused, c->budget_refused)
@@ -363,9 +364,16 @@ static const metrics_row rows[] = {
      .value = get_conns_open},
     {.stats_key = "connections.refused",
      .prom_name = "tsdfd_connections_refused_total",
-     .help = "Connections closed at once because [server] max_connections were open.",
+     .help = "Connections closed at once because [server] max_connections were open and every "
+             "one of them had a request in progress.",
      .type = METRIC_COUNTER,
      .value = get_conns_refused},
+    {.stats_key = "connections.idle_closed",
+     .prom_name = "tsdfd_connections_idle_closed_total",
+     .help = "Connections closed with no request in progress: idle for [server] idle_timeout_s, "
+             "or the longest idle one when a new connection found max_connections open.",
+     .type = METRIC_COUNTER,
+     .value = get_conns_idle_closed},
     {.stats_key = "volume.memory_bytes",
      .prom_name = "tsdfd_volume_memory_bytes",
      .help = "Memory held by every map's volume together (host for CPU volumes, device for "

@@ -123,7 +123,7 @@ typedef struct {
     uint64_t volume_budget_bytes;  /* [volume] memory_budget_mb, resolved */
     uint64_t budget_refused;       /* frames the volume budget refused */
     uint64_t spill_chunks_damaged; /* spill chunk files found damaged (spill.h) */
-    uint64_t conns_open, conns_refused;
+    uint64_t conns_open, conns_refused, conns_idle_closed;
     uint64_t queries_busy[2]; /* refused BUSY: by map, by kind (METRIC_DIM_BUSY_REASON) */
     uint64_t workers_stalled;
     uint64_t maps_count;
@@ -220,7 +220,8 @@ size_t metrics_stats_entries_per_sensor(void);
  * every entry of the table fits as well. */
 /* 12 and 2 since the four rings.* rows (12 entries of the 128 were a
  * thirteenth sensor's and a third sensor's room before); 11 and 1 since
- * spill.chunks_damaged, which leaves room for three entries more. The
+ * spill.chunks_damaged and connections.idle_closed, which leaves room for
+ * two entries more. The
  * protocol's 128 is kept: clients written to it hold that many entries. */
 #define METRICS_STATS_MIN_SENSORS 11
 #define METRICS_STATS_FULL_SENSORS 1

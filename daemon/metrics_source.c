@@ -45,6 +45,7 @@ void handlers_metrics_context(daemon_ctx *d, const job_counters *snap, metrics_c
     c->volume_budget_bytes = vb->limit_bytes;
     c->conns_open = atomic_load(&d->stats->conns_open);
     c->conns_refused = atomic_load(&d->stats->conns_refused);
+    c->conns_idle_closed = atomic_load(&d->stats->conns_idle_closed);
     c->queries_busy[0] = atomic_load(&d->queries_busy_map);
     c->queries_busy[1] = atomic_load(&d->queries_busy_kind);
     c->workers_stalled = watchdog_find_stalls(d->maps, now, d->cfg->stall_timeout_ms, NULL);

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +30,10 @@
 /* One connection of the ring socket, and the ring it attached (if any). */
 typedef struct {
     int fd;
-    pid_t pid;      /* SO_PEERCRED at accept */
-    uint64_t token; /* 0: no ring yet */
-    int memfd;      /* the ring, read with pread; -1: none */
+    pid_t pid;         /* SO_PEERCRED at accept */
+    int64_t accept_ms; /* CLOCK_MONOTONIC at accept: the attach deadline's start */
+    uint64_t token;    /* 0: no ring yet */
+    int memfd;         /* the ring, read with pread; -1: none */
     uint64_t bytes;
     int writable;   /* no write seal, opened read-write: raycast images may go in */
     uint64_t fence; /* requests with a ring_seq below it are refused */
@@ -58,7 +60,8 @@ struct rings {
     int started;
     uint32_t max_rings;
     uint64_t max_bytes;
-    rings_direct direct; /* how writable rings are treated (rings_start) */
+    uint32_t attach_timeout_ms; /* a connection without a ring this long is closed */
+    rings_direct direct;        /* how writable rings are treated (rings_start) */
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     /* Readers (request threads) hold it shared while they copy; the
      * ring thread holds it exclusively to add or drop a ring. */
@@ -73,6 +76,13 @@ struct rings {
 const char *rings_path(const rings *r)
 {
     return r != NULL ? r->path : "";
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void conn_reset(ring_conn *c)
@@ -416,6 +426,40 @@ static void accept_one(rings *r)
     /* The slot is free, so no reader looks at it: no lock needed. */
     slot->fd = fd;
     slot->pid = cr.pid;
+    slot->accept_ms = now_ms();
+}
+
+/* Closes the connections that attached no ring within attach_timeout_ms
+ * of their accept (so that connections that never attach cannot hold every
+ * slot); returns the milliseconds until the next such deadline, -1 when
+ * there is none. */
+static int expire_unattached(rings *r)
+{
+    const int64_t now = now_ms();
+    int64_t next = -1;
+    uint32_t closed = 0;
+    for (uint32_t i = 0; i < r->max_rings; i++) {
+        ring_conn *c = &r->conns[i];
+        if (c->fd < 0 || c->token != 0 || c->closing)
+            continue;
+        int64_t left = c->accept_ms + (int64_t)r->attach_timeout_ms - now;
+        if (left > 0) {
+            next = next < 0 || left < next ? left : next;
+            continue;
+        }
+        /* No ring: no reader can be looking at the slot. */
+        close(c->fd);
+        conn_reset(c);
+        closed++;
+    }
+    if (closed != 0) {
+        atomic_fetch_add(&r->refused, closed);
+        TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "ring attach deadline",
+                             "ring socket: closed %u connections that attached no ring within "
+                             "%u ms ([server] ring_attach_timeout_ms)",
+                             closed, r->attach_timeout_ms);
+    }
+    return next < 0 ? -1 : next > INT32_MAX ? INT32_MAX : (int)next;
 }
 
 static void *ring_main(void *arg)
@@ -431,6 +475,7 @@ static void *ring_main(void *arg)
     }
     for (;;) {
         nfds_t n = 0;
+        const int wait_ms = expire_unattached(r);
         p[n++] = (struct pollfd){.fd = r->wake[0], .events = POLLIN};
         p[n++] = (struct pollfd){.fd = r->listen_fd, .events = POLLIN};
         p[n++] = (struct pollfd){.fd = r->kick[0], .events = POLLIN};
@@ -440,7 +485,7 @@ static void *ring_main(void *arg)
             who[n] = &r->conns[i];
             p[n++] = (struct pollfd){.fd = r->conns[i].fd, .events = POLLIN};
         }
-        if (poll(p, n, -1) < 0) {
+        if (poll(p, n, wait_ms) < 0) {
             if (errno == EINTR)
                 continue;
             TSDF_LOG(TSDF_LOG_ERROR, "ring socket: poll: %s", strerror(errno));
@@ -462,7 +507,8 @@ static void *ring_main(void *arg)
 }
 
 int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64_t max_bytes,
-                rings_direct direct, rings **out, char *err, size_t err_len)
+                uint32_t attach_timeout_ms, rings_direct direct, rings **out, char *err,
+                size_t err_len)
 {
     if (max_rings == 0) {
         snprintf(err, err_len, "frame rings: no room for any ring");
@@ -478,6 +524,7 @@ int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64
     r->kick[0] = r->kick[1] = -1;
     r->max_rings = max_rings;
     r->max_bytes = max_bytes;
+    r->attach_timeout_ms = attach_timeout_ms;
     r->direct = direct;
     /* Writers first: under load the request threads' copies overlap, and
      * glibc's default would keep an attach or detach waiting for a gap. */

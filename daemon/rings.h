@@ -55,9 +55,12 @@ typedef enum {
  * of its own: at most max_rings at once, max_bytes of rings in all. With
  * RINGS_GPU (the CUDA backend) each writable ring is allocated whole,
  * mapped and page-locked (tsdf_host_register) when it attaches, for
- * rings_lease; a ring where that fails is written with pwrite. */
+ * rings_lease; a ring where that fails is written with pwrite. A
+ * connection that attaches no ring within attach_timeout_ms is closed and
+ * counted as refused, so that idle connections cannot hold every slot. */
 int rings_start(const char *path, int mode, long gid, uint32_t max_rings, uint64_t max_bytes,
-                rings_direct direct, rings **out, char *err, size_t err_len);
+                uint32_t attach_timeout_ms, rings_direct direct, rings **out, char *err,
+                size_t err_len);
 
 /* Stops the thread, closes every connection and every ring. */
 void rings_stop(rings *r);

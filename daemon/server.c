@@ -6,10 +6,12 @@
 #include "server.h"
 
 #include "access.h"
+#include "conns.h"
 #include "ipc_watch.h"
 #include "log.h"
 #include "tsdf_error.h"
 #include "tsdf_transport.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -29,9 +31,8 @@
  * and for a TOO_LARGE answer to messages slightly over the limit. */
 #define SERVER_ENVELOPE_BYTES (64u * 1024u)
 
-/* Refused connections tracked between their ADD_PRE and REM_POST (a burst
- * beyond this keeps them counted as open until REM_POST instead). */
-#define SERVER_REFUSED_TRACK 256
+/* Idle connections closed per look of server_sweep's table walk. */
+#define SERVER_SWEEP_BATCH 64
 
 /* A request thread waits for a request in slices of this length, so that it
  * notices a shutdown without the REP socket being closed under it. */
@@ -71,13 +72,25 @@ struct server {
     access_policy *access;
     ipc_watch *watch;    /* keeps the ipc:// listeners accepting */
     nng_tls_config *tls; /* of the tls+tcp:// listeners; NULL without [tls] */
-    /* Pipes refused in ADD_PRE whose REM_POST is still to come: their
-     * connection is taken off conns_open at once, so the count is exactly
-     * the admitted connections, and REM_POST must not take it off again. */
-    pthread_mutex_t refused_lock;
-    uint32_t refused_ids[SERVER_REFUSED_TRACK];
-    size_t refused_count;
+    /* The admitted connections of both sockets (conns.h): conns_open is
+     * its count, so a refused, replaced or expired pipe, whose REM_POST
+     * comes later, is not counted twice. */
+    conns table;
 };
+
+/* Closes pipe id (a value nng gave us; a pipe already gone is a no-op). */
+static void close_pipe(uint32_t id)
+{
+    nng_pipe p = NNG_PIPE_INITIALIZER;
+    p.id = id;
+    nng_pipe_close(p);
+}
+
+/* The connection a message came on, for the table. */
+static uint32_t msg_pipe(nng_msg *msg)
+{
+    return nng_pipe_id(nng_msg_get_pipe(msg));
+}
 
 /* A request context: receive, handle, reply, forever, until the socket closes. */
 static void *req_main(void *arg)
@@ -109,10 +122,16 @@ static void *req_main(void *arg)
         nng_msg *msg = nng_aio_get_msg(rc->aio);
         handler_result res;
         memset(&res, 0, sizeof res);
+        /* The connection is busy (never closed for idleness) until the
+         * reply is on its way. */
+        const uint32_t pipe = msg_pipe(msg);
+        conns_begin(&rc->srv->table, pipe, worker_now_ns());
         if (access_refuse_request(rc->srv->access, msg, &out)) { /* takes msg if refused */
             /* Rare and small: the refusal is copied into a message. */
-            if (out.len == 0)
+            if (out.len == 0) {
+                conns_end(&rc->srv->table, pipe, worker_now_ns());
                 continue;
+            }
             if (nng_msg_alloc(&res.reply, out.len) != 0)
                 res.reply = NULL;
             else
@@ -123,6 +142,7 @@ static void *req_main(void *arg)
         nng_msg *reply = res.reply;
         if (reply == NULL) {
             TSDF_LOG_RATELIMITED(TSDF_LOG_ERROR, "reply alloc", "no memory for a reply");
+            conns_end(&rc->srv->table, pipe, worker_now_ns());
             handlers_request_done(d, &res);
             continue;
         }
@@ -131,6 +151,7 @@ static void *req_main(void *arg)
         nng_ctx_send(rc->ctx, rc->aio);
         nng_aio_wait(rc->aio);
         rv = nng_aio_result(rc->aio);
+        conns_end(&rc->srv->table, pipe, worker_now_ns());
         if (rv != 0) {
             /* A failed send leaves the message with us (nng's rule). */
             nng_msg_free(nng_aio_get_msg(rc->aio));
@@ -161,6 +182,7 @@ static void *decoder_main(void *arg)
                 break;
             continue;
         }
+        conns_touch(&s->table, msg_pipe(msg), worker_now_ns());
         if (!access_refuse_frame(s->access, msg)) /* takes msg if refused */
             handle_frame(s->d, msg);              /* takes msg */
     }
@@ -186,55 +208,72 @@ static void ensure_ipc_dir(const char *url)
 }
 
 /* Runs on nng's threads for every connection of either socket. nng calls
- * REM_POST for every pipe that saw ADD_PRE, also one closed here, so the
- * count pairs up. Closing the pipe in ADD_PRE refuses the connection
- * before it can receive anything: with at most max_connections pipes, each
- * buffering at most one message of the size limit, the memory in-flight
- * receives hold is bounded (nng has no timeout for a message that arrives
- * only in part). */
+ * REM_POST for every pipe that saw ADD_PRE, also one closed here. Closing
+ * the pipe in ADD_PRE refuses the connection before it can receive
+ * anything: with at most max_connections pipes, each buffering at most
+ * one message of the size limit, the memory in-flight receives hold is
+ * bounded (nng has no timeout for a message that arrives only in part).
+ * At the limit a new connection takes the place of the one idle longest
+ * (conns.h), so connections held open and unused cannot lock clients
+ * out; it is refused only when every admitted one is busy. */
 static void on_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
     server *s = arg;
     dstats *ds = s->d->stats;
-    uint32_t id = nng_pipe_id(p);
+    uint32_t id = nng_pipe_id(p), evict = 0;
     if (ev == NNG_PIPE_EV_ADD_PRE) {
         /* The watch's own probes are not clients: not counted, not
          * policed (their REM_POST is left out the same way). */
         if (ipc_watch_pipe_added(s->watch, p))
             return;
-        unsigned open = atomic_fetch_add(&ds->conns_open, 1) + 1;
-        if (open > s->d->cfg->max_connections) {
+        switch (conns_admit(&s->table, id, worker_now_ns(), &evict)) {
+        case CONNS_ADMITTED:
+            atomic_fetch_add(&ds->conns_open, 1);
+            break;
+        case CONNS_REPLACED:
+            atomic_fetch_add(&ds->conns_idle_closed, 1);
+            close_pipe(evict);
+            TSDF_LOG_RATELIMITED(TSDF_LOG_INFO, "connection replaced",
+                                 "%u connections open ([server] max_connections): closed the "
+                                 "one idle longest for a new one",
+                                 s->d->cfg->max_connections);
+            break;
+        case CONNS_REFUSED:
             atomic_fetch_add(&ds->conns_refused, 1);
-            pthread_mutex_lock(&s->refused_lock);
-            if (s->refused_count < SERVER_REFUSED_TRACK) {
-                s->refused_ids[s->refused_count++] = id;
-                atomic_fetch_sub(&ds->conns_open, 1);
-            }
-            pthread_mutex_unlock(&s->refused_lock);
             nng_pipe_close(p);
             TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "connection limit",
-                                 "%u connections open ([server] max_connections): refusing "
-                                 "another",
+                                 "%u connections open ([server] max_connections), each with a "
+                                 "request in progress: refusing another",
                                  s->d->cfg->max_connections);
+            break;
         }
         access_pipe_added(s->access, p);
     } else if (ev == NNG_PIPE_EV_REM_POST) {
         if (ipc_watch_pipe_removed(s->watch, p))
             return;
-        int counted = 1;
-        pthread_mutex_lock(&s->refused_lock);
-        for (size_t i = 0; i < s->refused_count; i++) {
-            if (s->refused_ids[i] == id) {
-                s->refused_ids[i] = s->refused_ids[--s->refused_count];
-                counted = 0;
-                break;
-            }
-        }
-        pthread_mutex_unlock(&s->refused_lock);
-        if (counted)
+        if (conns_remove(&s->table, id))
             atomic_fetch_sub(&ds->conns_open, 1);
         access_pipe_removed(s->access, p);
     }
+}
+
+void server_sweep(server *s)
+{
+    uint32_t ids[SERVER_SWEEP_BATCH];
+    const int64_t idle_ns = (int64_t)s->d->cfg->idle_timeout_s * 1000000000;
+    size_t n, total = 0;
+    do {
+        n = conns_expired(&s->table, worker_now_ns(), idle_ns, ids, SERVER_SWEEP_BATCH);
+        for (size_t i = 0; i < n; i++) {
+            atomic_fetch_sub(&s->d->stats->conns_open, 1);
+            atomic_fetch_add(&s->d->stats->conns_idle_closed, 1);
+            close_pipe(ids[i]);
+        }
+        total += n;
+    } while (n == SERVER_SWEEP_BATCH);
+    if (total != 0)
+        TSDF_LOG(TSDF_LOG_DEBUG, "closed %zu connections idle for %u s ([server] idle_timeout_s)",
+                 total, s->d->cfg->idle_timeout_s);
 }
 
 static int watch_pipes(server *s, nng_socket sock)
@@ -273,7 +312,7 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len)
     server *s = calloc(1, sizeof *s);
     if (s == NULL)
         return TSDF_ENOMEM;
-    if (pthread_mutex_init(&s->refused_lock, NULL) != 0) {
+    if (conns_init(&s->table, cfg->max_connections) != TSDF_OK) {
         free(s);
         return TSDF_ENOMEM;
     }
@@ -414,6 +453,6 @@ void server_stop(server *s)
         nng_tls_config_free(s->tls);
     free(s->reqs);
     free(s->decoders);
-    pthread_mutex_destroy(&s->refused_lock);
+    conns_fini(&s->table);
     free(s);
 }

@@ -13,9 +13,12 @@
  * Both sockets refuse messages above max_message_mb + a small envelope
  * margin (NNG_OPT_RECVMAXSZ): nng drops the connection of such a sender.
  * Messages between max_message_mb and that margin get a TOO_LARGE reply.
- * At most cfg->max_connections connections are open over both sockets;
- * one more is closed as it connects (dstats conns_refused), so in-flight
- * receives hold at most max_connections such messages.
+ * At most cfg->max_connections connections are open over both sockets, so
+ * in-flight receives hold at most max_connections such messages. One more
+ * takes the place of the connection idle longest (no request in progress;
+ * dstats conns_idle_closed), or is closed as it connects when every one is
+ * busy (conns_refused). A connection idle for cfg->idle_timeout_s is
+ * closed by server_sweep (conns.h).
  *
  * Ownership: server_start allocates *out; server_stop closes the sockets,
  * joins every thread and frees it. Threads: call both from the main thread.
@@ -41,6 +44,10 @@ int server_start(daemon_ctx *d, server **out, char *err, size_t err_len);
 /* Closes both sockets (pending receives end), waits for the requests in
  * progress and the decoders, and frees s. NULL is a no-op. */
 void server_stop(server *s);
+
+/* Closes the connections idle for [server] idle_timeout_s (none when it
+ * is 0). The main thread's cron, about once a second. */
+void server_sweep(server *s);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@ tsdf_add_test(NAME queue SOURCES test_queue.c LIBS tsdfd_core Threads::Threads T
 tsdf_add_test(NAME worker SOURCES test_worker.c LIBS tsdfd_core Threads::Threads TIMEOUT 60)
 tsdf_add_test(NAME frame_pool SOURCES test_frame_pool.c LIBS tsdfd_core Threads::Threads TIMEOUT 60)
 tsdf_add_test(NAME watchdog SOURCES test_watchdog.c LIBS tsdfd_core Threads::Threads TIMEOUT 60)
+tsdf_add_test(NAME conns SOURCES test_conns.c LIBS tsdfd_core Threads::Threads TIMEOUT 60)
 # The rings' leases (a ring mapped as for the GPU, written where a lease
 # points): fences and detaching wait for them (client_ring.c compiled in
 # for its attach exchange).

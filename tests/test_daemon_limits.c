@@ -2,8 +2,9 @@
  * test_daemon_limits.c - end-to-end tests of what a real tsdfd refuses when
  * a limit is reached, and that it keeps serving:
  *
- *  - one connection beyond [server] max_connections is closed and counted,
- *    and the open ones are still served;
+ *  - at [server] max_connections a new connection takes the place of the
+ *    one idle longest (counted), and connections idle for idle_timeout_s
+ *    are closed (counted);
  *  - the 16x16 fx = 0.05 frame of issue 8 is BAD_INTRINSICS on the wire;
  *  - a tiny [volume] memory_budget_mb refuses frames (capacity) over two
  *    maps while queries answer;
@@ -18,6 +19,7 @@
 
 #include <msgpack.h>
 #include <nng/nng.h>
+#include <poll.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,14 +32,15 @@
 /* ---- the connection limit ----------------------------------------------- */
 
 /* Messages arriving in part are held by nng with no time limit, one per
- * connection: the number of connections bounds what they may hold. One
- * beyond [server] max_connections is closed as it connects, counted, and
- * the connections already open keep being served. */
+ * connection: the number of connections bounds what they may hold. At
+ * [server] max_connections a new connection takes the place of the one
+ * idle longest, so idle connections cannot lock clients out; a connection
+ * idle for idle_timeout_s is closed. */
 /* Polls c's stats (into *st) until the daemon counts at most n open
- * connections; 10 s at most. */
+ * connections; 30 s at most. */
 static void wait_connections_at_most(tsdf_client *c, tsdf_rep_stats *st, int64_t n)
 {
-    for (int waited = 0; waited < 10000; waited += 50) {
+    for (int waited = 0; waited < 30000; waited += 50) {
         assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
         if (stat_get(st, "connections.open") <= n)
             return;
@@ -47,66 +50,127 @@ static void wait_connections_at_most(tsdf_client *c, tsdf_rep_stats *st, int64_t
              (long long)stat_get(st, "connections.open"), (long long)n);
 }
 
+/* A raw REQ socket that holds one connection to the daemon and never
+ * sends: it does not dial again once the daemon closes it, and *gone
+ * counts its connections that closed. */
+/* A unix socket connected to the ipc:// listener at url. */
+static int ipc_connect(const char *url)
+{
+    const char *path = url + strlen("ipc://");
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    assert_true(strlen(path) < sizeof a.sun_path);
+    strcpy(a.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+static const uint8_t req0_handshake[8] = {0, 'S', 'P', 0, 0x00, 0x30, 0, 0};
+
+/* A connection to the daemon's REQ listener that completes the SP
+ * handshake as a REQ0 peer and then sends nothing, and never dials again
+ * once the daemon closes it (an nng socket would). */
+static int idle_holder(const tsdfd_harness *h)
+{
+    int fd = ipc_connect(h->req_url);
+    uint8_t theirs[8];
+    assert_int_equal(send(fd, req0_handshake, 8, MSG_NOSIGNAL), 8);
+    assert_int_equal(recv(fd, theirs, 8, MSG_WAITALL), 8);
+    assert_memory_equal(theirs, "\0SP\0", 4);
+    return fd;
+}
+
+/* Whether the daemon closed fd, waiting up to wait_ms for it. */
+static int closed_by_daemon(int fd, int wait_ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    char b;
+    return poll(&p, 1, wait_ms) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) == 0;
+}
+
+/* Polls until the daemon counts exactly n open connections; 30 s at most. */
+static void wait_connections(tsdf_client *c, tsdf_rep_stats *st, int64_t n)
+{
+    for (int waited = 0; waited < 30000; waited += 20) {
+        assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
+        if (stat_get(st, "connections.open") == n)
+            return;
+        sleep_ms(20);
+    }
+    fail_msg("the daemon counts %lld connections, expected %lld",
+             (long long)stat_get(st, "connections.open"), (long long)n);
+}
+
 static void test_connection_limit(void **state)
 {
     tsdfd_harness h;
-    nng_socket raw[2];
+    int raw[2];
     tsdf_rep_stats *st = malloc(sizeof *st);
     (void)state;
     assert_non_null(st);
 
-    assert_int_equal(start_daemon(&h, "[server]\nmax_connections = 3\n", NULL), 0);
+    /* No idle timeout: only the limit closes a connection here. */
+    assert_int_equal(start_daemon(&h, "[server]\nmax_connections = 3\nidle_timeout_s = 0\n", NULL),
+                     0);
     tsdf_client *c = open_client(&h, 0);
     /* The harness's ping client has closed, but the daemon may count its
-     * close a moment later: until then it holds one of the three places,
-     * and one of the connections below would be refused in its stead. */
+     * close a moment later: until then it holds one of the three places. */
     wait_connections_at_most(c, st, 1);
+    /* Two connections held open and never used, raw[0] the older. */
     for (int i = 0; i < 2; i++) {
-        assert_int_equal(nng_req0_open(&raw[i]), 0);
-        assert_int_equal(nng_dial(raw[i], h.req_url, NULL, 0), 0);
+        raw[i] = idle_holder(&h);
+        wait_connections(c, st, 2 + i);
     }
-    /* A dial returns once the client's side is up; the daemon may count the
-     * connection a moment later. Wait until all three are counted. */
-    for (int waited = 0; waited < 10000; waited += 20) {
-        assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
-        if (stat_get(st, "connections.open") == 3)
-            break;
-        sleep_ms(20);
-    }
-    assert_int_equal(stat_get(st, "connections.open"), 3);
-    tsdf_client_options o;
-    tsdf_client *extra = NULL;
-    tsdf_client_options_default(&o);
-    int rc = tsdf_client_open(h.req_url, NULL, &o, &extra);
-    if (rc == TSDF_OK) {
-        assert_int_not_equal(tsdf_client_ping(extra, NULL, 1500), TSDF_OK);
-        tsdf_client_close(extra);
-    }
-    assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
-    assert_true(stat_get(st, "connections.refused") >= 1);
-    /* Exactly the admitted ones: a refused connection is not counted. */
-    assert_int_equal(stat_get(st, "connections.open"), 3);
-
-    /* Room again once the idle connections go. */
-    for (int i = 0; i < 2; i++)
-        nng_close(raw[i]);
-    /* The daemon sees the closes asynchronously: wait until only c is left
-     * (a loaded machine may take a while), so the new client is not refused
-     * for a connection that is already gone. */
-    wait_connections_at_most(c, st, 1);
-    extra = open_client(&h, 0);
-    rc = tsdf_client_ping(extra, NULL, 10000);
+    /* A fourth client is served: the connection idle longest (raw[0],
+     * which never sent a request; c's last request is newer) makes room. */
+    tsdf_client *extra = open_client(&h, 0);
+    int rc = tsdf_client_ping(extra, NULL, 10000);
     if (rc != TSDF_OK) {
-        /* Say what the daemon counted, so that a failure on another machine
-         * shows whether the new connection was refused or never served. */
-        int src = tsdf_client_stats(c, "default", st, 10000);
         tsdfd_harness_dump_log(&h);
-        fail_msg("ping after the idle connections closed: %s; stats %s: connections.open %lld, "
-                 "connections.refused %lld",
-                 tsdf_strerror(rc), tsdf_strerror(src), (long long)stat_get(st, "connections.open"),
-                 (long long)stat_get(st, "connections.refused"));
+        fail_msg("ping at the connection limit: %s", tsdf_strerror(rc));
     }
+    assert_true(closed_by_daemon(raw[0], 30000));
+    assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
+    assert_int_equal(stat_get(st, "connections.idle_closed"), 1);
+    assert_int_equal(stat_get(st, "connections.refused"), 0);
+    /* Exactly the admitted ones. */
+    assert_int_equal(stat_get(st, "connections.open"), 3);
+    assert_false(closed_by_daemon(raw[1], 0));
     tsdf_client_close(extra);
+    for (int i = 0; i < 2; i++)
+        close(raw[i]);
+    wait_connections_at_most(c, st, 1);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 20000), 0);
+    free(st);
+}
+
+/* Connections with no request for [server] idle_timeout_s are closed and
+ * counted; one that keeps asking is not. */
+static void test_idle_connections_closed(void **state)
+{
+    tsdfd_harness h;
+    int raw[3];
+    tsdf_rep_stats *st = malloc(sizeof *st);
+    (void)state;
+    assert_non_null(st);
+
+    assert_int_equal(start_daemon(&h, "[server]\nidle_timeout_s = 1\n", NULL), 0);
+    tsdf_client *c = open_client(&h, 0);
+    for (int i = 0; i < 3; i++)
+        raw[i] = idle_holder(&h);
+    for (int i = 0; i < 3; i++)
+        assert_true(closed_by_daemon(raw[i], 60000));
+    assert_int_equal(tsdf_client_stats(c, "default", st, 10000), TSDF_OK);
+    assert_true(stat_get(st, "connections.idle_closed") >= 3);
+    assert_int_equal(stat_get(st, "connections.refused"), 0);
+    /* c kept asking (or dialled again when it next asked): served. */
+    assert_int_equal(tsdf_client_ping(c, NULL, 10000), TSDF_OK);
+    for (int i = 0; i < 3; i++)
+        close(raw[i]);
     tsdf_client_close(c);
     assert_int_equal(tsdfd_harness_stop(&h, 20000), 0);
     free(st);
@@ -282,18 +346,9 @@ static void test_volume_memory_budget(void **state)
  * `send_n` bytes of an SP handshake first. */
 static void abort_connection(const char *url, size_t send_n)
 {
-    const char *path = url + strlen("ipc://");
-    struct sockaddr_un a;
-    memset(&a, 0, sizeof a);
-    a.sun_family = AF_UNIX;
-    assert_true(strlen(path) < sizeof a.sun_path);
-    strcpy(a.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    static const uint8_t hs[8] = {0, 'S', 'P', 0, 0x30, 0, 0, 0};
+    int fd = ipc_connect(url);
     if (send_n > 0)
-        assert_int_equal(send(fd, hs, send_n, MSG_NOSIGNAL), (ssize_t)send_n);
+        assert_int_equal(send(fd, req0_handshake, send_n, MSG_NOSIGNAL), (ssize_t)send_n);
     close(fd);
 }
 
@@ -368,6 +423,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_connection_limit),
+        cmocka_unit_test(test_idle_connections_closed),
         cmocka_unit_test(test_tiny_focal_length_refused),
         cmocka_unit_test(test_volume_memory_budget),
         cmocka_unit_test(test_aborted_handshakes_keep_admission),

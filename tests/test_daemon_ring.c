@@ -9,7 +9,9 @@
  * restart) goes back to sending frames in the request by itself;
  * tsdfctl replay --ring streams through a ring; and a raycast read in
  * place (tsdf_client_raycast_view) holds the bytes the copying call
- * writes, in the ring or the reply.
+ * writes, in the ring or the reply; connections that never attach are
+ * closed at [server] ring_attach_timeout_ms, so they cannot hold every
+ * slot.
  */
 #define _GNU_SOURCE
 
@@ -19,6 +21,9 @@
 
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -811,6 +816,66 @@ static void test_tsdfctl_replay_ring(void **state)
 #endif
 }
 
+/* A connection to the ring socket that sends nothing. */
+static int idle_ring_conn(const char *path)
+{
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    snprintf(a.sun_path, sizeof a.sun_path, "%.107s", path);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+/* Waits (60 s at most) until the daemon closes fd: a read gives 0. */
+static void wait_closed_by_daemon(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int n = poll(&p, 1, 60000);
+    assert_int_equal(n, 1);
+    char b;
+    assert_int_equal(recv(fd, &b, 1, MSG_DONTWAIT), 0);
+}
+
+/* Every slot of the ring socket ([server] max_connections of them) held
+ * by connections that attach nothing: before the attach deadline, no
+ * client could attach a ring until they went. Now each is closed, and
+ * counted, once the deadline passes, and a ring attaches. */
+static void test_ring_attach_deadline(void **state)
+{
+    (void)state;
+    tsdfd_harness h;
+    char path[TSDFD_HARNESS_PATH_LEN + 16];
+    int idle[4];
+    assert_int_equal(
+        start_daemon(&h, "[server]\nmax_connections = 4\nring_attach_timeout_ms = 200\n", NULL), 0);
+    ring_path(&h, path, sizeof path);
+    for (int i = 0; i < 4; i++)
+        idle[i] = idle_ring_conn(path);
+    for (int i = 0; i < 4; i++) {
+        wait_closed_by_daemon(idle[i]);
+        close(idle[i]);
+    }
+    int fd = make_memfd(U16_BYTES, 1), sock = -1;
+    tsdf_ring_attach_reply rep;
+    handshake(path, fd, U16_BYTES, &sock, &rep);
+    assert_int_equal(rep.status, TSDF_OK);
+    tsdf_client *c = open_client(&h, 0);
+    tsdf_rep_stats *st = stats_of(c, "default");
+    assert_true(stat_get(st, "rings.refused") >= 4);
+    assert_int_equal(stat_get(st, "rings.attached"), 1);
+    /* An attached ring has no deadline: its connection stays open. */
+    struct pollfd p = {.fd = sock, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 0), 0);
+    free(st);
+    close(sock);
+    close(fd);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--other-process") == 0)
@@ -818,6 +883,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_integrates_identically),
         cmocka_unit_test(test_ring_refusals),
+        cmocka_unit_test(test_ring_attach_deadline),
         cmocka_unit_test(test_ring_raycast_identical),
         cmocka_unit_test(test_ring_raycast_view),
         cmocka_unit_test(test_ring_raycast_protocol),

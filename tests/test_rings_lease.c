@@ -50,8 +50,8 @@ static void fixture_start(lease_fixture *f, unsigned seals)
     snprintf(f->dir, sizeof f->dir, "/tmp/tsdf-rings-XXXXXX");
     assert_non_null(mkdtemp(f->dir));
     snprintf(f->path, sizeof f->path, "%s/rings.sock", f->dir);
-    int rc =
-        rings_start(f->path, 0600, -1, 4, 16u * RING_BYTES, RINGS_MAPPED, &f->r, err, sizeof err);
+    int rc = rings_start(f->path, 0600, -1, 4, 16u * RING_BYTES, 60000, RINGS_MAPPED, &f->r, err,
+                         sizeof err);
     if (rc != TSDF_OK)
         fail_msg("rings_start: %s", err);
     f->fd = memfd_create("test-lease", MFD_CLOEXEC | MFD_ALLOW_SEALING);
