@@ -84,10 +84,21 @@ static int check_image(tsdf_depth_encoding e, tsdf_depth_format fmt, uint32_t w,
 
 /* ---- png ---------------------------------------------------------------- */
 
+static uint32_t be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
 typedef struct {
     /* decode: the payload and the read position */
     const uint8_t *src;
     size_t n, pos;
+    /* decode: the chunk the read position is in (its data's span, and
+     * whether it is image data), the image data read so far, and how much
+     * may be read before the row being read ends (png_row_idat_bound) */
+    size_t chunk_data, chunk_end, chunk_next;
+    int chunk_idat;
+    uint64_t idat_read, idat_allowed;
     /* encode: the output and why it failed */
     tsdf_buf *out;
     int rc;
@@ -110,11 +121,56 @@ static void png_on_warning(png_structp png, png_const_charp msg)
     (void)msg;
 }
 
+/*
+ * The image data one png_read_row call may read. libpng inflates a row's
+ * worth at a time; but after the last row, to reach the zlib stream's end,
+ * it inflates whatever the stream still holds, with no bound of its own: a
+ * 1 MiB PNG whose stream went on for 1 GiB past its rows cost 2.2 s of CPU
+ * a frame, and was taken. So each row may read at most what any deflate
+ * stream needs for one row (its bytes, 1/8 more for fixed-Huffman
+ * literals, a block header) plus the piece libpng reads ahead: a stream
+ * that goes on past the frame is refused within a few KiB of compressed
+ * data, a few MiB of inflating (2.2 ms for 1 GiB on a 2-core Xeon), and a
+ * valid one never meets the bound.
+ */
+#define PNG_IDAT_READ_BYTES 1024u /* the pieces libpng reads image data in */
+#define PNG_IDAT_SLACK_BYTES 1024u
+
+static uint64_t png_row_idat_bound(uint32_t w)
+{
+    const uint64_t row = 1u + 2ull * w;
+    return row + row / 8u + PNG_IDAT_READ_BYTES + PNG_IDAT_SLACK_BYTES;
+}
+
+/* Follows the chunks up to the one that holds byte c->pos (libpng reads a
+ * chunk's header, its data and its CRC in order, never across chunks). */
+static void png_track_chunk(png_ctx *c)
+{
+    while (c->pos >= c->chunk_next && c->chunk_next <= c->n - 8) {
+        const size_t at = c->chunk_next, len = be32(c->src + at);
+        c->chunk_data = at + 8;
+        c->chunk_end = len > c->n - c->chunk_data ? c->n : c->chunk_data + len;
+        c->chunk_idat = memcmp(c->src + at + 4, "IDAT", 4) == 0;
+        c->chunk_next = c->chunk_end + 4;
+    }
+}
+
 static void png_read_mem(png_structp png, png_bytep data, size_t len)
 {
     png_ctx *c = png_get_io_ptr(png);
     if (len > c->n - c->pos)
         png_error(png, "truncated");
+    png_track_chunk(c);
+    if (c->chunk_idat && c->pos < c->chunk_end && c->pos + len > c->chunk_data) {
+        const size_t from = c->pos > c->chunk_data ? c->pos : c->chunk_data;
+        const size_t to = c->pos + len < c->chunk_end ? c->pos + len : c->chunk_end;
+        c->idat_read += to - from;
+        if (c->idat_read > c->idat_allowed) {
+            snprintf(c->reason, sizeof c->reason,
+                     "image data goes on past the frame's samples (at byte %zu)", c->pos);
+            png_error(png, c->reason);
+        }
+    }
     memcpy(data, c->src + c->pos, len);
     c->pos += len;
 }
@@ -175,10 +231,7 @@ static int png_decode(uint32_t w, uint32_t h, const uint8_t *src, size_t n, uint
     /* The size from IHDR (the first chunk), only to say why: libpng's user
      * limits below refuse a larger image anyway, but with a vaguer message. */
     if (n >= 24 && memcmp(src + 12, "IHDR", 4) == 0) {
-        uint32_t pw =
-            (uint32_t)src[16] << 24 | (uint32_t)src[17] << 16 | (uint32_t)src[18] << 8 | src[19];
-        uint32_t ph =
-            (uint32_t)src[20] << 24 | (uint32_t)src[21] << 16 | (uint32_t)src[22] << 8 | src[23];
+        uint32_t pw = be32(src + 16), ph = be32(src + 20);
         if (pw != w || ph != h)
             return proto_fail(err, TSDF_EDEPTH_DECODE, "depth",
                               "depth: png is %ux%u, the frame is %ux%u", pw, ph, w, h);
@@ -188,6 +241,7 @@ static int png_decode(uint32_t w, uint32_t h, const uint8_t *src, size_t n, uint
     c.src = src;
     c.n = n;
     c.pos = 8;
+    c.chunk_next = 8; /* the first chunk, after the signature */
     png_structp png =
         png_create_read_struct(PNG_LIBPNG_VER_STRING, &c, png_on_error, png_on_warning);
     png_infop info = png != NULL ? png_create_info_struct(png) : NULL;
@@ -209,6 +263,8 @@ static int png_decode(uint32_t w, uint32_t h, const uint8_t *src, size_t n, uint
     png_set_chunk_cache_max(png, PNG_MAX_ANCILLARY_CHUNKS);
     png_set_chunk_malloc_max(png, PNG_MAX_CHUNK_BYTES);
     png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, NULL, 0);
+    /* On a read struct: the pieces libpng reads image data in. */
+    png_set_compression_buffer_size(png, PNG_IDAT_READ_BYTES);
     png_read_info(png, info);
 
     png_uint_32 pw = 0, ph = 0;
@@ -234,9 +290,14 @@ static int png_decode(uint32_t w, uint32_t h, const uint8_t *src, size_t n, uint
      * array of row pointers); an interlaced image is combined in place over
      * its passes. */
     for (int p = 0; p < passes; p++)
-        for (uint32_t y = 0; y < h; y++)
+        for (uint32_t y = 0; y < h; y++) {
+            c.idat_allowed = c.idat_read + png_row_idat_bound(w);
             png_read_row(png, dst + (size_t)y * w * 2u, NULL);
-    /* Up to IEND, so a stream cut after the image data is refused too. */
+        }
+    /* Up to IEND, so a stream cut after the image data is refused too.
+     * libpng inflates nothing more here (the last row ended the stream),
+     * it only skips chunks: no bound on reading. */
+    c.idat_allowed = UINT64_MAX;
     png_read_end(png, NULL);
     size_t trailing = c.n - c.pos;
     png_destroy_read_struct(&png, &info, NULL);

@@ -2,8 +2,10 @@
  * test_depth_codec.c - the lossless depth encodings (proto/tsdf_depth_codec.h):
  * every encoding round-trips every kind of image exactly, and every kind of
  * malformed payload (truncated, trailing bytes, another size, another PNG
- * format, garbage, a zstd bomb, a PNG claiming huge dimensions, broken RVL
- * runs) is refused with TSDF_EDEPTH_DECODE without crashing.
+ * format, garbage, a zstd bomb, a PNG claiming huge dimensions, a PNG
+ * whose image data inflates far beyond the frame, broken RVL runs) is
+ * refused with TSDF_EDEPTH_DECODE without crashing; an interlaced PNG
+ * decodes as a plain one.
  */
 #include "testutil.h"
 
@@ -12,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <zlib.h>
 #include <zstd.h>
 
 #include "tsdf_depth_codec.h"
@@ -444,6 +448,136 @@ static void test_png_formats(void **state)
     }
 }
 
+/* ---- PNG bombs ------------------------------------------------------------ */
+
+/* Appends a chunk of type and data to b, with its CRC. */
+static void put_chunk(tsdf_buf *b, const char *type, const uint8_t *data, uint32_t len)
+{
+    assert_int_equal(tsdf_buf_reserve(b, 12u + len), TSDF_OK);
+    uint8_t *p = b->data + b->len;
+    put32be(p, len);
+    memcpy(p + 4, type, 4);
+    if (len != 0)
+        memcpy(p + 8, data, len);
+    put32be(p + 8 + len, crc32_png(p + 4, 4u + len));
+    b->len += 12u + len;
+}
+
+/* A w x h 16-bit grayscale PNG, valid in every byte (CRCs, adler32), whose
+ * one zlib stream holds the image's rows (all zero, filter 0) and then
+ * `extra` bytes more of zeros: what libpng used to inflate whole to reach
+ * IEND. */
+static void png_bomb(uint32_t w, uint32_t h, uint64_t extra, tsdf_buf *out)
+{
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    uint8_t ihdr[13] = {0};
+    put32be(ihdr, w);
+    put32be(ihdr + 4, h);
+    ihdr[8] = 16; /* bit depth; colour type 0 (grey), no interlace */
+    tsdf_buf_init(out);
+    assert_int_equal(tsdf_buf_reserve(out, 8), TSDF_OK);
+    memcpy(out->data, sig, 8);
+    out->len = 8;
+    put_chunk(out, "IHDR", ihdr, sizeof ihdr);
+
+    const size_t piece = 1u << 20;
+    uint8_t *zeros = calloc(piece, 1), *z = malloc(piece);
+    assert_non_null(zeros);
+    assert_non_null(z);
+    z_stream s;
+    memset(&s, 0, sizeof s);
+    assert_int_equal(deflateInit(&s, 9), Z_OK);
+    uint64_t left = (uint64_t)h * (1u + 2ull * w) + extra;
+    tsdf_buf idat;
+    tsdf_buf_init(&idat);
+    int zr;
+    do {
+        size_t n = left < piece ? (size_t)left : piece;
+        left -= n;
+        s.next_in = zeros;
+        s.avail_in = (uInt)n;
+        do {
+            s.next_out = z;
+            s.avail_out = (uInt)piece;
+            zr = deflate(&s, left == 0 ? Z_FINISH : Z_NO_FLUSH);
+            size_t got = piece - s.avail_out;
+            assert_int_equal(tsdf_buf_reserve(&idat, got), TSDF_OK);
+            memcpy(idat.data + idat.len, z, got);
+            idat.len += got;
+        } while (s.avail_out == 0);
+    } while (left > 0);
+    assert_int_equal(zr, Z_STREAM_END);
+    deflateEnd(&s);
+    put_chunk(out, "IDAT", idat.data, (uint32_t)idat.len);
+    put_chunk(out, "IEND", NULL, 0);
+    tsdf_buf_fini(&idat);
+    free(zeros);
+    free(z);
+}
+
+static double cpu_ms(void)
+{
+    return (double)clock() * 1000.0 / CLOCKS_PER_SEC;
+}
+
+/* A PNG whose image data inflates to 1 GiB more than a 640 x 480 frame
+ * needs: refused once it passes the frame's size, so its cost is the
+ * frame's, not the sender's. Before, libpng inflated all of it (2.2 s of
+ * CPU) to reach IEND, and the frame was taken. */
+static void test_png_bombs(void **state)
+{
+    (void)state;
+    tsdf_buf b;
+    png_bomb(640, 480, 1ull << 30, &b);
+    print_message("png bomb: %zu bytes inflating to 1 GiB past the frame\n", b.len);
+    assert_true(b.len < (2u << 20));
+    tsdf_proto_error err;
+    double t0 = cpu_ms();
+    int rc = decode_as(TSDF_DEPTH_ENC_PNG, TSDF_DEPTH_U16, 640, 480, b.data, b.len, &err);
+    double ms = cpu_ms() - t0;
+    print_message("png bomb: %s in %.1f ms of CPU: %s\n", tsdf_errname(rc), ms, err.message);
+    assert_int_equal(rc, TSDF_EDEPTH_DECODE);
+    assert_non_null(strstr(err.message, "goes on past the frame"));
+    tsdf_buf_fini(&b);
+    /* The smallest stream that is refused: a little more than the 2 KiB
+     * of compressed data libpng may read past the rows. */
+    png_bomb(640, 480, 64u << 20, &b);
+    expect_refused(TSDF_DEPTH_ENC_PNG, TSDF_DEPTH_U16, 640, 480, b.data, b.len, "64 MiB more");
+    tsdf_buf_fini(&b);
+    /* A stream of exactly the frame decodes, and so does one with a few
+     * bytes more, which libpng reads past with a warning as before. */
+    for (uint64_t extra = 0; extra <= 64; extra += 64) {
+        png_bomb(33, 7, extra, &b);
+        assert_int_equal(decode_as(TSDF_DEPTH_ENC_PNG, TSDF_DEPTH_U16, 33, 7, b.data, b.len, NULL),
+                         TSDF_OK);
+        tsdf_buf_fini(&b);
+    }
+}
+
+/* Adam7-interlaced images of sizes whose small passes are empty: their
+ * streams are longer than a plain image's, and so is their bound. */
+static void test_png_interlaced_sizes(void **state)
+{
+    (void)state;
+    static const uint32_t sizes[][2] = {{1, 1}, {3, 2}, {13, 7}, {9, 17}, {640, 480}};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        const uint32_t w = sizes[k][0], h = sizes[k][1];
+        uint16_t *px = malloc((size_t)w * h * 2), *got = malloc((size_t)w * h * 2);
+        assert_non_null(px);
+        assert_non_null(got);
+        fill(px, TSDF_DEPTH_U16, w, h, PAT_RANDOM);
+        tsdf_buf b;
+        make_png(w, h, 16, PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_ADAM7, px, &b);
+        assert_int_equal(tsdf_depth_decode(TSDF_DEPTH_ENC_PNG, TSDF_DEPTH_U16, w, h, b.data, b.len,
+                                           got, (size_t)w * h * 2, NULL),
+                         TSDF_OK);
+        assert_memory_equal(got, px, (size_t)w * h * 2);
+        tsdf_buf_fini(&b);
+        free(px);
+        free(got);
+    }
+}
+
 /* RVL words written by hand: nibbles from the top of each LE word. */
 static void test_rvl_runs(void **state)
 {
@@ -492,6 +626,8 @@ int main(void)
         cmocka_unit_test(test_truncated_trailing_and_resized),
         cmocka_unit_test(test_garbage_and_mutations),
         cmocka_unit_test(test_zstd_bombs),
+        cmocka_unit_test(test_png_bombs),
+        cmocka_unit_test(test_png_interlaced_sizes),
         cmocka_unit_test(test_png_formats),
         cmocka_unit_test(test_rvl_runs),
     };
