@@ -164,8 +164,14 @@ static int queue_frame(daemon_ctx *d, dmap *m, worker_job *j, int timeout_ms)
         rc = queue_push_frame_until(&m->queue, j, j->sensor, bytes, FRAME_PUSH_SLICE_MS,
                                     &d->stopping, drop_victim, d, &why);
     }
+    /* A queue closed under the push by a delete of the map (not by the
+     * daemon's stop) means the map is gone: NOT_FOUND, counted as rejected
+     * no_map (PROTOCOL.md), as a frame that arrives just after the delete
+     * is. */
+    if (rc == TSDF_ESHUTDOWN && atomic_load(&m->deleting))
+        rc = TSDF_ENOT_FOUND;
     if (rc != TSDF_OK) {
-        ds_outcome o = dstats_outcome_for_error(rc);
+        ds_outcome o = rc == TSDF_ENOT_FOUND ? DS_REJ_NO_MAP : dstats_outcome_for_error(rc);
         /* No room in the byte budget (or a frame larger than all of it) is
          * a drop for memory, whatever code the sender is answered. */
         if ((rc == TSDF_EQUEUE_FULL || rc == TSDF_ETOO_LARGE) && why == QUEUE_DROP_MEMORY)
@@ -534,6 +540,9 @@ static int run_admitted_job(daemon_ctx *d, dmap *m, worker_job *j, uint32_t time
                             tsdf_reply *rep)
 {
     int rc = queue_push_query_after(&m->queue, j, after_queued_frames(j));
+    /* Closed by a delete of the map, not by the stop: the map is gone. */
+    if (rc == TSDF_ESHUTDOWN && atomic_load(&m->deleting))
+        rc = TSDF_ENOT_FOUND;
     if (rc != TSDF_OK) {
         job_free(j);
         tsdf_reply_set_error(rep, rc, "map '%s': %s", m->name, tsdf_strerror(rc));

@@ -594,12 +594,18 @@ static void run_query(dmap *m, worker_job *j)
     switch (j->kind) {
     case JOB_RAYCAST:
         rc = run_raycast(m, j);
-        /* Only the cancellation hook makes a raycast time out. */
+        /* Only the cancellation hook makes a raycast time out: its client
+         * gave up, or the map is being deleted (then the map is gone, as
+         * for the queries left in its queue) or the daemon stopped. */
         if (rc == TSDF_ETIMEOUT) {
+            const int deleted = atomic_load(&m->deleting);
             dstats_query_cancelled(m->reg->stats);
             TSDF_LOG_RATELIMITED(TSDF_LOG_WARN, "raycast cancelled",
-                                 "map %s: a %ux%u raycast was stopped: its client gave up", m->name,
-                                 j->req.u.raycast.width, j->req.u.raycast.height);
+                                 "map %s: a %ux%u raycast was stopped: %s", m->name,
+                                 j->req.u.raycast.width, j->req.u.raycast.height,
+                                 deleted ? "the map is being deleted" : "its client gave up");
+            if (deleted)
+                rc = TSDF_ENOT_FOUND;
         }
         break;
     case JOB_MESH:

@@ -4,7 +4,9 @@
  * its name and its memory come free; a deleted map stays deleted across a
  * restart), deleting a map while frames stream into it, and keeping unknown
  * map names from taking slots (auto_create_maps = false); and loading a
- * snapshot of format version 1.
+ * snapshot of format version 1. An integrate whose push waits for room
+ * when its map is deleted is NOT_FOUND, counted as rejected no_map, not
+ * "daemon is stopping".
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -12,6 +14,7 @@
 
 #include "daemon_testlib.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -162,6 +165,19 @@ typedef struct {
     int sent, failed_other;
 } streamer;
 
+/* Polls (60 s at most) until map exists and has integrated a frame. */
+static void wait_map_integrated(tsdf_client *c, const char *map, tsdf_rep_stats *st)
+{
+    for (int waited = 0; waited < 60000; waited += 5) {
+        int64_t n = 0;
+        assert_int_equal(tsdf_client_stats(c, map, st, 10000), TSDF_OK);
+        if (stat_find(st, "map.frames_integrated", &n) && n > 0)
+            return;
+        sleep_ms(5);
+    }
+    fail_msg("map %s integrated no frame in 60 s", map);
+}
+
 /* Pushes frames into map "busy" until told to stop; sends of a deleted
  * (and re-created) map are fine, anything else counts as a failure. */
 static void *stream_main(void *arg)
@@ -182,8 +198,11 @@ static void *stream_main(void *arg)
         f.frame = &s->fs->frames[i % s->fs->count];
         if (i % 4 == 0) {
             int rc = tsdf_client_integrate(c, &f, 30000, NULL);
-            if (rc != TSDF_OK && rc != TSDF_ENOT_FOUND)
+            if (rc != TSDF_OK && rc != TSDF_ENOT_FOUND) {
+                fprintf(stderr, "integrate during deletes: %s (%s)\n", tsdf_strerror(rc),
+                        tsdf_client_last_message());
                 s->failed_other++;
+            }
         } else if (tsdf_client_send_frame(c, &f, 30000) != TSDF_OK) {
             s->failed_other++;
         }
@@ -220,12 +239,15 @@ static void test_delete_while_streaming(void **state)
         s[i].fs = &fs;
         assert_int_equal(pthread_create(&t[i], NULL, stream_main, &s[i]), 0);
     }
+    /* Each delete waits until the streams have made the map again and
+     * integrated into it, however slow the machine: so each one deletes a
+     * map that is being streamed into. */
     int deleted = 0;
     for (int k = 0; k < 10; k++) {
-        sleep_ms(50);
+        wait_map_integrated(c, "busy", st);
         int rc = tsdf_client_delete(c, "busy", 30000);
-        assert_true(rc == TSDF_OK || rc == TSDF_ENOT_FOUND);
-        deleted += rc == TSDF_OK;
+        assert_int_equal(rc, TSDF_OK);
+        deleted++;
     }
     for (int i = 0; i < 2; i++)
         atomic_store(&s[i].stop, 1);
@@ -242,12 +264,170 @@ static void test_delete_while_streaming(void **state)
     }
     printf("delete while streaming: %d deletes, %d + %d frames sent\n", deleted, s[0].sent,
            s[1].sent);
-    assert_true(deleted >= 1);
+    assert_int_equal(deleted, 10);
     assert_reconciled(st);
-    assert_true(stat_get(st, "rejected.no_map") >= 0);
+    /* Frames that raced a delete are NOT_FOUND, rejected no_map
+     * (PROTOCOL.md): never "daemon is stopping", dropped shutdown. */
+    printf("delete while streaming: %lld rejected no_map\n",
+           (long long)stat_get(st, "rejected.no_map"));
+    assert_int_equal(stat_get(st, "dropped.shutdown"), 0);
     assert_int_equal(tsdf_client_ping(c, NULL, 10000), TSDF_OK);
     tsdf_client_close(c);
     assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    frames_free(&fs);
+    free(st);
+}
+
+/* ---- an integrate waiting for room when its map is deleted --------------- */
+
+/* The side of a raycast that keeps the map's only worker thread busy for
+ * seconds: 2048^2 rays of a 160-degree camera to the deepest legal depth,
+ * each through the room's walls (tests/test_daemon_bounded.c). A delete
+ * cancels it. */
+#define BUSY_CAST_DIM 2048u
+
+typedef struct {
+    const tsdfd_harness *h;
+    float *depth;
+    atomic_int done;
+    int rc;
+} busy_cast;
+
+static void *busy_cast_main(void *arg)
+{
+    busy_cast *b = arg;
+    tsdf_client *c = open_client(b->h, 0);
+    tsdf_raycast_params rp;
+    tsdf_raycast_output out = {b->depth, NULL, NULL};
+    memset(&rp, 0, sizeof rp);
+    rp.width = rp.height = BUSY_CAST_DIM;
+    rp.K.fx = rp.K.fy = (0.5f * (float)BUSY_CAST_DIM - 0.5f) / tanf(80.0f * 3.14159265f / 180.0f);
+    rp.K.cx = rp.K.cy = 0.5f * (float)BUSY_CAST_DIM - 0.5f;
+    rp.T_world_cam[0] = rp.T_world_cam[5] = rp.T_world_cam[10] = rp.T_world_cam[15] = 1.0f;
+    rp.min_depth_m = 0.1f;
+    rp.max_depth_m = TSDF_MAX_RAY_M;
+    /* The test's probe of the map's query place may hold it a moment
+     * (BUSY): then again. */
+    do
+        b->rc = tsdf_client_raycast_ex(c, "room", &rp, NULL, &out, NULL, 600000);
+    while (b->rc == TSDF_EBUSY);
+    tsdf_client_close(c);
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+
+typedef struct {
+    const tsdfd_harness *h;
+    const tsdf_frame *f;
+    atomic_int done;
+    int rc;
+    char message[256];
+} waiting_integrate;
+
+static void *waiting_integrate_main(void *arg)
+{
+    waiting_integrate *w = arg;
+    tsdf_client *c = open_client(w->h, 0);
+    w->rc = integrate_into(c, "room", w->f);
+    snprintf(w->message, sizeof w->message, "%s", tsdf_client_last_message());
+    tsdf_client_close(c);
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+/* Polls the daemon's totals (no map: never waits for a worker) until
+ * frames.received and frames.in_flight are as given; 60 s at most. */
+static void wait_frames(tsdf_client *c, tsdf_rep_stats *st, int64_t received, int64_t in_flight)
+{
+    for (int waited = 0; waited < 60000; waited += 5) {
+        assert_int_equal(tsdf_client_stats(c, NULL, st, 10000), TSDF_OK);
+        if (stat_get(st, "frames.received") == received &&
+            stat_get(st, "frames.in_flight") == in_flight)
+            return;
+        sleep_ms(5);
+    }
+    fail_msg("frames received %lld (want %lld), in flight %lld (want %lld)",
+             (long long)stat_get(st, "frames.received"), (long long)received,
+             (long long)stat_get(st, "frames.in_flight"), (long long)in_flight);
+}
+
+/* The map's worker is held by a long raycast; its queue (length 1) holds
+ * a streamed frame, and an integrate waits for room. A delete then closes
+ * the queue under the waiting push: that integrate is answered NOT_FOUND
+ * and counted rejected no_map, as PROTOCOL.md says, where it used to be
+ * SHUTDOWN ("daemon is shutting down") and a shutdown drop. */
+static void test_integrate_waiting_on_a_deleted_map(void **state)
+{
+    tsdfd_harness h;
+    frame_set fs;
+    pthread_t tc, ti;
+    busy_cast cast = {0};
+    waiting_integrate wi = {0};
+    tsdf_rep_stats *st = calloc(1, sizeof *st);
+    (void)state;
+
+    assert_non_null(st);
+    frames_make(&fs, "room", 160, 120, 4);
+    assert_int_equal(start_daemon(&h,
+                                  "[volume]\ncpu_threads = 1\n"
+                                  "[queue]\nlength = 1\npolicy = block\npush_timeout_ms = 600000\n"
+                                  "[server]\nrequest_timeout_ms = 600000\nmax_message_mb = 32\n"
+                                  "max_queries_per_map = 1\n",
+                                  NULL),
+                     0);
+    tsdf_client *c = open_client(&h, 1);
+    for (uint32_t i = 0; i < fs.count; i++)
+        assert_int_equal(integrate_into(c, "room", &fs.frames[i]), TSDF_OK);
+    const int64_t base = (int64_t)fs.count;
+
+    cast.h = &h;
+    cast.depth = malloc((size_t)BUSY_CAST_DIM * BUSY_CAST_DIM * sizeof(float));
+    assert_non_null(cast.depth);
+    assert_int_equal(pthread_create(&tc, NULL, busy_cast_main, &cast), 0);
+    /* The raycast holds the map's one query place (max_queries_per_map =
+     * 1) from its admission to its end: another query of the map is BUSY
+     * from then on, and the raycast is ahead of anything queued later. */
+    for (int waited = 0;; waited += 5) {
+        int rc = tsdf_client_stats(c, "room", st, 10000);
+        if (rc == TSDF_EBUSY)
+            break;
+        assert_int_equal(rc, TSDF_OK);
+        if (waited > 60000)
+            fail_msg("the raycast was not admitted in 60 s");
+        sleep_ms(5);
+    }
+    /* A streamed frame takes the queue's one place, behind the raycast. */
+    tsdf_client_frame f;
+    memset(&f, 0, sizeof f);
+    f.map = "room";
+    f.frame = &fs.frames[0];
+    assert_int_equal(tsdf_client_send_frame(c, &f, 30000), TSDF_OK);
+    wait_frames(c, st, base + 1, 1);
+    /* An integrate finds the queue full and waits for room. */
+    wi.h = &h;
+    wi.f = &fs.frames[1];
+    assert_int_equal(pthread_create(&ti, NULL, waiting_integrate_main, &wi), 0);
+    wait_frames(c, st, base + 2, 2);
+    if (atomic_load(&cast.done))
+        fail_msg("the raycast that holds the worker ended (%s) before the delete",
+                 tsdf_strerror(cast.rc));
+    assert_false(atomic_load(&wi.done));
+
+    assert_int_equal(tsdf_client_delete(c, "room", 30000), TSDF_OK);
+    pthread_join(ti, NULL);
+    pthread_join(tc, NULL);
+    print_message("integrate waiting on a deleted map: %s (%s); the raycast: %s\n",
+                  tsdf_strerror(wi.rc), wi.message, tsdf_strerror(cast.rc));
+    assert_int_equal(wi.rc, TSDF_ENOT_FOUND);
+    /* The raycast the delete stopped: the map is gone, too. */
+    assert_int_equal(cast.rc, TSDF_ENOT_FOUND);
+    wait_settled(c, NULL, base + 2, st);
+    assert_int_equal(stat_get(st, "rejected.no_map"), 2);
+    assert_int_equal(stat_get(st, "dropped.shutdown"), 0);
+    assert_reconciled(st);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    free(cast.depth);
     frames_free(&fs);
     free(st);
 }
@@ -348,6 +528,7 @@ int main(void)
         cmocka_unit_test(test_delete_frees_the_slot_for_good),
         cmocka_unit_test(test_delete_survives_a_crash),
         cmocka_unit_test(test_delete_while_streaming),
+        cmocka_unit_test(test_integrate_waiting_on_a_deleted_map),
         cmocka_unit_test(test_no_auto_create_keeps_junk_out),
         cmocka_unit_test(test_version1_snapshot_loads),
     };
