@@ -156,8 +156,18 @@ int cfg_load_file(tsdfd_config *c, const char *path, char *err, size_t err_len);
  * Access: a tls+tcp:// URL needs [tls] cert_file, key_file and ca_file
  * (which must load); a tcp:// URL beyond loopback needs [server]
  * allow_insecure_remote = true, and is then logged as a warning (once per
- * call); ipc_group must name an existing group. */
+ * call); ipc_group must name an existing group. Every ipc:// path and a
+ * given ring_socket fit a Unix socket path (107 bytes). A [metrics] host
+ * beyond loopback is logged as a warning. (config_check.c) */
 int cfg_validate(const tsdfd_config *c, char *err, size_t err_len);
+
+/* Internal to config.c and config_check.c: formats an error into err
+ * (err_len bytes; NULL or 0: nothing). */
+void cfg_err(char *err, size_t err_len, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 
 /* What the command line asks for. */
 typedef enum {

@@ -647,6 +647,37 @@ static void test_check_config_binary(void **state)
     assert_non_null(strstr(out, "WARN"));
     assert_non_null(strstr(out, "tcp://0.0.0.0:5555 is open to other hosts without TLS"));
 
+    /* Socket paths longer than a Unix socket path may be (107 bytes):
+     * refused here, not at the start. */
+    char longdir[200];
+    memset(longdir, 'r', sizeof longdir);
+    longdir[0] = '/';
+    longdir[120] = '\0';
+    char conf[1024];
+    snprintf(conf, sizeof conf, "[server]\nring_socket = %s/rings.sock\n", longdir);
+    code = run_check(write_file("ring_long.conf", conf), out, sizeof out);
+    assert_int_not_equal(code, 0);
+    assert_non_null(strstr(out, "[server] ring_socket"));
+    assert_non_null(strstr(out, "at most 107"));
+    snprintf(conf, sizeof conf, "[server]\nlisten = ipc://%s/req.sock\n", longdir);
+    code = run_check(write_file("ipc_long.conf", conf), out, sizeof out);
+    assert_int_not_equal(code, 0);
+    assert_non_null(strstr(out, "[server] listen"));
+    assert_non_null(strstr(out, "at most 107"));
+    /* /metrics on every address: allowed, with the warning the request
+     * sockets give; on loopback, none. */
+    code =
+        run_check(write_file("metrics_any.conf", "[metrics]\nhost = 0.0.0.0\n"), out, sizeof out);
+    assert_int_equal(code, 0);
+    assert_non_null(strstr(out, "WARN"));
+    assert_non_null(strstr(out, "[metrics] host: 0.0.0.0:"));
+    code = run_check(write_file("metrics_v6.conf", "[metrics]\nhost = ::\n"), out, sizeof out);
+    assert_int_equal(code, 0);
+    assert_non_null(strstr(out, "[metrics] host: ::"));
+    code = run_check(write_file("metrics_lo.conf", "[metrics]\nhost = ::1\n"), out, sizeof out);
+    assert_int_equal(code, 0);
+    assert_null(strstr(out, "[metrics] host"));
+
     /* tls+tcp:// without [tls]: a clear error. */
     const char *tls = write_file("tls.conf", "[server]\nlisten = tls+tcp://127.0.0.1:5555\n");
     code = run_check(tls, out, sizeof out);
