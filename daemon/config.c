@@ -229,11 +229,6 @@ void cfg_defaults(tsdfd_config *c)
     c->latency_window = 1024;
 }
 
-const char *cfg_web_dir(const tsdfd_config *c)
-{
-    return c->web_dir[0] != '\0' ? c->web_dir : TSDFD_WEB_DIR;
-}
-
 const char *cfg_policy_name(cfg_queue_policy p)
 {
     return p == CFG_POLICY_DROP_OLDEST ? "drop_oldest" : "block";

@@ -126,7 +126,7 @@ typedef struct {
     char metrics_host[CFG_URL_LEN];
     uint32_t metrics_port;
     int view_enabled;             /* the live view on the same endpoint (live_view.h) */
-    char web_dir[CFG_PATH_LEN];   /* the view's page files; "": cfg_web_dir */
+    char web_dir[CFG_PATH_LEN];   /* the view's page files; "": found (view_files.h) */
     char three_dir[CFG_PATH_LEN]; /* three.js (Debian's libjs-three) */
     uint32_t view_interval_ms;    /* a client's shortest interval between two requests of a kind */
 
@@ -209,10 +209,6 @@ void cfg_ring_socket_path(const tsdfd_config *c, char *out, size_t n);
 /* The gid of [server] ipc_group, or -1 when it is empty. TSDF_ENOT_FOUND
  * for a group the system does not know. */
 int cfg_ipc_gid(const tsdfd_config *c, long *gid);
-
-/* The live view's page folder: [metrics] web_dir, or when that is empty
- * the one the daemon was installed with (<datadir>/tsdfd/web). */
-const char *cfg_web_dir(const tsdfd_config *c);
 
 /* "block" / "drop_oldest". */
 const char *cfg_policy_name(cfg_queue_policy p);

@@ -53,6 +53,10 @@ struct live_view {
     unsigned jobs; /* meshes and raycasts running */
     view_rates rates;
     live_view_stats stats;
+    /* Where the page is, found once at create (view_files_find_web_dir);
+     * web_dir "" when no folder holds it, and tried says where it looked. */
+    char web_dir[CFG_PATH_LEN];
+    char tried[4 * CFG_PATH_LEN];
 };
 
 /* One request handed to the thread pool: a file, a mesh or a raycast. */
@@ -93,8 +97,18 @@ int live_view_create(uv_loop_t *loop, daemon_ctx *d, live_view **out)
         free(v);
         return TSDF_ENOMEM;
     }
+    if (!view_files_find_web_dir(d->cfg->web_dir, TSDFD_WEB_DIR, TSDFD_SOURCE_WEB_DIR, v->web_dir,
+                                 sizeof v->web_dir, v->tried, sizeof v->tried))
+        v->web_dir[0] = '\0';
     *out = v;
     return TSDF_OK;
+}
+
+const char *live_view_web_dir(const live_view *v, const char **tried)
+{
+    if (tried != NULL)
+        *tried = v->tried;
+    return v->web_dir[0] != '\0' ? v->web_dir : NULL;
 }
 
 void live_view_destroy(live_view *v)
@@ -118,7 +132,7 @@ static void reply_text(metrics_http_req *req, int code, const char *headers, con
 
 static void reply_text(metrics_http_req *req, int code, const char *headers, const char *fmt, ...)
 {
-    char text[512];
+    char text[2048], all[256];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(text, sizeof text - 1, fmt, ap);
@@ -128,7 +142,10 @@ static void reply_text(metrics_http_req *req, int code, const char *headers, con
     if ((size_t)n > sizeof text - 2)
         n = (int)sizeof text - 2;
     text[n++] = '\n';
-    metrics_http_reply(req, code, text_type, headers, text, (size_t)n);
+    /* An answer in words is an error or a refusal: never kept by a cache,
+     * so that it does not outlive its cause. */
+    snprintf(all, sizeof all, "%s%s", no_store, headers != NULL ? headers : "");
+    metrics_http_reply(req, code, text_type, all, text, (size_t)n);
 }
 
 /* A 429 or 503 with the seconds to wait (at least 1) in Retry-After. */
@@ -432,9 +449,12 @@ static void work_done(uv_work_t *w, int status)
     if (k->body == NULL && k->code != 200)
         metrics_http_reply(k->req, 500, text_type, NULL, "out of memory\n", 14);
     else
-        metrics_http_reply_owned(k->req, k->code, k->type,
-                                 k->kind == API_KINDS ? "Cache-Control: max-age=60\r\n" : no_store,
-                                 k->body, k->len);
+        metrics_http_reply_owned(
+            k->req, k->code, k->type,
+            /* Only a page file that was read may be
+             * kept: an error must not outlive its cause. */
+            k->kind == API_KINDS && k->code == 200 ? "Cache-Control: max-age=60\r\n" : no_store,
+            k->body, k->len);
     free(k);
 }
 
@@ -602,6 +622,25 @@ static void map_job(live_view *v, metrics_http_req *req, api_kind kind, dmap *m,
     hand_off(v, k);
 }
 
+/* What GET /api/map says of the map's share of view jobs: the ms until a
+ * mesh or raycast of it would be taken (the duty cycle's pause), 0 now, -1
+ * while one of the view's jobs runs on it or the view runs all it may. A
+ * client (the tests among them) can wait for 0 instead of a guess. */
+static int64_t view_ready_in_ms(const live_view *v, const char *map, int64_t now)
+{
+    for (size_t i = 0; i < v->map_slots; i++) {
+        const view_map *s = &v->maps[i];
+        if (s->name[0] == '\0' || strcmp(s->name, map) != 0)
+            continue;
+        if (s->busy)
+            return -1;
+        if (now < s->quiet_until_ns)
+            return (s->quiet_until_ns - now + 999999) / 1000000;
+        break;
+    }
+    return v->jobs >= LIVE_VIEW_MAX_JOBS ? -1 : 0;
+}
+
 static void api(live_view *v, metrics_http_req *req, const char *name)
 {
     api_kind kind = API_KINDS;
@@ -640,7 +679,7 @@ static void api(live_view *v, metrics_http_req *req, const char *name)
     }
     if (kind == API_MAP) {
         json_init(&j, LIVE_VIEW_MAX_JSON_BYTES);
-        view_state_map(&j, v->d, &v->rates, m);
+        view_state_map(&j, v->d, &v->rates, m, view_ready_in_ms(v, m->name, now));
         reply_json(req, &j);
     } else {
         map_job(v, req, kind, m, now);
@@ -656,7 +695,16 @@ static void file(live_view *v, metrics_http_req *req, const char *path)
         return;
     }
     const tsdfd_config *cfg = v->d->cfg;
-    if (!view_files_resolve(path, cfg_web_dir(cfg), cfg->three_dir, k->path, sizeof k->path,
+    if (v->web_dir[0] == '\0' && strncmp(path, "/three/", 7) != 0) {
+        free(k);
+        reply_text(req, 404, NULL,
+                   "the live view's page was not found when the daemon started (looked in %s): "
+                   "set [metrics] web_dir to the folder of its index.html (web/ of the source "
+                   "tree, or share/tsdfd/web of an install); the metrics are at /metrics",
+                   v->tried);
+        return;
+    }
+    if (!view_files_resolve(path, v->web_dir, cfg->three_dir, k->path, sizeof k->path,
                             &k->file_type)) {
         free(k);
         reply_text(req, 404, NULL, "not found: the view is at /, the metrics at /metrics");

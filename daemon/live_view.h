@@ -78,6 +78,10 @@ typedef struct {
 
 /* Creates the view of daemon d on loop. TSDF_OK or TSDF_ENOMEM. */
 int live_view_create(uv_loop_t *loop, daemon_ctx *d, live_view **out);
+
+/* The folder the page is served from, or NULL when none was found; then
+ * *tried (when not NULL) lists the folders looked in. */
+const char *live_view_web_dir(const live_view *v, const char **tried);
 void live_view_destroy(live_view *v);
 
 /* The route for metrics_http_set_route (arg: the view). */

@@ -252,11 +252,23 @@ static int start_loop_handles(tsdfd_main *m)
         if (rc != TSDF_OK)
             return rc;
         metrics_http_set_route(m->metrics, live_view_route, m->view);
-        const char *h = m->cfg.metrics_host;
+        const char *h = m->cfg.metrics_host, *tried = NULL;
+        const char *dir = live_view_web_dir(m->view, &tried);
         int v6 = strchr(h, ':') != NULL;
-        TSDF_LOG(TSDF_LOG_INFO, "view: open http://%s%s%s:%d/ in a browser (page from %s)",
-                 v6 ? "[" : "", strcmp(h, "0.0.0.0") == 0 || strcmp(h, "::") == 0 ? "127.0.0.1" : h,
-                 v6 ? "]" : "", metrics_http_port(m->metrics), cfg_web_dir(&m->cfg));
+        if (dir != NULL)
+            TSDF_LOG(TSDF_LOG_INFO, "view: open http://%s%s%s:%d/ in a browser (page from %s)",
+                     v6 ? "[" : "",
+                     strcmp(h, "0.0.0.0") == 0 || strcmp(h, "::") == 0 ? "127.0.0.1" : h,
+                     v6 ? "]" : "", metrics_http_port(m->metrics), dir);
+        else
+            TSDF_LOG(TSDF_LOG_WARN,
+                     "view: off: no folder holds its page (looked in %s); set [metrics] web_dir "
+                     "to the folder of its index.html",
+                     tried);
+    } else if (m->metrics == NULL) {
+        TSDF_LOG(TSDF_LOG_INFO, "view: off ([metrics] enabled = false)");
+    } else {
+        TSDF_LOG(TSDF_LOG_INFO, "view: off ([metrics] view = false)");
     }
     return TSDF_OK;
 }

@@ -1,11 +1,12 @@
 /*
  * view_files.c - the live view's static files (see view_files.h).
  */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700
 
 #include "view_files.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -108,4 +109,62 @@ int view_files_read(const char *path, size_t max_bytes, char **out, size_t *len)
     *out = buf;
     *len = got;
     return TSDF_OK;
+}
+
+/* Whether dir holds the page. */
+static int has_page(const char *dir)
+{
+    char p[4096];
+    struct stat st;
+    if ((size_t)snprintf(p, sizeof p, "%s/index.html", dir) >= sizeof p)
+        return 0;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Appends dir to the list of folders looked in. */
+static void note_tried(char *tried, size_t len, const char *dir)
+{
+    size_t used = strlen(tried);
+    if (used < len)
+        snprintf(tried + used, len - used, "%s%s", used ? ", " : "", dir);
+}
+
+int view_files_find_web_dir(const char *configured, const char *prefix_dir, const char *source_dir,
+                            char *out, size_t out_len, char *tried, size_t tried_len)
+{
+    char exe[4096], beside[4096 + 32];
+    const char *dirs[3];
+    size_t n = 0;
+
+    if (tried_len > 0)
+        tried[0] = '\0';
+    if (configured != NULL && configured[0] != '\0') {
+        dirs[n++] = configured;
+    } else {
+        ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (len > 0) {
+            exe[len] = '\0';
+            char *slash = strrchr(exe, '/');
+            if (slash != NULL) {
+                *slash = '\0';
+                snprintf(beside, sizeof beside, "%s/../share/tsdfd/web", exe);
+                dirs[n++] = beside;
+            }
+        }
+        dirs[n++] = prefix_dir;
+        dirs[n++] = source_dir;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (dirs[i] == NULL || dirs[i][0] == '\0')
+            continue;
+        if (has_page(dirs[i]) && strlen(dirs[i]) < out_len) {
+            /* The folder as a person would write it, when it resolves. */
+            char real[PATH_MAX];
+            const char *d = realpath(dirs[i], real) != NULL ? real : dirs[i];
+            snprintf(out, out_len, "%s", strlen(d) < out_len ? d : dirs[i]);
+            return 1;
+        }
+        note_tried(tried, tried_len, dirs[i]);
+    }
+    return 0;
 }

@@ -32,6 +32,21 @@ extern "C" {
 int view_files_resolve(const char *url_path, const char *web_dir, const char *three_dir, char *path,
                        size_t path_len, const char **content_type);
 
+/*
+ * Where the page is: the first of these folders that holds index.html.
+ *   configured   [metrics] web_dir when set (then only it);
+ *   installed    <the daemon's folder>/../share/tsdfd/web, so an install
+ *                under any prefix (cmake --install --prefix P) finds the
+ *                page it installed beside itself;
+ *   prefix       the install folder the build was configured for;
+ *   source       the source tree's web/, for a daemon run from its build
+ *                tree.
+ * 1 and the folder in out when one holds the page; 0 with every folder
+ * looked in listed in tried (", "-separated) otherwise.
+ */
+int view_files_find_web_dir(const char *configured, const char *prefix_dir, const char *source_dir,
+                            char *out, size_t out_len, char *tried, size_t tried_len);
+
 /* Reads the file at path into *out (malloc'ed; the caller frees it).
  * TSDF_OK, TSDF_ENOT_FOUND (no such file, or not a plain file),
  * TSDF_ETOO_LARGE (over max_bytes), TSDF_EIO, TSDF_ENOMEM. */

@@ -181,7 +181,8 @@ static void sensor_object(json_out *j, const pose_track *t)
     json_end_object(j);
 }
 
-void view_state_map(json_out *j, daemon_ctx *d, view_rates *rates, dmap *m)
+void view_state_map(json_out *j, daemon_ctx *d, view_rates *rates, dmap *m,
+                    int64_t view_ready_in_ms)
 {
     pose_track *tracks = malloc(POSE_RING_MAX_SENSORS * sizeof *tracks);
     uint64_t untracked = 0;
@@ -189,6 +190,8 @@ void view_state_map(json_out *j, daemon_ctx *d, view_rates *rates, dmap *m)
     json_begin_object(j);
     map_fields(j, d, rates, m);
     json_kv_u64(j, "untracked_frames", untracked);
+    json_key(j, "view_ready_in_ms");
+    json_i64(j, view_ready_in_ms);
     json_key(j, "sensors");
     json_begin_array(j);
     for (size_t i = 0; i < n; i++)

@@ -53,8 +53,11 @@ void view_state_maps(json_out *j, daemon_ctx *d, view_rates *rates,
                      void (*view_json)(void *arg, json_out *j), void *view_arg);
 
 /* Appends the object of GET /api/map for map m (its entry of /api/maps
- * plus "sensors" and "untracked_frames"). */
-void view_state_map(json_out *j, daemon_ctx *d, view_rates *rates, dmap *m);
+ * plus "sensors", "untracked_frames" and "view_ready_in_ms": how long
+ * until the map takes a view job (mesh, raycast) again, 0 now, -1 while
+ * one runs). */
+void view_state_map(json_out *j, daemon_ctx *d, view_rates *rates, dmap *m,
+                    int64_t view_ready_in_ms);
 
 #ifdef __cplusplus
 }

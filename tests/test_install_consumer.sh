@@ -14,7 +14,10 @@
 #     carries TSDF_API;
 #   - libtsdf.so exports exactly the TSDF_API functions of those headers;
 #   - pkg-config and tsdfConfigVersion.cmake give the project's VERSION;
-#   - the shared programs need libtsdf.so.N, the static ones do not.
+#   - the shared programs need libtsdf.so.N, the static ones do not;
+#   - the installed tsdfd, with no [metrics] web_dir, serves the live
+#     view's page it was installed with (found beside itself, so also
+#     under a prefix other than the configured one) and says so at start.
 set -u
 
 CMAKE=${1:?cmake}
@@ -108,4 +111,33 @@ needs_libtsdf "$TMP/cmake/consumer_static" && fail "consumer_static still needs 
 run "$TMP/cmake/consumer_shared"
 run "$TMP/cmake/consumer_static"
 echo "find_package: shared and static ok"
+
+# The installed daemon finds the page installed beside it.
+command -v curl >/dev/null 2>&1 || { echo "live view: skipped (no curl)"; exit 0; }
+served=0
+for attempt in 1 2 3 4 5; do
+    port=$((20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 30000))
+    LD_LIBRARY_PATH=$LIBDIR "$ROOT/bin/tsdfd" --backend cpu --state-dir "$TMP/state" \
+        --listen "ipc://$TMP/req.sock" --frames-listen "ipc://$TMP/frames.sock" \
+        --metrics "127.0.0.1:$port" --set server.ring_socket= \
+        --set snapshot.save_on_stop=false --set snapshot.load_on_start=false \
+        >"$TMP/tsdfd.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 600); do
+        curl -fsS -o /dev/null "http://127.0.0.1:$port/metrics" 2>/dev/null && { served=1; break; }
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    [ $served = 1 ] && break
+    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+done
+[ $served = 1 ] || { cat "$TMP/tsdfd.log"; fail "the installed tsdfd did not start"; }
+code=$(curl -sS -o "$TMP/index.html" -w '%{http_code}' "http://127.0.0.1:$port/")
+kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+[ "$code" = 200 ] && cmp -s "$TMP/index.html" "$ROOT/share/tsdfd/web/index.html" ||
+    { cat "$TMP/tsdfd.log"; fail "the installed tsdfd answers / with $code, not its page"; }
+web_real=$(cd "$ROOT/share/tsdfd/web" && pwd -P)
+grep -q "page from $web_real" "$TMP/tsdfd.log" ||
+    { cat "$TMP/tsdfd.log"; fail "the installed tsdfd does not say it serves $web_real"; }
+echo "live view: the installed daemon serves its page from $web_real"
 exit 0

@@ -5,9 +5,13 @@
 #   tests/test_live_view.sh path/to/tsdfd path/to/tsdfctl path/to/web
 #
 # Starts tsdfd (CPU backend, ipc:// sockets, the view on a random loopback
-# port, the tree's web/ as [metrics] web_dir, 3 cm voxels so that meshing
-# on the CPU stays quick), streams the first frames of the synthetic demo
-# room with tsdfctl, and checks:
+# port, no [metrics] web_dir: a daemon of the build tree finds the tree's
+# web/ itself, 3 cm voxels so that meshing on the CPU stays quick),
+# streams the first frames of the synthetic demo room with tsdfctl, and
+# checks:
+#   - out of the box: / is the page, the start logs where it is from; a
+#     daemon whose web_dir holds no page logs "view: off" and why, and its
+#     404 is not cached;
 #   - the endpoints: /api/maps is JSON with the map, /api/mesh a TSMB mesh,
 #     /api/raycast a PNG, a second request of a kind at once is 429, and
 #     no URL reaches outside the page's folders;
@@ -20,6 +24,9 @@
 #     enough pixels of the 3D area differ from its background;
 #   - after the rest of the demo's frames a second screenshot has more mesh
 #     pixels: the view grew with the map.
+# No step waits a fixed time: a 503 or 429 is retried after its
+# Retry-After, and a page load waits until /api/map says the map takes
+# view jobs again (view_ready_in_ms).
 # TSDF_LIVE_VIEW_SHOTS=DIR keeps the screenshots there (the README's
 # picture comes from it).
 # Exit 0 pass, 1 fail, 77 skipped (no chromium, or one that cannot run
@@ -64,28 +71,70 @@ if ! chrome --dump-dom "file://$tmp/probe.html" 2>"$tmp/probe.err" | grep -q 'id
     skip "chromium cannot run headless here"
 fi
 
-# The daemon on a random port, tried again when the port is taken.
+# A daemon on a random port (tried again when the port is taken), with
+# the extra --set arguments given; its pid in dpid, its port in port.
+start_daemon() { # log --set... args
+    local log=$1; shift
+    started=0
+    for attempt in 1 2 3 4 5; do
+        port=$(( 20000 + RANDOM % 30000 ))
+        "$tsdfd" --backend cpu --state-dir "$tmp/state" --metrics "127.0.0.1:$port" \
+            --listen "$req" --frames-listen "$push" --set snapshot.autosave_period_s=0 \
+            --set snapshot.save_on_stop=false --set snapshot.load_on_start=false \
+            --set log.stats_period_s=0 --set volume.voxel_size_m=0.03 \
+            --set metrics.three_dir="$three" "$@" >> "$log" 2>&1 &
+        dpid=$!
+        for _ in $(seq 1 600); do
+            curl -fsS -o /dev/null "http://127.0.0.1:$port/metrics" 2>/dev/null && { started=1; break; }
+            kill -0 "$dpid" 2>/dev/null || break
+            sleep 0.1
+        done
+        [ $started = 1 ] && return 0
+        kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null; dpid=""
+    done
+    tail -20 "$log"; echo "FAIL: tsdfd did not start"; exit 1
+}
+stop_daemon() {
+    kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null; dpid=""
+}
+
+# GET url into file, honouring Retry-After: a 503 (the map's worker is
+# the frames' for now) or a 429 (too often) is asked again once the wait
+# the daemon names has passed, for up to 120 tries. Prints the last code.
+get() { # url file
+    local code=000 wait
+    for _ in $(seq 1 120); do
+        code=$(curl -sS -D "$tmp/headers" -o "$2" -w '%{http_code}' "$1")
+        case "$code" in 503|429) ;; *) break ;; esac
+        wait=$(tr -d '\r' < "$tmp/headers" | awk -F': ' 'tolower($1) == "retry-after" { print $2 }')
+        sleep "${wait:-1}"
+    done
+    echo "$code"
+}
+
 req="ipc://$tmp/req.sock"
 push="ipc://$tmp/frames.sock"
-started=0
-for attempt in 1 2 3 4 5; do
-    port=$(( 20000 + RANDOM % 30000 ))
-    "$tsdfd" --backend cpu --state-dir "$tmp/state" --metrics "127.0.0.1:$port" \
-        --listen "$req" --frames-listen "$push" --set snapshot.autosave_period_s=0 \
-        --set snapshot.save_on_stop=false --set snapshot.load_on_start=false \
-        --set log.stats_period_s=0 --set volume.voxel_size_m=0.03 \
-        --set metrics.web_dir="$web" --set metrics.three_dir="$three" >> "$tmp/tsdfd.log" 2>&1 &
-    dpid=$!
-    for _ in $(seq 1 100); do
-        curl -fsS -o /dev/null "http://127.0.0.1:$port/metrics" 2>/dev/null && { started=1; break; }
-        kill -0 "$dpid" 2>/dev/null || break
-        sleep 0.1
-    done
-    [ $started = 1 ] && break
-    kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null; dpid=""
-done
-[ $started = 1 ] || { tail -20 "$tmp/tsdfd.log"; echo "FAIL: tsdfd did not start"; exit 1; }
+
+# ---- out of the box: a web_dir that holds no page --------------------------
+mkdir -p "$tmp/nopage"
+start_daemon "$tmp/nopage.log" --set metrics.web_dir="$tmp/nopage"
+code=$(curl -sS -D "$tmp/h404" -o "$tmp/b404" -w '%{http_code}' "http://127.0.0.1:$port/")
+[ "$code" = 404 ] && grep -qi '^cache-control: no-store' "$tmp/h404" &&
+    ok "no page: / is a 404 that is not cached" ||
+    fail "no page: / -> $code, headers: $(tr -d '\r' < "$tmp/h404" | grep -i cache-control)"
+grep -q 'web_dir' "$tmp/b404" && ok "no page: the 404 says to set web_dir" ||
+    fail "no page: the 404 says: $(cat "$tmp/b404")"
+grep -q "view: off: no folder holds its page (looked in $tmp/nopage)" "$tmp/nopage.log" &&
+    ok "no page: the start logs that the view is off and where it looked" ||
+    fail "no page: the log does not say the view is off: $(grep view: "$tmp/nopage.log")"
+stop_daemon
+
+# ---- the daemon of the build tree, with no web_dir -------------------------
+start_daemon "$tmp/tsdfd.log" --set metrics.web_dir=
 url="http://127.0.0.1:$port"
+code=$(curl -sS -o "$tmp/index.html" -w '%{http_code}' "$url/")
+[ "$code" = 200 ] && cmp -s "$tmp/index.html" "$web/index.html" &&
+    ok "out of the box, / is the page of the tree's web/" || fail "out of the box, / -> $code"
 
 replay() { # frames
     "$tsdfctl" --url "$req" --push-url "$push" --timeout-ms 60000 replay --synthetic demo \
@@ -109,11 +158,13 @@ code=$(curl -sS -o /dev/null -w '%{http_code}' "$url/api/maps?client=t1")
 curl -fsS "$url/api/map?map=default&client=t1" > "$tmp/map.json" || fail "GET /api/map failed"
 "$python" -c 'import json,sys; s=json.load(open(sys.argv[1])); t=s["sensors"][0]; assert len(t["trajectory"]) == 10 and len(t["T_world_cam"]) == 12, t' "$tmp/map.json" &&
     ok "/api/map has the sensor's pose and 10-pose path" || fail "/api/map: $(head -c 300 "$tmp/map.json")"
-curl -fsS -o "$tmp/mesh.bin" "$url/api/mesh?map=default&since=0&client=t1" || fail "GET /api/mesh failed"
+code=$(get "$url/api/mesh?map=default&since=0&client=t1" "$tmp/mesh.bin")
+[ "$code" = 200 ] || fail "GET /api/mesh -> $code"
 [ "$(head -c 4 "$tmp/mesh.bin")" = TSMB ] && ok "/api/mesh is a TSMB mesh ($(stat -c %s "$tmp/mesh.bin") bytes)" || fail "/api/mesh is not TSMB"
-sleep 1 # the mesh's duty-cycle pause
-curl -fsS -o "$tmp/ray.png" "$url/api/raycast?map=default&sensor=id%200&width=160&height=120&client=t1" ||
-    fail "GET /api/raycast failed"
+# Right after the mesh the map's worker is the frames' (the duty cycle):
+# 503 with a Retry-After, which get honours.
+code=$(get "$url/api/raycast?map=default&sensor=id%200&width=160&height=120&client=t1" "$tmp/ray.png")
+[ "$code" = 200 ] || fail "GET /api/raycast -> $code"
 [ "$(head -c 4 "$tmp/ray.png" | tail -c 3)" = PNG ] && ok "/api/raycast is a PNG" || fail "/api/raycast is not a PNG"
 code=$(curl -sS -o /dev/null -w '%{http_code}' "$url/api/mesh?map=nope&client=t2")
 [ "$code" = 404 ] && ok "a mesh of no map -> 404" || fail "a mesh of no map -> $code"
@@ -127,16 +178,17 @@ page="$url/#eye=3.2,-3.2,3.0&target=0,0,0.3"
 # pauses lapsed (on a loaded machine a raycast can take a second, and its
 # pause four). Chromium's virtual time runs the page's retry waits in no
 # real time at all, so a page that met 503 at its start could spend its
-# whole budget retrying. An empty mesh (since a version still to come) is
-# the probe: it is admitted exactly when the page's first mesh would be.
+# whole budget retrying. /api/map says when the map takes view jobs again
+# (view_ready_in_ms 0), and asking it starts none.
 wait_idle() {
-    for _ in $(seq 1 100); do
-        code=$(curl -sS -o /dev/null -w '%{http_code}' \
-            "$url/api/mesh?map=default&since=4000000000&client=idle$RANDOM")
-        [ "$code" = 200 ] && break
-        sleep 0.2
+    local ready=""
+    for i in $(seq 1 600); do
+        curl -fsS -o "$tmp/idle.json" "$url/api/map?map=default&client=idle$i" 2>/dev/null &&
+            ready=$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["view_ready_in_ms"])' "$tmp/idle.json")
+        [ "$ready" = 0 ] && return 0
+        sleep 0.1
     done
-    sleep 0.3
+    fail "the map did not take view jobs again (view_ready_in_ms $ready)"
 }
 check_page() { # label
     wait_idle
@@ -176,8 +228,10 @@ awk -v a="$px1" -v b="$px2" 'BEGIN { exit !(b > 1.1 * a) }' &&
 if [ -n "${TSDF_LIVE_VIEW_SHOTS:-}" ]; then
     mkdir -p "$TSDF_LIVE_VIEW_SHOTS" && cp "$tmp"/view1.png "$tmp"/view2.png "$TSDF_LIVE_VIEW_SHOTS"/
 fi
-grep -q 'view: open http://127.0.0.1:' "$tmp/tsdfd.log" && ok "the daemon logs the view's address" ||
-    fail "the daemon does not log the view's address"
+web_real=$(cd "$web" && pwd -P)
+grep -q "view: open http://127.0.0.1:$port/ in a browser (page from $web_real)" "$tmp/tsdfd.log" &&
+    ok "the daemon logs the view's address and the tree's web/ it found" ||
+    fail "the daemon does not log the view's address and page: $(grep view: "$tmp/tsdfd.log")"
 
 if [ $fails -ne 0 ]; then
     echo "$fails check(s) failed"; tail -5 "$tmp/tsdfd.log"
