@@ -746,6 +746,14 @@ static int raycast_send(tsdf_client *c, const char *map, const tsdf_raycast_para
         p->height / r->scale == 0)
         return client_fail(TSDF_EINVAL, "scale %u: not 1..%u, or no pixel of a %ux%u image left",
                            r->scale, TSDF_CLIENT_MAX_RAYCAST_SCALE, p->width, p->height);
+    const uint64_t reply_bytes = tsdf_proto_raycast_reply_bytes(r);
+    if (reply_bytes > TSDF_PROTO_MAX_MESSAGE_BYTES)
+        return client_fail(TSDF_ETOO_LARGE,
+                           "a %ux%u raycast reply would be %llu bytes, more than the protocol's "
+                           "64 MiB (a daemon's [server] max_reply_mb may allow less): ask for a "
+                           "scale, or fewer outputs",
+                           r->width / r->scale, r->height / r->scale,
+                           (unsigned long long)reply_bytes);
     uint32_t w, h;
     tsdf_intrinsics K_scaled;
     tsdf_proto_raycast_scaled(r, &w, &h, &K_scaled);

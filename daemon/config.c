@@ -66,6 +66,7 @@ static const key_def cfg_keys[] = {
     {"server", "max_queries_per_kind", KEY_U32, OFF(max_queries_per_kind), 0, 64, 0, 0},
     {"server", "decode_threads", KEY_U32, OFF(decode_threads), 1, 32, 0, 0},
     {"server", "max_message_mb", KEY_U32, OFF(max_message_mb), 1, 64, 0, 0},
+    {"server", "max_reply_mb", KEY_U32, OFF(max_reply_mb), 1, 64, 0, 0},
     {"server", "max_connections", KEY_U32, OFF(max_connections), 1, 4096, 0, 0},
     {"server", "idle_timeout_s", KEY_U32, OFF(idle_timeout_s), 0, 86400, 0, 0},
     {"server", "request_timeout_ms", KEY_U32, OFF(request_timeout_ms), 100, 600000, 0, 0},
@@ -160,6 +161,7 @@ void cfg_defaults(tsdfd_config *c)
     c->decode_threads = 2;
     /* A 640 x 480 frame with colour is 1.5 MB; 8 MiB takes 1280 x 720 RGB-D. */
     c->max_message_mb = 8;
+    c->max_reply_mb = 64;
     c->max_connections = 64;
     c->idle_timeout_s = 60;
     c->ring_attach_timeout_ms = 5000;

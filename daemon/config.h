@@ -67,6 +67,7 @@ typedef struct {
     uint32_t max_queries_per_kind;
     uint32_t decode_threads;  /* threads pulling and decoding frames */
     uint32_t max_message_mb;  /* nng recv max size, MiB */
+    uint32_t max_reply_mb;    /* the largest reply (raycast, mesh) sent, MiB */
     uint32_t max_connections; /* open connections (pipes) of both sockets together */
     uint32_t
         idle_timeout_s; /* a connection with no request in progress this long is closed; 0 never */

@@ -30,13 +30,13 @@
 
 /* ---- replies ------------------------------------------------------------ */
 
-/* rep encoded into a fresh message sized by its bound: the bytes are
- * written once, into the body that nng sends. */
-static int encode_into_msg(const tsdf_reply *rep, nng_msg **out)
+/* rep encoded into a fresh message sized by its bound, at most max_bytes:
+ * the bytes are written once, into the body that nng sends. */
+static int encode_into_msg(const tsdf_reply *rep, size_t max_bytes, nng_msg **out)
 {
     size_t bound = tsdf_proto_reply_bound(rep);
-    if (bound > TSDF_PROTO_MAX_MESSAGE_BYTES)
-        bound = TSDF_PROTO_MAX_MESSAGE_BYTES;
+    if (bound > max_bytes)
+        bound = max_bytes;
     nng_msg *m;
     if (nng_msg_alloc(&m, bound) != 0)
         return TSDF_ENOMEM;
@@ -52,10 +52,12 @@ static int encode_into_msg(const tsdf_reply *rep, nng_msg **out)
     return TSDF_OK;
 }
 
-nng_msg *handlers_reply_msg(const tsdf_reply *rep)
+nng_msg *handlers_reply_msg(const tsdf_reply *rep, size_t max_bytes)
 {
     nng_msg *m = NULL;
-    int rc = encode_into_msg(rep, &m);
+    if (max_bytes == 0 || max_bytes > TSDF_PROTO_MAX_MESSAGE_BYTES)
+        max_bytes = TSDF_PROTO_MAX_MESSAGE_BYTES;
+    int rc = encode_into_msg(rep, max_bytes, &m);
     if (rc == TSDF_OK)
         return m;
     /* Fall back to an error reply of the same type, and last to one of type
@@ -68,10 +70,17 @@ nng_msg *handlers_reply_msg(const tsdf_reply *rep)
         tsdf_reply_init(&err, types[i], rep->id);
         if (rep->status != TSDF_OK)
             tsdf_reply_set_error(&err, status, "%s", rep->message);
+        else if (rc == TSDF_ETOO_LARGE)
+            tsdf_reply_set_error(&err, status,
+                                 "the reply exceeds the reply limit of %zu MiB ([server] "
+                                 "max_reply_mb, 64 at most)%s",
+                                 max_bytes >> 20,
+                                 rep->type == TSDF_MSG_MESH ? ": ask for a box, or since a version"
+                                                            : "");
         else
             tsdf_reply_set_error(&err, status, "the reply could not be encoded: %s",
                                  tsdf_strerror(rc));
-        if (encode_into_msg(&err, &m) == TSDF_OK)
+        if (encode_into_msg(&err, TSDF_PROTO_MAX_MESSAGE_BYTES, &m) == TSDF_OK)
             return m;
     }
     return NULL;
@@ -85,7 +94,7 @@ static nng_msg *reply_error(tsdf_msg_type type, uint64_t id, int status, const c
         tsdf_reply_set_error(&rep, status, "%s", message);
     else
         tsdf_reply_set_error(&rep, status, NULL);
-    return handlers_reply_msg(&rep);
+    return handlers_reply_msg(&rep, 0);
 }
 
 /* ---- frames ------------------------------------------------------------- */
@@ -144,10 +153,12 @@ static size_t job_bytes(const worker_job *j)
 
 /*
  * Queues frame job j on m. The frame was counted as received; on failure
- * its outcome is counted here and j is freed. timeout_ms: how long a block
- * policy push waits (negative: in slices until room or shutdown).
+ * its outcome is counted here, j is freed and, when why is not NULL, why
+ * says what refused it and which setting to change. timeout_ms: how long
+ * a block policy push waits (negative: in slices until room or shutdown).
  */
-static int queue_frame(daemon_ctx *d, dmap *m, worker_job *j, int timeout_ms)
+static int queue_frame(daemon_ctx *d, dmap *m, worker_job *j, int timeout_ms, char *why_text,
+                       size_t why_len)
 {
     queue_drop_reason why = QUEUE_DROP_FULL;
     size_t bytes = job_bytes(j);
@@ -181,6 +192,24 @@ static int queue_frame(daemon_ctx *d, dmap *m, worker_job *j, int timeout_ms)
                                  "map %s: a %zu-byte frame refused: queued frames at [queue] "
                                  "max_bytes_mb",
                                  m->name, bytes);
+        if (why_text != NULL) {
+            if (rc == TSDF_ETOO_LARGE)
+                snprintf(why_text, why_len,
+                         "a frame of %zu bytes queued is more than the %u MiB all queued frames "
+                         "may hold ([queue] max_bytes_mb)",
+                         bytes, d->cfg->queue_max_bytes_mb);
+            else if (o == DS_DROP_MEMORY)
+                snprintf(why_text, why_len,
+                         "the frames queued in all maps hold the %u MiB of [queue] max_bytes_mb",
+                         d->cfg->queue_max_bytes_mb);
+            else if (rc == TSDF_EQUEUE_FULL)
+                snprintf(why_text, why_len,
+                         "the map's queue ([queue] length %u) stayed full for [queue] "
+                         "push_timeout_ms (%u ms)",
+                         d->cfg->queue_length, d->cfg->push_timeout_ms);
+            else
+                snprintf(why_text, why_len, "%s", tsdf_strerror(rc));
+        }
         dstats_frame_outcome(d->stats, j->sensor, o);
         job_free(j);
     }
@@ -253,7 +282,7 @@ void handle_frame(daemon_ctx *d, nng_msg *msg)
         job_free(j);
         return;
     }
-    queue_frame(d, m, j, -1);
+    queue_frame(d, m, j, -1, NULL, 0);
     maps_put(m);
 }
 
@@ -446,13 +475,13 @@ static void do_integrate(daemon_ctx *d, tsdf_request *req, nng_msg **msg, tsdf_r
      * request time out, the worker may still read the depth after we reply. */
     j->msg = *msg;
     *msg = NULL;
-    rc = queue_frame(d, m, j, (int)d->cfg->push_timeout_ms);
+    char why[256];
+    rc = queue_frame(d, m, j, (int)d->cfg->push_timeout_ms, why, sizeof why);
     /* The queue holds the job (or refused it); the map itself is no
      * longer needed here. */
     maps_put(m);
     if (rc != TSDF_OK) {
-        tsdf_reply_set_error(rep, rc, "map '%s': frame not queued: %s", req->map,
-                             tsdf_strerror(rc));
+        tsdf_reply_set_error(rep, rc, "map '%s': frame not queued: %s", req->map, why);
         return;
     }
     rc = job_wait(j, (int)d->cfg->request_timeout_ms);
@@ -648,8 +677,10 @@ void handle_request(daemon_ctx *d, nng_msg *msg, handler_result *res)
         uint64_t id = 0;
         tsdf_proto_peek(data, len, &t, &id);
         rc = TSDF_ETOO_LARGE;
-        snprintf(perr.message, sizeof perr.message, "message of %zu bytes exceeds the limit of %zu",
-                 len, d->max_message_bytes);
+        snprintf(perr.message, sizeof perr.message,
+                 "message of %zu bytes exceeds the limit of %zu MiB ([server] max_message_mb, 64 "
+                 "at most)",
+                 len, d->max_message_bytes >> 20);
         req->type = t;
         req->id = id;
     } else {
@@ -706,10 +737,13 @@ void handle_request(daemon_ctx *d, nng_msg *msg, handler_result *res)
     case TSDF_MSG_RAYCAST: {
         const tsdf_req_raycast *rq = &req->u.raycast;
         uint64_t bytes = tsdf_proto_raycast_reply_bytes(rq);
-        if (bytes > d->max_message_bytes) {
+        if (bytes > d->max_reply_bytes) {
             tsdf_reply_set_error(rep, TSDF_ETOO_LARGE,
-                                 "a %ux%u raycast reply (%" PRIu64 " bytes) exceeds the limit",
-                                 rq->width / rq->scale, rq->height / rq->scale, bytes);
+                                 "a %ux%u raycast reply (%" PRIu64
+                                 " bytes) exceeds the reply limit of %zu MiB ([server] "
+                                 "max_reply_mb, 64 at most): ask for a scale, or fewer outputs",
+                                 rq->width / rq->scale, rq->height / rq->scale, bytes,
+                                 d->max_reply_bytes >> 20);
             break;
         }
         uint64_t pid = 0;
@@ -781,7 +815,7 @@ void handle_request(daemon_ctx *d, nng_msg *msg, handler_result *res)
                              tsdf_msg_type_name(req->type));
         break;
     }
-    res->reply = handlers_reply_msg(rep);
+    res->reply = handlers_reply_msg(rep, d->max_reply_bytes);
     /* State-changing requests refresh the service status at once. */
     if (d->wake != NULL && (req->type == TSDF_MSG_SAVE || req->type == TSDF_MSG_LOAD ||
                             req->type == TSDF_MSG_RESET || req->type == TSDF_MSG_DELETE))

@@ -46,6 +46,7 @@ typedef struct {
     atomic_uint queries_waiting_kind[8];
     atomic_uint_least64_t queries_busy_map, queries_busy_kind;
     size_t max_message_bytes;
+    size_t max_reply_bytes; /* [server] max_reply_mb, within the protocol's 64 MiB */
     /* Page-locked buffers for the frames' depth, when the volumes run on
      * CUDA and [queue] pinned_mb is not 0 (frame_pool.h); else NULL. */
     frame_pool *frame_buffers;
@@ -81,10 +82,11 @@ void handle_request(daemon_ctx *d, nng_msg *msg, handler_result *res);
 void handlers_request_done(daemon_ctx *d, const handler_result *res);
 
 /* Encodes rep into a new nng message of tsdf_proto_reply_bound bytes
- * (trimmed to what was written); when that fails (a reply beyond the size
- * limit, no memory), an error reply with that code instead. NULL when not
- * even that can be made. */
-nng_msg *handlers_reply_msg(const tsdf_reply *rep);
+ * (trimmed to what was written), at most max_bytes (0: the protocol's
+ * 64 MiB); when that fails (a reply beyond the limit, no memory), an error
+ * reply with that code instead, naming the limit. NULL when not even that
+ * can be made. */
+nng_msg *handlers_reply_msg(const tsdf_reply *rep, size_t max_bytes);
 
 /* Handles one fire-and-forget frame message from the PULL socket. Takes
  * ownership of msg. Counts the frame received and, unless it is queued, its

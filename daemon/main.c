@@ -325,6 +325,9 @@ int main(int argc, char **argv)
     m.d.stats = &m.stats;
     m.d.start_ns = worker_now_ns();
     m.d.max_message_bytes = (size_t)m.cfg.max_message_mb * 1024u * 1024u;
+    m.d.max_reply_bytes = (size_t)m.cfg.max_reply_mb * 1024u * 1024u;
+    if (m.d.max_reply_bytes > TSDF_PROTO_MAX_MESSAGE_BYTES)
+        m.d.max_reply_bytes = TSDF_PROTO_MAX_MESSAGE_BYTES;
     if (m.d.max_message_bytes > TSDF_PROTO_MAX_MESSAGE_BYTES)
         m.d.max_message_bytes = TSDF_PROTO_MAX_MESSAGE_BYTES;
     m.d.wake = wake_loop;

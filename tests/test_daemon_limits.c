@@ -9,7 +9,11 @@
  *  - a tiny [volume] memory_budget_mb refuses frames (capacity) over two
  *    maps while queries answer;
  *  - connections closed before their handshake (one of them stops an
- *    ipc:// listener of nng 1.5) leave both sockets admitting clients.
+ *    ipc:// listener of nng 1.5) leave both sockets admitting clients;
+ *  - the sizes PROTOCOL.md states hold: a raycast reply up to 64 MiB (the
+ *    1280 x 960 one a new user was refused; 2048 x 2047 with normals, the
+ *    largest), refused above it and above [server] max_reply_mb, and a
+ *    request above max_message_mb, each naming the limit's key.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -174,6 +178,96 @@ static void test_idle_connections_closed(void **state)
     tsdf_client_close(c);
     assert_int_equal(tsdfd_harness_stop(&h, 20000), 0);
     free(st);
+}
+
+/* ---- the sizes of PROTOCOL.md ------------------------------------------- */
+
+/* A raycast with normals, w x h, from the origin along +z; the client's
+ * code, and the reply's message in why. */
+static int raycast_normals(tsdf_client *c, uint32_t w, uint32_t h, char *why, size_t len)
+{
+    tsdf_raycast_params rp;
+    tsdf_client_raycast_options o;
+    float *depth = malloc((size_t)w * h * sizeof(float));
+    float *normals = malloc((size_t)w * h * 3 * sizeof(float));
+    assert_non_null(depth);
+    assert_non_null(normals);
+    tsdf_raycast_output out = {depth, normals, NULL};
+    memset(&rp, 0, sizeof rp);
+    memset(&o, 0, sizeof o);
+    rp.width = w;
+    rp.height = h;
+    rp.K.fx = rp.K.fy = 0.5f * (float)w;
+    rp.K.cx = 0.5f * (float)w - 0.5f;
+    rp.K.cy = 0.5f * (float)h - 0.5f;
+    rp.T_world_cam[0] = rp.T_world_cam[5] = rp.T_world_cam[10] = rp.T_world_cam[15] = 1.0f;
+    rp.min_depth_m = 0.1f;
+    rp.max_depth_m = 5.0f;
+    o.want_normals = 1;
+    int rc = tsdf_client_raycast_ex(c, "default", &rp, &o, &out, NULL, 60000);
+    snprintf(why, len, "%s", tsdf_client_last_message());
+    free(depth);
+    free(normals);
+    return rc;
+}
+
+static void test_documented_sizes(void **state)
+{
+    tsdfd_harness h;
+    char why[512];
+    (void)state;
+
+    /* The defaults: max_message_mb = 8, max_reply_mb = 64. */
+    assert_int_equal(start_daemon(&h, NULL, NULL), 0);
+    tsdf_client *c = open_client(&h, 0);
+    frame_set fs;
+    frames_make(&fs, "sphere", 64, 48, 1);
+    assert_int_equal(integrate_into(c, "default", &fs.frames[0]), TSDF_OK);
+    /* 1280 x 960 with normals: 19.7 MB, above the 8 MiB request limit
+     * that used to cap replies too. */
+    assert_int_equal(raycast_normals(c, 1280, 960, why, sizeof why), TSDF_OK);
+    /* "With normals and without scale that is about 4.2 Mpx" (6.2):
+     * 2048 x 2047 x 16 bytes + 4096 fit 64 MiB, 2048 x 2048 do not. */
+    assert_true((uint64_t)2048 * 2047 * 16 + 4096 <= TSDF_PROTO_MAX_MESSAGE_BYTES);
+    assert_true((uint64_t)2048 * 2048 * 16 + 4096 > TSDF_PROTO_MAX_MESSAGE_BYTES);
+    assert_int_equal(raycast_normals(c, 2048, 2047, why, sizeof why), TSDF_OK);
+    assert_int_equal(raycast_normals(c, 2048, 2048, why, sizeof why), TSDF_ETOO_LARGE);
+    print_message("2048 x 2048 with normals: %s\n", why);
+    assert_non_null(strstr(why, "max_reply_mb"));
+    /* A request above max_message_mb (8 MiB), within the 64 KiB above it
+     * that the daemon reads to answer (PROTOCOL.md 1): an f32 frame of
+     * 8 MiB + 16 KiB. */
+    {
+        const uint32_t w = 2048, hh = 1026;
+        float *d = calloc((size_t)w * hh, sizeof(float));
+        assert_non_null(d);
+        tsdf_frame f = fs.frames[0];
+        f.width = w;
+        f.height = hh;
+        f.K.fx = f.K.fy = 0.5f * (float)w;
+        f.K.cx = 0.5f * (float)w - 0.5f;
+        f.K.cy = 0.5f * (float)hh - 0.5f;
+        f.depth_format = TSDF_DEPTH_F32;
+        f.depth = d;
+        assert_int_equal(integrate_into(c, "default", &f), TSDF_ETOO_LARGE);
+        snprintf(why, sizeof why, "%s", tsdf_client_last_message());
+        print_message("a %zu-byte integrate: %s\n", (size_t)w * hh * 4, why);
+        assert_non_null(strstr(why, "max_message_mb"));
+        free(d);
+    }
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+
+    /* A lower reply limit refuses what the default takes, saying which. */
+    assert_int_equal(start_daemon(&h, "[server]\nmax_reply_mb = 16\n", NULL), 0);
+    c = open_client(&h, 0);
+    assert_int_equal(integrate_into(c, "default", &fs.frames[0]), TSDF_OK);
+    assert_int_equal(raycast_normals(c, 1280, 960, why, sizeof why), TSDF_ETOO_LARGE);
+    assert_non_null(strstr(why, "16 MiB ([server] max_reply_mb"));
+    assert_int_equal(raycast_normals(c, 640, 480, why, sizeof why), TSDF_OK);
+    tsdf_client_close(c);
+    assert_int_equal(tsdfd_harness_stop(&h, 30000), 0);
+    frames_free(&fs);
 }
 
 /* ---- memory: impossible cameras and the volume budget ------------------- */
@@ -424,6 +518,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_connection_limit),
         cmocka_unit_test(test_idle_connections_closed),
+        cmocka_unit_test(test_documented_sizes),
         cmocka_unit_test(test_tiny_focal_length_refused),
         cmocka_unit_test(test_volume_memory_budget),
         cmocka_unit_test(test_aborted_handshakes_keep_admission),

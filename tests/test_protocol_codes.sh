@@ -9,7 +9,12 @@
 #      persist.c, stats_reply.c, access.c, worker.c, queue.c, maps.c,
 #      snapshot.c) names appears in section 4.1, the codes of each request,
 #      unless it is one of the few listed below that never reach a reply;
-#   3. section 4.1 has a table (or line) for every request type.
+#   3. section 4.1 has a table (or line) for every request type;
+#   4. every size the document states is the code's: the message limit,
+#      the default max_message_mb and max_reply_mb, the raycast sizes that
+#      fit 64 MiB, the names' and stats keys' lengths, the stats entries
+#      and the sensors that always fit (the daemon answers at these sizes:
+#      tests/test_daemon_limits.c, test_documented_sizes).
 #
 # A grep, not a proof: a code that reaches a reply through the engine
 # without being named on the request path is only caught by point 1.
@@ -60,5 +65,30 @@ for t in integrate raycast mesh stats reset save load maps ping; do
     echo "$by_request" | grep -q "^\`$t\`" || fail "section 4.1 has no table for \`$t\`"
 done
 
+# 4. The sizes. define NAME: the value of a #define of plain integers,
+# products allowed ("(64u * 1024u * 1024u)").
+define() { # file NAME
+    sed -n "s/^#define $2 (*\([0-9u *]*\))*\$/\1/p" "$SRC/$1" | tr -d 'u ' | head -n 1 |
+        awk -F'*' '{ v = 1; for (i = 1; i <= NF; i++) v *= $i; print v }'
+}
+conf() { # key: its value in the shipped config/tsdfd.conf
+    sed -n "s/^$1 = \([0-9]*\)\$/\1/p" "$SRC/config/tsdfd.conf" | head -n 1
+}
+says() { # text: PROTOCOL.md holds it
+    grep -qF -- "$1" "$DOC" || fail "PROTOCOL.md does not say \"$1\""
+}
+max_msg=$(define proto/tsdf_proto_types.h TSDF_PROTO_MAX_MESSAGE_BYTES)
+[ "$max_msg" = 67108864 ] || fail "TSDF_PROTO_MAX_MESSAGE_BYTES is $max_msg"
+says "larger than **$((max_msg >> 20)) MiB** ($(echo "$max_msg" | sed ':a;s/\B[0-9]\{3\}\>/ &/;ta') bytes"
+says "(\`server.max_message_mb\`, $(conf max_message_mb) MiB by default)"
+says "\`server.max_reply_mb\` ($(conf max_reply_mb) MiB by default, the most)"
+# A raycast reply: (4 + 12 with normals + 3 with rgb) bytes a pixel + 4096.
+mpx() { awk -v b="$max_msg" -v p="$1" 'BEGIN { printf "%.1f", (b - 4096) / p / 1e6 }'; }
+grep -q "that is about $(mpx 16) Mpx, $(mpx 19) Mpx with colour" "$DOC" ||
+    fail "PROTOCOL.md 6.2 does not say about $(mpx 16) Mpx with normals, $(mpx 19) with colour"
+says "1 to $(define proto/tsdf_proto_types.h TSDF_PROTO_MAX_NAME_LEN) bytes of"
+says "At most $(define proto/tsdf_proto_types.h TSDF_PROTO_MAX_STATS_EXTRA) entries, keys 1..$(define proto/tsdf_proto_types.h TSDF_PROTO_MAX_STATS_KEY_LEN) bytes"
+says "at least $(define daemon/metrics.h METRICS_STATS_MIN_SENSORS) sensors always fit"
+
 [ $fails -eq 0 ] || exit 1
-echo "OK: $(echo "$codes" | wc -l) codes in section 4, $(echo "$named" | wc -w) named on the request path"
+echo "OK: $(echo "$codes" | wc -l) codes in section 4, $(echo "$named" | wc -w) named on the request path, the stated sizes the code's"
