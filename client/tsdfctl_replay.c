@@ -91,45 +91,66 @@ static void progress(uint64_t done, uint64_t total, double elapsed_s, uint64_t f
     fflush(stderr);
 }
 
-/* Frames the map has integrated or rejected so far (0 when it does not
- * exist yet); -1 when stats cannot be read. */
-static int64_t map_frames_done(tsdf_client *c, const char *map)
+/* What the daemon has counted of this replay's frames: the frames it
+ * received from the replay's sensor (sensor.<label>.received, which the
+ * stats reply lists for at least 11 sensors), and of the map's the ones it
+ * integrated. -1 for a figure the stats do not give. */
+typedef struct {
+    int64_t received;
+    int64_t integrated;
+} replay_counts;
+
+static int64_t stat_value(const tsdf_rep_stats *s, const char *key)
 {
+    for (size_t i = 0; i < s->extra_count; i++)
+        if (strcmp(s->extra[i].key, key) == 0)
+            return s->extra[i].is_float ? (int64_t)s->extra[i].f : s->extra[i].i;
+    return -1;
+}
+
+static int read_counts(tsdf_client *c, const char *map, const char *sensor, replay_counts *out)
+{
+    char key[TSDF_PROTO_MAX_STATS_KEY_LEN + 32];
     tsdf_rep_stats *s = malloc(sizeof(*s));
+    out->received = out->integrated = -1;
     if (s == NULL)
-        return -1;
-    int64_t n = -1;
-    if (tsdf_client_stats(c, map, s, TSDF_CLIENT_TIMEOUT_DEFAULT) == TSDF_OK)
-        n = s->has_engine ? (int64_t)(s->engine.frames_integrated + s->engine.frames_rejected) : 0;
+        return TSDF_ENOMEM;
+    int rc = tsdf_client_stats(c, map, s, TSDF_CLIENT_TIMEOUT_DEFAULT);
+    if (rc == TSDF_OK) {
+        snprintf(key, sizeof key, "sensor.%s.received", sensor != NULL ? sensor : "id 0");
+        out->received = stat_value(s, key);
+        if (out->received < 0)
+            out->received = 0; /* not listed: none received yet, or no room */
+        out->integrated = s->has_engine ? (int64_t)s->engine.frames_integrated : 0;
+    }
     free(s);
-    return n;
+    return rc;
 }
 
 /* Fire-and-forget frames may still sit in the PUSH buffer or the daemon's
  * queue, and nng drops what is buffered when the socket closes: wait until
- * the map has taken `sent` more frames than at the start, until it makes no
- * progress for 2 s, or until the timeout. Returns the frames seen done (the
- * map's counters, so frames of other senders to the same map count too). */
-static uint64_t wait_for_map(tsdf_client *c, const char *map, int64_t before, uint64_t sent,
-                             int timeout_ms)
+ * the daemon has received `sent` more of the replay's frames than before,
+ * as long as it keeps receiving some at least every timeout_ms (a loaded
+ * machine is slow, not wrong; a daemon that receives none, because
+ * --push-url names another socket, is found out after timeout_ms). The
+ * counts then, minus those before, into *got. */
+static void wait_for_daemon(tsdf_client *c, const char *map, const char *sensor,
+                            const replay_counts *before, uint64_t sent, int timeout_ms,
+                            replay_counts *got)
 {
-    double start = ctl_now_s(), last_progress = start;
-    int64_t done = 0;
-    while (!g_interrupted) {
-        int64_t n = map_frames_done(c, map);
-        if (n < 0)
-            break;
-        if (n - before > done) {
-            done = n - before;
+    double last_progress = ctl_now_s();
+    replay_counts now;
+    got->received = got->integrated = 0;
+    while (!g_interrupted && read_counts(c, map, sensor, &now) == TSDF_OK) {
+        if (now.received - before->received > got->received)
             last_progress = ctl_now_s();
-        }
-        if (done >= (int64_t)sent || ctl_now_s() - last_progress > 2.0 ||
-            (ctl_now_s() - start) * 1000.0 > timeout_ms)
+        got->received = now.received - before->received;
+        got->integrated = now.integrated - before->integrated;
+        if (got->received >= (int64_t)sent || (ctl_now_s() - last_progress) * 1000.0 > timeout_ms)
             break;
-        struct timespec ts = {0, 50 * 1000 * 1000};
+        struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    return done > 0 ? (uint64_t)done : 0;
 }
 
 /* 1 when dir/name exists. */
@@ -299,9 +320,16 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
         if (rc == TSDF_OK && (o.width != seq->width || o.height != seq->height))
             rc = tsdf_synth_sequence_set_resolution(seq, o.width, o.height);
         if (rc != TSDF_OK) {
-            fprintf(stderr,
-                    "tsdfctl: replay: synthetic sequence \"%s\": %s (%s); known:", o.synthetic,
-                    tsdf_strerror(rc), tsdf_errname(rc));
+            if (rc == TSDF_ENOT_FOUND)
+                fprintf(stderr,
+                        "tsdfctl: replay: --synthetic %s: no synthetic sequence of that "
+                        "name; the sequences are:",
+                        o.synthetic);
+            else
+                fprintf(stderr,
+                        "tsdfctl: replay: synthetic sequence \"%s\" at %ux%u: %s (%s); the "
+                        "sequences are:",
+                        o.synthetic, o.width, o.height, tsdf_strerror(rc), tsdf_errname(rc));
             for (const char *const *n = tsdf_synth_sequence_names(); *n; n++)
                 fprintf(stderr, " %s", *n);
             fputc('\n', stderr);
@@ -332,7 +360,12 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
             goto out;
         }
     }
-    int64_t done_before = o.ack ? 0 : map_frames_done(c, o.map);
+    replay_counts before = {0, 0};
+    if (!o.ack && (rc = read_counts(c, o.map, o.sensor, &before)) != TSDF_OK) {
+        fprintf(stderr, "tsdfctl: replay: cannot read the daemon's counters at %s: %s (%s)\n",
+                g->url, tsdf_strerror(rc), tsdf_client_last_message());
+        goto out;
+    }
 
     signal(SIGINT, on_sigint);
     int tty = isatty(STDERR_FILENO);
@@ -394,19 +427,32 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
                (unsigned long long)sent, (unsigned long long)acked, (unsigned long long)failed,
                secs, secs > 0 ? (double)(acked) / secs : 0.0);
     } else {
-        uint64_t taken = 0;
-        if (sent > 0 && done_before >= 0)
-            taken = wait_for_map(c, o.map, done_before, sent, g->timeout_ms);
+        replay_counts got = {0, 0};
+        if (sent > 0)
+            wait_for_daemon(c, o.map, o.sensor, &before, sent, g->timeout_ms, &got);
         double all_s = ctl_now_s() - t0;
-        printf("frames sent %llu, integrated %llu (fire-and-forget, from the map's counters), "
-               "failed %llu, %.2f s, %.1f fps sent, %.1f fps integrated\n",
-               (unsigned long long)sent, (unsigned long long)taken, (unsigned long long)failed,
-               secs, secs > 0 ? (double)sent / secs : 0.0, all_s > 0 ? (double)taken / all_s : 0.0);
-        if (taken < sent)
+        printf("frames sent %llu, received %lld and integrated %lld by the daemon "
+               "(fire-and-forget, from its counters), failed %llu, %.2f s, %.1f fps sent, "
+               "%.1f fps integrated\n",
+               (unsigned long long)sent, (long long)got.received, (long long)got.integrated,
+               (unsigned long long)failed, secs, secs > 0 ? (double)sent / secs : 0.0,
+               all_s > 0 ? (double)got.integrated / all_s : 0.0);
+        if (got.received < (int64_t)sent) {
+            /* Sent, and never seen by the daemon of --url: a failure. */
             fprintf(stderr,
-                    "tsdfctl: replay: the daemon took %llu of %llu frames so far (dropped by "
-                    "its backpressure policy or still queued; see `tsdfctl stats`)\n",
-                    (unsigned long long)taken, (unsigned long long)sent);
+                    "tsdfctl: replay: the daemon at %s received %lld of the %llu frames sent to "
+                    "%s in %d ms without progress: is --push-url that daemon's frames socket "
+                    "(frames_listen)?\n",
+                    g->url, (long long)got.received, (unsigned long long)sent, g->push_url,
+                    g->timeout_ms);
+            failed += sent - (uint64_t)(got.received > 0 ? got.received : 0);
+        } else if (got.integrated < (int64_t)sent) {
+            fprintf(stderr,
+                    "tsdfctl: replay: the daemon received every frame and integrated %lld of "
+                    "%llu so far (the rest dropped by its backpressure policy, rejected or "
+                    "still queued; see `tsdfctl stats`)\n",
+                    (long long)got.integrated, (unsigned long long)sent);
+        }
     }
     if (g_interrupted)
         fprintf(stderr, "tsdfctl: replay: interrupted\n");

@@ -12,7 +12,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <nng/nng.h>
+#include <nng/protocol/pipeline0/push.h>
+#include <stdatomic.h>
+
 #include "tsdfctl.h"
+
+/* The options of the client ctl_open_client opened last, for the hints of
+ * ctl_call_error. */
+static const global_opts *last_opts;
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -24,15 +32,55 @@ int ctl_usage_error(const char *cmd, const char *fmt, const char *arg)
     return EXIT_USAGE;
 }
 
+static void on_probe_pipe(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    (void)p;
+    (void)ev;
+    atomic_store((atomic_int *)arg, 1);
+}
+
+/* Whether url is a frames socket (a PULL): a PUSH socket gets a connection
+ * to it within a second. A request sent to one is never answered, nor
+ * refused: nng takes no REQ peer there and keeps trying. */
+static int is_frames_socket(const char *url)
+{
+    nng_socket s;
+    atomic_int up;
+    atomic_init(&up, 0);
+    if (strncmp(url, "tls+", 4) == 0 || nng_push0_open(&s) != 0)
+        return 0;
+    if (nng_pipe_notify(s, NNG_PIPE_EV_ADD_POST, on_probe_pipe, &up) == 0 &&
+        nng_dial(s, url, NULL, NNG_FLAG_NONBLOCK) == 0)
+        for (int i = 0; i < 100 && !atomic_load(&up); i++) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    nng_close(s);
+    return atomic_load(&up);
+}
+
 /* Prints a failed call: the code's message and name, and the daemon's own
- * explanation when it sent one. */
+ * explanation when it sent one; for a request no daemon answered, what to
+ * check. */
 int ctl_call_error(const char *cmd, int rc)
 {
     const char *detail = tsdf_client_last_message();
     fprintf(stderr, "tsdfctl: %s: %s (%s)%s%s\n", cmd, tsdf_strerror(rc), tsdf_errname(rc),
             detail[0] ? ": " : "", detail);
-    if (rc == TSDF_ECONNREFUSED || rc == TSDF_ETIMEOUT)
-        fprintf(stderr, "tsdfctl: is tsdfd running and listening there? (--url, --push-url)\n");
+    if (rc != TSDF_ECONNREFUSED && rc != TSDF_ETIMEOUT)
+        return EXIT_FAILURE;
+    const char *url = last_opts != NULL ? last_opts->url : NULL;
+    if (url != NULL && is_frames_socket(url))
+        fprintf(stderr,
+                "tsdfctl: %s is a frames socket (the daemon's [server] frames_listen), which "
+                "takes streamed frames only: give the daemon's request socket ([server] listen) "
+                "as --url, and this one as --push-url\n",
+                url);
+    else
+        fprintf(stderr,
+                "tsdfctl: no tsdfd answered at %s within %d ms: is it running and listening "
+                "there ([server] listen)? A loaded daemon may need a longer --timeout-ms\n",
+                url != NULL ? url : "--url", last_opts != NULL ? last_opts->timeout_ms : 0);
     return EXIT_FAILURE;
 }
 
@@ -132,6 +180,7 @@ double ctl_now_s(void)
 
 int ctl_open_client(const global_opts *g, int with_push, tsdf_client **c)
 {
+    last_opts = g;
     tsdf_client_options o;
     tsdf_client_options_default(&o);
     o.default_timeout_ms = g->timeout_ms;
@@ -147,6 +196,9 @@ int ctl_open_client(const global_opts *g, int with_push, tsdf_client **c)
         const char *detail = tsdf_client_last_message();
         fprintf(stderr, "tsdfctl: cannot connect to %s: %s (%s)%s%s\n", g->url, tsdf_strerror(rc),
                 tsdf_errname(rc), detail[0] ? ": " : "", detail);
+        if (rc == TSDF_ECONNREFUSED)
+            fprintf(stderr, "tsdfctl: is tsdfd running and listening there ([server] listen)? "
+                            "Its URL is --url, or $TSDF_URL\n");
         if (rc == TSDF_EAUTH)
             fprintf(stderr, "tsdfctl: TLS handshake failed: --tls-ca must be the CA of the "
                             "daemon's certificate, --tls-cert/--tls-key a current certificate "

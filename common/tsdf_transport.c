@@ -347,7 +347,14 @@ int tsdf_transport_dial(nng_socket s, const char *url, nng_tls_config *tls, int 
         return TSDF_EINVAL;
     }
     if ((rv = nng_dialer_create(&d, s, url)) != 0) {
-        fail(err, err_len, "%s: %s", url, nng_strerror(rv));
+        if (rv == NNG_ENOTSUP || rv == NNG_EADDRINVAL)
+            fail(err, err_len,
+                 "%s: %s: tsdfd's sockets are ipc://PATH, tcp://HOST:PORT or "
+                 "tls+tcp://HOST:PORT (an http:// URL is the metrics and the live view, for a "
+                 "browser)",
+                 url, rv == NNG_ENOTSUP ? "not a kind of URL tsdfd speaks" : "not a valid URL");
+        else
+            fail(err, err_len, "%s: %s", url, nng_strerror(rv));
         return tsdf_transport_error(rv);
     }
     if (tsdf_transport_is_tls(url) && (rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, tls)) != 0) {
@@ -370,6 +377,11 @@ int tsdf_transport_dial(nng_socket s, const char *url, nng_tls_config *tls, int 
                  url, nng_strerror(rv));
         } else if (rc == TSDF_EAUTH) {
             fail(err, err_len, "%s: TLS handshake failed: %s", url, nng_strerror(rv));
+        } else if (rv == NNG_EPROTO) {
+            fail(err, err_len,
+                 "%s: what answers there does not speak tsdfd's protocol (nng's SP): it is not "
+                 "tsdfd; tsdfd listens where its [server] listen and frames_listen say",
+                 url);
         } else {
             fail(err, err_len, "%s: %s", url, nng_strerror(rv));
         }

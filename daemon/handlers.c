@@ -644,7 +644,10 @@ int handlers_run_query(daemon_ctx *d, dmap *m, job_kind kind, const tsdf_request
 static int find_map(daemon_ctx *d, const char *name, tsdf_reply *rep, dmap **m)
 {
     int rc = maps_get(d->maps, name, 0, m);
-    if (rc != TSDF_OK)
+    if (rc == TSDF_ENOT_FOUND)
+        tsdf_reply_set_error(
+            rep, rc, "no map '%s' (maps lists them; a map is made by its first frame)", name);
+    else if (rc != TSDF_OK)
         tsdf_reply_set_error(rep, rc, "map '%s': %s", name, tsdf_strerror(rc));
     return rc;
 }

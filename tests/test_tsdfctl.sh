@@ -45,15 +45,62 @@ daemon_start
 
 $C ping | grep -q "tsdfd" || fail "ping"
 
+# Errors a person can act on: each says what was wrong and what to do.
+expect_error() { # what pattern command...
+    what=$1 pattern=$2
+    shift 2
+    "$@" >"$WORK/out" 2>&1
+    [ $? -eq 1 ] || fail "$what should exit 1: $(cat "$WORK/out")"
+    grep -q "$pattern" "$WORK/out" || fail "$what: $(cat "$WORK/out")"
+}
+expect_error "an http:// URL" "an http:// URL is the metrics and the live view" \
+    $CTL --url http://127.0.0.1:9464/ ping
+expect_error "the frames socket as --url" "is a frames socket (the daemon's \[server\] frames_listen)" \
+    $CTL --url "$PUSH" --timeout-ms 2000 ping
+expect_error "no daemon at --url" "is tsdfd running and listening there" \
+    $CTL --url "ipc://$WORK/nothing.sock" ping
+expect_error "an unknown synthetic sequence" "no synthetic sequence of that name; the sequences are: sphere" \
+    $C replay --synthetic nosuch
+expect_error "a mesh of no map" "no map 'nosuch' (maps lists them" $C mesh --map nosuch "$WORK/x.ply"
+# A port where something else answers (here: bytes that are no SP handshake).
+if command -v python3 >/dev/null 2>&1; then
+    python3 -c '
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)
+print(s.getsockname()[1], flush=True)
+sys.stdout.close()
+for _ in range(4):
+    c, _ = s.accept(); c.sendall(b"SSH-2.0-OpenSSH_9.2\r\n" * 4); c.close()
+' >"$WORK/port" &
+    junk=$!
+    i=0
+    until [ -s "$WORK/port" ]; do i=$((i + 1)); [ $i -le 600 ] || fail "no junk server"; sleep 0.05; done
+    expect_error "a port that is not tsdfd" "does not speak tsdfd's protocol" \
+        $CTL --url "tcp://127.0.0.1:$(cat "$WORK/port")" --timeout-ms 5000 ping
+    kill $junk 2>/dev/null
+    wait $junk 2>/dev/null
+fi
+
 # Acknowledged replay of a synthetic sphere at a small size.
 $C replay --synthetic sphere --ack --map s --size 160 120 >"$WORK/out" 2>&1 ||
     fail "replay --ack: $(cat "$WORK/out")"
 grep -q "frames sent 48, acked 48, failed 0" "$WORK/out" || fail "replay summary: $(cat "$WORK/out")"
 
+# Fire-and-forget frames to a socket that is not the daemon's frames socket
+# (its request socket): sent into nng's buffer, never received. The
+# daemon's counters say so, and replay fails with the figure (it used to
+# exit 0).
+$CTL --url "$REQ" --push-url "$REQ" --timeout-ms 2000 replay --synthetic box --map w \
+    --size 160 120 --max-frames 2 >"$WORK/out" 2>&1
+[ $? -eq 1 ] || fail "replay to the wrong socket should exit 1: $(cat "$WORK/out")"
+grep -q "received 0 of the 2 frames sent to $REQ" "$WORK/out" ||
+    fail "replay to the wrong socket: $(cat "$WORK/out")"
+
 # Fire-and-forget replay into another map; then wait for the integration.
 $C replay --synthetic box --map b --size 160 120 --rate 200 >"$WORK/out" 2>&1 ||
     fail "replay: $(cat "$WORK/out")"
-grep -q "frames sent 48, integrated 48" "$WORK/out" || fail "replay summary: $(cat "$WORK/out")"
+grep -q "frames sent 48, received 48 and integrated" "$WORK/out" ||
+    fail "replay summary: $(cat "$WORK/out")"
 i=0
 until $C stats --map b --json | grep -q '"frames_integrated": 48'; do
     i=$((i + 1))
