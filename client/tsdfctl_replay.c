@@ -15,6 +15,7 @@
 
 #include "tsdfctl.h"
 #include "tsdf_dataset.h"
+#include "tsdf_depth_codec.h"
 #include "tsdf_pose.h"
 #include "tsdf_synth.h"
 
@@ -41,7 +42,7 @@ static const char replay_help[] =
     "  --compress ENC      send the depth losslessly compressed: raw (default), png, zstd\n"
     "                      or rvl; png and rvl need u16 depth (a dataset), synthetic\n"
     "                      sequences are f32 (use zstd)\n"
-    "  --compress-level N  png 1..9 (default 1), zstd 1..19 (default 3)\n"
+    "  --compress-level N  png 1..9 (default 1), zstd 1..19 (default 3); rvl takes none\n"
     "  --ring PATH|auto|off  with --ack over ipc://: the depth through a shared-memory ring\n"
     "                      attached at the daemon's [server] ring_socket PATH (auto: the\n"
     "                      one the daemon names; a socket named auto: ./auto;\n"
@@ -256,8 +257,8 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
             o.ring = v;
             i++;
         } else if (strcmp(a, "--compress-level") == 0 && v) {
-            if (ctl_parse_u32(v, &o.level) != 0 || o.level < 1 || o.level > 19)
-                return ctl_usage_error("replay", "--compress-level needs 1..19, not \"%s\"", v);
+            if (ctl_parse_u32(v, &o.level) != 0 || o.level < 1)
+                return ctl_usage_error("replay", "--compress-level needs a level, not \"%s\"", v);
             i++;
         } else if (a[0] == '-') {
             return ctl_usage_error("replay", "unknown option or missing value: %s", a);
@@ -269,6 +270,23 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
     }
     if ((o.dir == NULL) == (o.synthetic == NULL))
         return ctl_usage_error("replay", "give either DIR or --synthetic NAME%s", "");
+    /* The levels of TSDF_DEPTH_ENCODINGS, the table libtsdf and the Python
+     * package follow. */
+    if (o.level != 0) {
+        int lo = 0, hi = 0, dflt = 0;
+        tsdf_depth_encoding_levels(o.encoding, &lo, &hi, &dflt);
+        if (hi == 0) {
+            fprintf(stderr, "tsdfctl: replay: --compress %s takes no --compress-level\n",
+                    tsdf_depth_encoding_name(o.encoding));
+            return EXIT_USAGE;
+        }
+        if ((int)o.level < lo || (int)o.level > hi) {
+            fprintf(stderr,
+                    "tsdfctl: replay: --compress-level for %s is %d..%d (default %d), not %u\n",
+                    tsdf_depth_encoding_name(o.encoding), lo, hi, dflt, o.level);
+            return EXIT_USAGE;
+        }
+    }
     /* Only an answered request frees its slot (PROTOCOL.md 6.10). */
     if (o.ring != NULL && strcmp(o.ring, "off") != 0 && !o.ack)
         return ctl_usage_error("replay", "--ring needs --ack%s", "");

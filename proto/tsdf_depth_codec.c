@@ -25,18 +25,37 @@
 #define PNG_MAX_ANCILLARY_CHUNKS 32u
 #define PNG_MAX_CHUNK_BYTES (64u * 1024u)
 
-static const char *const enc_names[TSDF_DEPTH_ENC_COUNT] = {
-    [TSDF_DEPTH_ENC_RAW] = "raw",
-    [TSDF_DEPTH_ENC_PNG] = "png",
-    [TSDF_DEPTH_ENC_ZSTD] = "zstd",
-    [TSDF_DEPTH_ENC_RVL] = "rvl",
+/* The rows of TSDF_DEPTH_ENCODINGS, by value. */
+static const struct {
+    const char *name;
+    int u16, f32;
+    int level_min, level_max, level_default;
+} encodings[TSDF_DEPTH_ENC_COUNT] = {
+#define ENC_ROW(name, value, wire, u16, f32, lo, hi, dflt) [value] = {wire, u16, f32, lo, hi, dflt},
+    TSDF_DEPTH_ENCODINGS(ENC_ROW)
+#undef ENC_ROW
 };
+
+#define ENC_COUNT_CHECK(name, value, wire, u16, f32, lo, hi, dflt)                                 \
+    _Static_assert((value) < TSDF_DEPTH_ENC_COUNT, "TSDF_DEPTH_ENC_COUNT covers " wire);
+TSDF_DEPTH_ENCODINGS(ENC_COUNT_CHECK)
+#undef ENC_COUNT_CHECK
+
+int tsdf_depth_encoding_levels(tsdf_depth_encoding e, int *lo, int *hi, int *dflt)
+{
+    if ((unsigned)e >= TSDF_DEPTH_ENC_COUNT)
+        return TSDF_EINVAL;
+    *lo = encodings[e].level_min;
+    *hi = encodings[e].level_max;
+    *dflt = encodings[e].level_default;
+    return TSDF_OK;
+}
 
 const char *tsdf_depth_encoding_name(tsdf_depth_encoding e)
 {
     if ((unsigned)e >= TSDF_DEPTH_ENC_COUNT)
         return "unknown";
-    return enc_names[e];
+    return encodings[e].name;
 }
 
 int tsdf_depth_encoding_parse(const char *name, size_t len, tsdf_depth_encoding *out)
@@ -44,7 +63,7 @@ int tsdf_depth_encoding_parse(const char *name, size_t len, tsdf_depth_encoding 
     if (name == NULL || out == NULL)
         return TSDF_EINVAL;
     for (unsigned e = 0; e < TSDF_DEPTH_ENC_COUNT; e++) {
-        if (strlen(enc_names[e]) == len && memcmp(enc_names[e], name, len) == 0) {
+        if (strlen(encodings[e].name) == len && memcmp(encodings[e].name, name, len) == 0) {
             *out = (tsdf_depth_encoding)e;
             return TSDF_OK;
         }
@@ -54,18 +73,9 @@ int tsdf_depth_encoding_parse(const char *name, size_t len, tsdf_depth_encoding 
 
 int tsdf_depth_encoding_allows(tsdf_depth_encoding e, tsdf_depth_format f)
 {
-    if (f != TSDF_DEPTH_U16 && f != TSDF_DEPTH_F32)
+    if ((unsigned)e >= TSDF_DEPTH_ENC_COUNT)
         return 0;
-    switch (e) {
-    case TSDF_DEPTH_ENC_RAW:
-    case TSDF_DEPTH_ENC_ZSTD:
-        return 1;
-    case TSDF_DEPTH_ENC_PNG:
-    case TSDF_DEPTH_ENC_RVL:
-        return f == TSDF_DEPTH_U16;
-    default:
-        return 0;
-    }
+    return f == TSDF_DEPTH_U16 ? encodings[e].u16 : f == TSDF_DEPTH_F32 ? encodings[e].f32 : 0;
 }
 
 /* The checks both directions start with; *bytes: the raw image's size. */
@@ -551,10 +561,12 @@ static int rvl_decode(uint32_t w, uint32_t h, const uint8_t *src, size_t n, uint
 
 /* ---- entry points ------------------------------------------------------- */
 
-static int clamp_level(int level, int dflt, int lo, int hi)
+/* level within e's range of the table; 0: its default. */
+static int clamp_level(tsdf_depth_encoding e, int level)
 {
+    const int lo = encodings[e].level_min, hi = encodings[e].level_max;
     if (level == 0)
-        return dflt;
+        return encodings[e].level_default;
     return level < lo ? lo : level > hi ? hi : level;
 }
 
@@ -573,12 +585,10 @@ int tsdf_depth_encode(tsdf_depth_encoding e, int level, tsdf_depth_format fmt, u
         rc = tsdf_buf_append(out, samples, bytes);
         break;
     case TSDF_DEPTH_ENC_PNG:
-        rc = png_encode(clamp_level(level, TSDF_DEPTH_PNG_DEFAULT_LEVEL, 1, 9), width, height,
-                        samples, out);
+        rc = png_encode(clamp_level(e, level), width, height, samples, out);
         break;
     case TSDF_DEPTH_ENC_ZSTD:
-        rc = zstd_encode(clamp_level(level, TSDF_DEPTH_ZSTD_DEFAULT_LEVEL, 1, 19), samples, bytes,
-                         out);
+        rc = zstd_encode(clamp_level(e, level), samples, bytes, out);
         break;
     case TSDF_DEPTH_ENC_RVL:
         rc = rvl_encode(width, height, samples, out);

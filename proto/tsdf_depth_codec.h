@@ -49,13 +49,15 @@
 extern "C" {
 #endif
 
-/* Compression levels (0 = the encoding's default): png: zlib 1..9 (default
- * 1: on 7-Scenes, zlib's own default 6 takes 2.5-3x the time of level 1,
- * 28-33 ms a 640x480 frame, most of a 30 Hz sender's core, for 24% fewer
- * bytes; see bench/RESULTS.md); zstd: 1..19 (default 3, zstd's own); raw
- * and rvl take no level. Out-of-range levels are clamped. */
-#define TSDF_DEPTH_PNG_DEFAULT_LEVEL 1
-#define TSDF_DEPTH_ZSTD_DEFAULT_LEVEL 3
+/* Compression levels: the ranges of TSDF_DEPTH_ENCODINGS (tsdf_proto_types.h;
+ * png: zlib 1..9, default 1: on 7-Scenes, zlib's own default 6 takes
+ * 2.5-3x the time of level 1, 28-33 ms a 640x480 frame, most of a 30 Hz
+ * sender's core, for 24% fewer bytes; see bench/RESULTS.md; zstd 1..19,
+ * default 3); raw and rvl take none. 0 asks for the default; the encoder
+ * clamps other out-of-range levels. tsdf_depth_encoding_levels gives e's
+ * range and default (all 0 for none): TSDF_OK, or TSDF_EINVAL for an
+ * unknown e. */
+int tsdf_depth_encoding_levels(tsdf_depth_encoding e, int *lo, int *hi, int *dflt);
 
 /* Appends the encoding e of width x height samples of format fmt (read
  * from samples, row-major, tightly packed, host = little-endian order; need

@@ -12,6 +12,10 @@ foreach(topic IN ITEMS roundtrip validation consistency robustness utf8 framepat
     TIMEOUT 120)
 endforeach()
 # The depth encodings frames may travel in (png, zstd, rvl).
+# The C codec on stdin and stdout, for the Python package's tests
+# (python/tests/test_depth_encoding.py) to check theirs against both ways.
+add_executable(depth_codec_tool depth_codec_tool.c)
+target_link_libraries(depth_codec_tool PRIVATE tsdf_proto tsdf_warnings)
 # zlib (zlib1g-dev) makes the PNG bombs.
 tsdf_add_test(NAME depth_codec SOURCES test_depth_codec.c LIBS tsdf_proto z TIMEOUT 120)
 # The depth codec benchmark on 3 frames: it checks every decode is exact.

@@ -21,7 +21,6 @@ Exit status: 0 when the mesh is plausible, 1 otherwise (with a message).
 
 import argparse
 import math
-import struct
 import sys
 import time
 
@@ -77,18 +76,6 @@ def orbit_poses():
             eye = 1.0 * np.array([math.cos(el) * math.cos(az), math.cos(el) * math.sin(az),
                                   math.sin(el)])
             yield look_at(eye, (0.0, 0.0, 0.0))
-
-
-def write_ply(path, vertices, faces):
-    with open(path, "wb") as f:
-        f.write(b"ply\nformat binary_little_endian 1.0\n")
-        f.write(b"element vertex %d\nproperty float x\nproperty float y\nproperty float z\n"
-                % len(vertices))
-        f.write(b"element face %d\nproperty list uchar int vertex_indices\nend_header\n"
-                % len(faces))
-        f.write(vertices.astype("<f4").tobytes())
-        for tri in faces:
-            f.write(struct.pack("<Biii", 3, *map(int, tri)))
 
 
 def frames_integrated(client, map_name):
@@ -169,7 +156,7 @@ def main():
               f"radius {radii.mean() if len(radii) else 0:.4f} +- "
               f"{radii.std() if len(radii) else 0:.4f} m")
         if args.out:
-            write_ply(args.out, pos, idx)
+            mesh.write_ply(args.out)
             print(f"wrote {args.out}")
         checks = [
             (len(pos) > 1000, "fewer than 1000 vertices"),

@@ -64,7 +64,9 @@ class Daemon:
         conf = self.workdir / "tsdfd.conf"
         conf.write_text(f"[server]\nring_socket = {self.ring_path or ''}\n"
                         "[snapshot]\nautosave_period_s = 0\nsave_on_stop = false\n"
-                        "load_on_start = false\n")
+                        "load_on_start = false\n"
+                        # The session's tests share this daemon, a map or a few each.
+                        "[volume]\nmax_maps = 64\n")
         cmd = [str(self.binary), "--config", str(conf), "--foreground", "--backend", "cpu",
                "--listen", self.req_url, "--frames-listen", self.push_url,
                "--state-dir", str(self.state_dir), "--metrics", "off"]

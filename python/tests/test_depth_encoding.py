@@ -1,7 +1,14 @@
-"""depth_encoding="raw" | "png" | "zstd": lossless, so the same frames
-build the same map whichever way their depth travels (PROTOCOL.md 6.1)."""
+"""depth_encoding="raw" | "png" | "zstd" | "rvl": lossless, so the same
+frames build the same map whichever way their depth travels (PROTOCOL.md
+6.1); the package follows libtsdf's one table of encodings and levels
+(TSDF_DEPTH_ENCODINGS), and what either side encodes the other decodes to
+the same samples."""
 
+import os
+import pathlib
+import re
 import struct
+import subprocess
 import sys
 import time
 import zlib
@@ -58,7 +65,7 @@ def test_zstd_states_its_content_size():
     assert zstandard.ZstdDecompressor().decompress(frame) == depth.astype("<u2").tobytes()
 
 
-def test_the_three_encodings_build_the_same_map(client):
+def test_the_encodings_build_the_same_map(client):
     frames = sphere_frames_mm()
     maps = {enc: f"enc-{enc}" for enc in _depth.ENCODINGS}
     for enc, name in maps.items():
@@ -67,7 +74,8 @@ def test_the_three_encodings_build_the_same_map(client):
     meshes = {enc: client.mesh(name) for enc, name in maps.items()}
     raw = meshes["raw"]
     assert len(raw.faces) > 500
-    for enc in ("png", "zstd"):
+    assert set(meshes) == {"raw", "png", "zstd", "rvl"}
+    for enc in ("png", "zstd", "rvl"):
         m = meshes[enc]
         assert np.array_equal(m.vertices, raw.vertices), enc
         assert np.array_equal(m.faces, raw.faces), enc
@@ -96,8 +104,11 @@ def test_float_depth_travels_as_zstd_not_png(client):
 @pytest.mark.parametrize("kwargs", [
     dict(depth_encoding="lz4"),
     dict(depth_encoding="png", compress_level=10),
+    dict(depth_encoding="png", compress_level=0),
     dict(depth_encoding="zstd", compress_level=0),
+    dict(depth_encoding="zstd", compress_level=20),
     dict(depth_encoding="raw", compress_level=3),
+    dict(depth_encoding="rvl", compress_level=1),
     dict(depth_encoding="png", compress_level=True),
 ])
 def test_bad_encodings_are_refused_before_sending(client, kwargs):
@@ -117,3 +128,97 @@ def test_zstd_without_zstandard_says_what_to_install(client, monkeypatch):
     assert "tsdf-client[zstd]" in str(e.value)
     # png needs nothing beyond the standard library.
     client.integrate("enc-nozstd", depth, K, np.eye(4), depth_encoding="png")
+
+
+# ---- one table, and both ways against the C codec -------------------------
+
+SOURCE_DIR = pathlib.Path(os.environ.get("TSDF_SOURCE_DIR",
+                                         pathlib.Path(__file__).resolve().parents[2]))
+
+
+def c_table():
+    """The rows of TSDF_DEPTH_ENCODINGS in proto/tsdf_proto_types.h."""
+    text = (SOURCE_DIR / "proto" / "tsdf_proto_types.h").read_text()
+    rows = re.findall(r'X\((\w+), (\d+), "(\w+)", (\d), (\d), (\d+), (\d+), (\d+)\)', text)
+    assert len(rows) >= 4, "no TSDF_DEPTH_ENCODINGS rows found"
+    return {wire: (u16 == "1", f32 == "1", int(lo), int(hi), int(d))
+            for _, _, wire, u16, f32, lo, hi, d in rows}
+
+
+def test_the_package_follows_libtsdfs_table():
+    assert _depth.TABLE == c_table()
+    assert _depth.ENCODINGS == tuple(c_table())
+
+
+def codec_tool():
+    tool = os.environ.get("TSDF_DEPTH_CODEC_TOOL")
+    if not tool:
+        for build in ("build", "build-cpu"):
+            candidate = SOURCE_DIR / build / "tests" / "depth_codec_tool"
+            if candidate.exists():
+                tool = str(candidate)
+    assert tool and os.access(tool, os.X_OK), \
+        "no tests/depth_codec_tool (set TSDF_DEPTH_CODEC_TOOL): the C side is missing"
+    return tool
+
+
+def c_codec(verb, enc, data, w, h, fmt="u16", level=0):
+    args = [codec_tool(), verb, enc, fmt, str(w), str(h)] + ([str(level)] if verb == "encode" else [])
+    r = subprocess.run(args, input=data, capture_output=True, check=False)
+    assert r.returncode == 0, r.stderr.decode()
+    return r.stdout
+
+
+def images():
+    rng = np.random.default_rng(7)
+    sphere = sphere_frames_mm(1)[0][0]
+    for shape in [(1, 1), (3, 5), (48, 64)]:
+        yield rng.integers(0, 65536, shape, dtype=np.uint16)
+        yield np.where(rng.random(shape) < 0.3, 0, rng.integers(500, 4000, shape)).astype(np.uint16)
+        yield np.zeros(shape, np.uint16)
+        yield np.full(shape, 65535, np.uint16)
+    yield sphere
+
+
+@pytest.mark.parametrize("enc", ["png", "zstd", "rvl"])
+def test_python_and_c_decode_each_others_encodings(enc):
+    levels = [None] if enc == "rvl" else sorted({_depth.LEVELS[enc].start, _depth.DEFAULT_LEVEL[enc],
+                                                 _depth.LEVELS[enc].stop - 1})
+    for depth in images():
+        h, w = depth.shape
+        raw = depth.astype("<u2").tobytes()
+        for level in levels:
+            fields = {"depth": raw, "depth_format": "u16"}
+            py = _depth.encode(fields, depth, enc, level)["depth"]
+            # Python encodes, C decodes.
+            assert c_codec("decode", enc, py, w, h) == raw, (enc, level, depth.shape)
+            # C encodes, Python decodes.
+            c = c_codec("encode", enc, raw, w, h, level=level or 0)
+            assert np.array_equal(_depth.decode(enc, c, w, h), depth), (enc, level, depth.shape)
+    if enc == "zstd":
+        depth_m = render_sphere(next(orbit_poses())).astype(np.float32)
+        h, w = depth_m.shape
+        raw = depth_m.astype("<f4").tobytes()
+        assert c_codec("decode", "zstd", _depth.zstd(raw), w, h, "f32") == raw
+        back = _depth.decode("zstd", c_codec("encode", "zstd", raw, w, h, "f32"), w, h, "f32")
+        assert np.array_equal(back, depth_m, equal_nan=True)
+
+
+def test_python_decoders_refuse_what_is_not_the_frame():
+    depth = np.arange(48 * 64, dtype=np.uint16).reshape(48, 64)
+    for enc in ("png", "zstd", "rvl"):
+        payload = _depth.encode({"depth": depth.astype("<u2").tobytes(), "depth_format": "u16"},
+                                depth, enc, None)["depth"]
+        for bad in (payload[:len(payload) // 2], payload + b"\0\0\0\0"):
+            with pytest.raises(ArgumentError) as e:
+                _depth.decode(enc, bad, 64, 48)
+            assert e.value.code is ErrorCode.DEPTH_DECODE, enc
+        with pytest.raises(ArgumentError):
+            _depth.decode(enc, payload, 64, 47)
+    # A PNG whose stream goes on past its rows is refused, never inflated whole.
+    rows = np.zeros((48, 1 + 128), np.uint8).tobytes() + bytes(64 << 20)
+    bomb = (_depth._PNG_SIGNATURE + _depth._chunk(b"IHDR", struct.pack(">IIBBBBB", 64, 48, 16, 0, 0, 0, 0)) +
+            _depth._chunk(b"IDAT", zlib.compress(rows, 9)) + _depth._chunk(b"IEND", b""))
+    with pytest.raises(ArgumentError) as e:
+        _depth.decode("png", bomb, 64, 48)
+    assert e.value.code is ErrorCode.DEPTH_DECODE

@@ -67,6 +67,35 @@ class Mesh:
     removed: Optional[np.ndarray] = None
     full: bool = False
 
+    def write_ply(self, path):
+        """Writes the mesh as a binary little-endian PLY file (vertices with
+        their normals and, when the map has colour, colours; triangles), as
+        tsdfctl mesh does; Open3D, MeshLab and Blender read it."""
+        n, m = len(self.vertices), len(self.faces)
+        header = ["ply", "format binary_little_endian 1.0", f"element vertex {n}",
+                  "property float x", "property float y", "property float z",
+                  "property float nx", "property float ny", "property float nz"]
+        fields = [("x", "<f4"), ("y", "<f4"), ("z", "<f4"),
+                  ("nx", "<f4"), ("ny", "<f4"), ("nz", "<f4")]
+        if self.colors is not None:
+            header += ["property uchar red", "property uchar green", "property uchar blue"]
+            fields += [("red", "u1"), ("green", "u1"), ("blue", "u1")]
+        header += [f"element face {m}", "property list uchar int vertex_indices", "end_header"]
+        vertex = np.empty(n, dtype=fields)
+        for i, axis in enumerate("xyz"):
+            vertex[axis] = self.vertices[:, i]
+            vertex["n" + axis] = self.normals[:, i]
+        if self.colors is not None:
+            for i, c in enumerate(("red", "green", "blue")):
+                vertex[c] = self.colors[:, i]
+        face = np.empty(m, dtype=[("n", "u1"), ("v", "<i4", (3,))])
+        face["n"] = 3
+        face["v"] = self.faces
+        with open(path, "wb") as f:
+            f.write(("\n".join(header) + "\n").encode("ascii"))
+            f.write(vertex.tobytes())
+            f.write(face.tobytes())
+
     def parts(self):
         """The parts of a by_block mesh as MeshPart, in the daemon's order,
         each with faces indexing its own vertices; none for a whole mesh."""
