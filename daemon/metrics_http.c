@@ -638,4 +638,5 @@ void metrics_http_get_stats(const metrics_http *m, metrics_http_stats *out)
         return;
     }
     *out = m->stats;
+    out->open = m->conn_count;
 }

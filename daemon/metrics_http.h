@@ -91,6 +91,7 @@ typedef struct {
     uint64_t responses_2xx, responses_4xx, responses_5xx;
     uint64_t timeouts;  /* connections closed by the timeout */
     uint64_t oversized; /* requests answered 431 */
+    uint64_t open;      /* connections open now (accepted, not yet closed) */
 } metrics_http_stats;
 
 /* Binds host:port (a numeric IPv4 or IPv6 address, or "localhost"; NULL:

@@ -43,7 +43,7 @@ daemon_start() {
     while [ ! -S "$WORK/tsdfd.sock" ] || [ ! -S "$WORK/frames.sock" ]; do
         kill -0 "$DAEMON_PID" 2>/dev/null || { DAEMON_PID=""; fail "tsdfd exited at start"; }
         daemon_wait_i=$((daemon_wait_i + 1))
-        [ $daemon_wait_i -le 200 ] || fail "tsdfd did not listen within 20 s"
+        [ $daemon_wait_i -le 1200 ] || fail "tsdfd did not listen within 120 s"
         sleep 0.1
     done
 }

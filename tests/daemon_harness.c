@@ -95,6 +95,9 @@ void tsdfd_harness_dump_log(const tsdfd_harness *h)
     fclose(f);
 }
 
+/* How long a daemon may take to answer its first ping. */
+#define TSDFD_HARNESS_START_S 120
+
 int tsdfd_harness_start(tsdfd_harness *h, const char *extra_ini, const char *const *extra_args)
 {
     static int counter;
@@ -158,7 +161,16 @@ int tsdfd_harness_start(tsdfd_harness *h, const char *extra_ini, const char *con
     tsdf_client *c = NULL;
     if (tsdf_client_open(h->req_url, NULL, &o, &c) != TSDF_OK)
         c = NULL;
-    for (int waited = 0; waited < 20000; waited += 100) {
+    /* A deadline for a daemon that never answers: a loaded machine running
+     * the sanitized daemon may take a while to start it. */
+    struct timespec now, until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += TSDFD_HARNESS_START_S;
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > until.tv_sec ||
+            (now.tv_sec == until.tv_sec && now.tv_nsec >= until.tv_nsec))
+            break;
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
             fprintf(stderr, "harness: tsdfd exited early (status %d)\n", st);
@@ -180,7 +192,7 @@ int tsdfd_harness_start(tsdfd_harness *h, const char *extra_ini, const char *con
         }
     }
     tsdf_client_close(c);
-    fprintf(stderr, "harness: tsdfd did not answer ping within 20 s\n");
+    fprintf(stderr, "harness: tsdfd did not answer ping within %d s\n", TSDFD_HARNESS_START_S);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     h->pid = 0;

@@ -269,7 +269,7 @@ static void test_ping_and_maps(void **state)
     tsdf_client *c = *state;
     set_mode(MODE_OK);
     tsdf_rep_ping p;
-    assert_int_equal(tsdf_client_ping(c, &p, 1000), TSDF_OK);
+    assert_int_equal(tsdf_client_ping(c, &p, 10000), TSDF_OK);
     assert_string_equal(p.server, "fake-tsdfd 1");
     assert_int_equal(p.uptime_ms, 4242);
     assert_int_equal(g_fd.last.type, TSDF_MSG_PING);
@@ -279,7 +279,7 @@ static void test_ping_and_maps(void **state)
     assert_true(g_fd.last.id != first_id);
 
     tsdf_rep_maps *m = malloc(sizeof(*m));
-    assert_int_equal(tsdf_client_maps(c, m, 1000), TSDF_OK);
+    assert_int_equal(tsdf_client_maps(c, m, 10000), TSDF_OK);
     assert_int_equal(m->count, 2);
     assert_string_equal(m->names[1], "lab");
     free(m);
@@ -293,7 +293,7 @@ static void test_integrate(void **state)
     make_frame(&f);
     tsdf_client_frame cf = {"kitchen", "cam/left", 0, 17, 123456789, &f, TSDF_DEPTH_ENC_RAW, 0};
     tsdf_rep_integrate out;
-    assert_int_equal(tsdf_client_integrate(c, &cf, 1000, &out), TSDF_OK);
+    assert_int_equal(tsdf_client_integrate(c, &cf, 10000, &out), TSDF_OK);
     assert_int_equal(out.seq, 17);
     assert_int_equal(out.version, 1017);
     assert_true(out.integrate_ms == 1.25);
@@ -312,16 +312,16 @@ static void test_integrate(void **state)
     /* Invalid frames are refused locally, before anything is sent. */
     int before = g_fd.requests;
     f.T_world_cam[0] = 2.0f;
-    assert_int_equal(tsdf_client_integrate(c, &cf, 1000, NULL), TSDF_EBAD_POSE);
+    assert_int_equal(tsdf_client_integrate(c, &cf, 10000, NULL), TSDF_EBAD_POSE);
     make_frame(&f);
     f.K.fx = 0;
-    assert_int_equal(tsdf_client_integrate(c, &cf, 1000, NULL), TSDF_EBAD_INTRINSICS);
+    assert_int_equal(tsdf_client_integrate(c, &cf, 10000, NULL), TSDF_EBAD_INTRINSICS);
     make_frame(&f);
     cf.map = "no/slashes";
-    assert_int_equal(tsdf_client_integrate(c, &cf, 1000, NULL), TSDF_EINVAL);
+    assert_int_equal(tsdf_client_integrate(c, &cf, 10000, NULL), TSDF_EINVAL);
     assert_true(strlen(tsdf_client_last_message()) > 0);
     assert_int_equal(g_fd.requests, before);
-    assert_int_equal(tsdf_client_integrate(c, NULL, 1000, NULL), TSDF_EINVAL);
+    assert_int_equal(tsdf_client_integrate(c, NULL, 10000, NULL), TSDF_EINVAL);
 }
 
 static void test_raycast(void **state)
@@ -340,7 +340,7 @@ static void test_raycast(void **state)
     uint8_t rgb[16 * 12 * 3];
     tsdf_raycast_output out = {depth, normals, rgb};
     int has_rgb = -1;
-    assert_int_equal(tsdf_client_raycast(c, "m1", &p, 1, &out, &has_rgb, 1000), TSDF_OK);
+    assert_int_equal(tsdf_client_raycast(c, "m1", &p, 1, &out, &has_rgb, 10000), TSDF_OK);
     assert_int_equal(has_rgb, 1);
     assert_true(isnan(depth[0]));
     assert_true(depth[1] == 1.5f);
@@ -350,7 +350,7 @@ static void test_raycast(void **state)
     assert_true(g_fd.last.u.raycast.max_depth_m == 3.0f);
 
     /* Without colour: the rgb buffer is cleared. */
-    assert_int_equal(tsdf_client_raycast(c, NULL, &p, 0, &out, &has_rgb, 1000), TSDF_OK);
+    assert_int_equal(tsdf_client_raycast(c, NULL, &p, 0, &out, &has_rgb, 10000), TSDF_OK);
     assert_int_equal(has_rgb, 0);
     assert_int_equal(rgb[4], 0);
     assert_string_equal(g_fd.last.map, "default");
@@ -359,7 +359,7 @@ static void test_raycast(void **state)
      * for depth alone and a scale reach the daemon as set. */
     assert_int_equal(g_fd.last.u.raycast.want_normals, 1);
     tsdf_raycast_output no_normals = {depth, NULL, NULL};
-    assert_int_equal(tsdf_client_raycast(c, NULL, &p, 0, &no_normals, NULL, 1000), TSDF_OK);
+    assert_int_equal(tsdf_client_raycast(c, NULL, &p, 0, &no_normals, NULL, 10000), TSDF_OK);
     assert_int_equal(g_fd.last.u.raycast.want_normals, 0);
     assert_int_equal(g_fd.last.u.raycast.scale, 1);
     /* This fake answers as a daemon from before "scale": a full-size
@@ -367,19 +367,19 @@ static void test_raycast(void **state)
     tsdf_client_raycast_options o = {.want_normals = 1, .scale = 2, .after_queued = 1};
     tsdf_client_raycast_info info;
     depth[1] = -7.0f;
-    assert_int_equal(tsdf_client_raycast_ex(c, NULL, &p, &o, &out, &info, 1000), TSDF_EBAD_SIZE);
+    assert_int_equal(tsdf_client_raycast_ex(c, NULL, &p, &o, &out, &info, 10000), TSDF_EBAD_SIZE);
     assert_true(depth[1] == -7.0f);
     assert_int_equal(g_fd.last.u.raycast.scale, 2);
     assert_int_equal(g_fd.last.u.raycast.after, TSDF_AFTER_QUEUED);
     o.scale = TSDF_CLIENT_MAX_RAYCAST_SCALE + 1;
-    assert_int_equal(tsdf_client_raycast_ex(c, NULL, &p, &o, &out, &info, 1000), TSDF_EINVAL);
+    assert_int_equal(tsdf_client_raycast_ex(c, NULL, &p, &o, &out, &info, 10000), TSDF_EINVAL);
     o.scale = 1;
     out.normals = NULL;
-    assert_int_equal(tsdf_client_raycast_ex(c, NULL, &p, &o, &out, &info, 1000), TSDF_EINVAL);
+    assert_int_equal(tsdf_client_raycast_ex(c, NULL, &p, &o, &out, &info, 10000), TSDF_EINVAL);
     out.normals = normals;
 
     p.T_world_cam[15] = 2.0f;
-    assert_int_equal(tsdf_client_raycast(c, NULL, &p, 0, &out, NULL, 1000), TSDF_EBAD_POSE);
+    assert_int_equal(tsdf_client_raycast(c, NULL, &p, 0, &out, NULL, 10000), TSDF_EBAD_POSE);
 }
 
 static void test_mesh(void **state)
@@ -390,7 +390,7 @@ static void test_mesh(void **state)
     memset(&m, 0, sizeof(m));
     uint64_t version = 0;
     tsdf_mesh_params mp = {1, {{-1, -1, -1}, {2, 2, 2}}, 0, 0};
-    assert_int_equal(tsdf_client_mesh(c, NULL, &mp, &m, &version, 1000), TSDF_OK);
+    assert_int_equal(tsdf_client_mesh(c, NULL, &mp, &m, &version, 10000), TSDF_OK);
     assert_int_equal(version, 77);
     assert_int_equal(m.vertex_count, 4);
     assert_int_equal(m.triangle_count, 4);
@@ -404,7 +404,7 @@ static void test_mesh(void **state)
     /* An incremental mesh with nothing new replaces the old arrays. */
     mp.use_box = 0;
     mp.since_version = 77;
-    assert_int_equal(tsdf_client_mesh(c, NULL, &mp, &m, &version, 1000), TSDF_OK);
+    assert_int_equal(tsdf_client_mesh(c, NULL, &mp, &m, &version, 10000), TSDF_OK);
     assert_int_equal(m.vertex_count, 0);
     assert_int_equal(m.triangle_count, 0);
     assert_null(m.colors);
@@ -414,7 +414,7 @@ static void test_mesh(void **state)
 
     mp.use_box = 1;
     mp.box.max[0] = -5; /* inverted */
-    assert_int_equal(tsdf_client_mesh(c, NULL, &mp, &m, NULL, 1000), TSDF_EINVAL);
+    assert_int_equal(tsdf_client_mesh(c, NULL, &mp, &m, NULL, 10000), TSDF_EINVAL);
 }
 
 static void test_stats_save_load_reset(void **state)
@@ -422,7 +422,7 @@ static void test_stats_save_load_reset(void **state)
     tsdf_client *c = *state;
     set_mode(MODE_OK);
     tsdf_rep_stats *s = malloc(sizeof(*s));
-    assert_int_equal(tsdf_client_stats(c, "lab", s, 1000), TSDF_OK);
+    assert_int_equal(tsdf_client_stats(c, "lab", s, 10000), TSDF_OK);
     assert_int_equal(s->has_engine, 1);
     assert_int_equal(s->engine.backend, TSDF_BACKEND_CPU);
     assert_int_equal(s->engine.blocks_allocated, 321);
@@ -432,14 +432,14 @@ static void test_stats_save_load_reset(void **state)
     free(s);
 
     tsdf_rep_path p;
-    assert_int_equal(tsdf_client_save(c, "lab", "/tmp/lab.tsdf", &p, 1000), TSDF_OK);
+    assert_int_equal(tsdf_client_save(c, "lab", "/tmp/lab.tsdf", &p, 10000), TSDF_OK);
     assert_string_equal(p.path, "/tmp/lab.tsdf");
     assert_int_equal(g_fd.last.type, TSDF_MSG_SAVE);
-    assert_int_equal(tsdf_client_load(c, NULL, NULL, &p, 1000), TSDF_OK);
+    assert_int_equal(tsdf_client_load(c, NULL, NULL, &p, 10000), TSDF_OK);
     assert_string_equal(p.path, "/var/lib/tsdfd/default.tsdf");
     assert_int_equal(g_fd.last.type, TSDF_MSG_LOAD);
-    assert_int_equal(tsdf_client_load(c, NULL, "", &p, 1000), TSDF_EINVAL);
-    assert_int_equal(tsdf_client_reset(c, "lab", 1000), TSDF_OK);
+    assert_int_equal(tsdf_client_load(c, NULL, "", &p, 10000), TSDF_EINVAL);
+    assert_int_equal(tsdf_client_reset(c, "lab", 10000), TSDF_OK);
     assert_int_equal(g_fd.last.type, TSDF_MSG_RESET);
     assert_string_equal(g_fd.last.map, "lab");
 }
@@ -448,25 +448,25 @@ static void test_error_replies(void **state)
 {
     tsdf_client *c = *state;
     set_mode(MODE_ERROR);
-    assert_int_equal(tsdf_client_ping(c, NULL, 1000), TSDF_EBAD_POSE);
+    assert_int_equal(tsdf_client_ping(c, NULL, 10000), TSDF_EBAD_POSE);
     assert_string_equal(tsdf_client_last_message(), "nope");
-    assert_int_equal(tsdf_client_reset(c, NULL, 1000), TSDF_EBAD_POSE);
+    assert_int_equal(tsdf_client_reset(c, NULL, 10000), TSDF_EBAD_POSE);
     tsdf_mesh m;
     memset(&m, 0, sizeof(m));
-    assert_int_equal(tsdf_client_mesh(c, NULL, NULL, &m, NULL, 1000), TSDF_EBAD_POSE);
+    assert_int_equal(tsdf_client_mesh(c, NULL, NULL, &m, NULL, 10000), TSDF_EBAD_POSE);
     assert_null(m.positions);
 
     /* A code this library does not know is passed through unchanged. */
     set_mode(MODE_ODD_CODE);
-    assert_int_equal(tsdf_client_ping(c, NULL, 1000), -999);
+    assert_int_equal(tsdf_client_ping(c, NULL, 10000), -999);
     assert_string_equal(tsdf_client_last_message(), "from the future");
 
     set_mode(MODE_WRONG_ID);
-    assert_int_equal(tsdf_client_ping(c, NULL, 1000), TSDF_EFORMAT);
+    assert_int_equal(tsdf_client_ping(c, NULL, 10000), TSDF_EFORMAT);
     set_mode(MODE_GARBAGE);
-    assert_int_equal(tsdf_client_ping(c, NULL, 1000), TSDF_EFORMAT);
+    assert_int_equal(tsdf_client_ping(c, NULL, 10000), TSDF_EFORMAT);
     set_mode(MODE_OK);
-    assert_int_equal(tsdf_client_ping(c, NULL, 1000), TSDF_OK);
+    assert_int_equal(tsdf_client_ping(c, NULL, 10000), TSDF_OK);
     assert_string_equal(tsdf_client_last_message(), "");
 }
 
@@ -477,10 +477,12 @@ static void test_timeout(void **state)
     int64_t t0 = now_ms();
     assert_int_equal(tsdf_client_ping(c, NULL, 150), TSDF_ETIMEOUT);
     int64_t dt = now_ms() - t0;
-    assert_true(dt >= 140 && dt < 1500);
+    /* Not before its time; and it does end (the server never answers):
+     * the upper bound is a generous deadline, not a speed. */
+    assert_true(dt >= 140 && dt < 60000);
     /* The client stays usable after a timeout. */
     set_mode(MODE_OK);
-    assert_int_equal(tsdf_client_ping(c, NULL, 1000), TSDF_OK);
+    assert_int_equal(tsdf_client_ping(c, NULL, 10000), TSDF_OK);
 }
 
 typedef struct {
@@ -541,7 +543,7 @@ static void test_connect_refused_and_lazy(void **state)
     server_start(&late, url);
     late.mode = MODE_OK;
     int rc = TSDF_ETIMEOUT;
-    for (int i = 0; i < 20 && rc != TSDF_OK; i++)
+    for (int i = 0; i < 120 && rc != TSDF_OK; i++)
         rc = tsdf_client_ping(c, NULL, 500);
     assert_int_equal(rc, TSDF_OK);
     tsdf_client_close(c);
@@ -554,7 +556,7 @@ static void test_push_frames(void **state)
     nng_socket pull;
     assert_int_equal(nng_pull0_open(&pull), 0);
     assert_int_equal(nng_listen(pull, PULL_URL, NULL, 0), 0);
-    assert_int_equal(nng_socket_set_ms(pull, NNG_OPT_RECVTIMEO, 2000), 0);
+    assert_int_equal(nng_socket_set_ms(pull, NNG_OPT_RECVTIMEO, 30000), 0);
     fake_daemon fd;
     server_start(&fd, "inproc://tsdf-test-req2");
     tsdf_client *c;
@@ -565,7 +567,7 @@ static void test_push_frames(void **state)
     tsdf_client_frame cf = {NULL, NULL, 3, 5, 6, &f, TSDF_DEPTH_ENC_RAW, 0};
     for (int i = 0; i < 3; i++) {
         cf.seq = (uint64_t)i;
-        assert_int_equal(tsdf_client_send_frame(c, &cf, 1000), TSDF_OK);
+        assert_int_equal(tsdf_client_send_frame(c, &cf, 10000), TSDF_OK);
     }
     tsdf_request *q = malloc(sizeof(*q));
     for (int i = 0; i < 3; i++) {

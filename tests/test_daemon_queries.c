@@ -209,7 +209,7 @@ static int64_t wait_queued(tsdf_client *c, const char *map, int64_t n)
 {
     tsdf_rep_stats *st = malloc(sizeof *st);
     assert_non_null(st);
-    for (int tries = 0; tries < 2000; tries++) {
+    for (int tries = 0; tries < 60000; tries++) {
         assert_int_equal(tsdf_client_stats(c, map, st, 10000), TSDF_OK);
         int64_t done = 0, depth = 0;
         if (stat_find(st, "map.frames_integrated", &done) && stat_find(st, "queue.depth", &depth) &&

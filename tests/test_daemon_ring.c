@@ -70,7 +70,7 @@ static void test_ring_integrates_identically(void **state)
     /* Closing the client detaches its ring. */
     tsdf_client_close(ring);
     int64_t attached = 1;
-    for (int i = 0; i < 200 && attached != 0; i++) {
+    for (int i = 0; i < 6000 && attached != 0; i++) {
         st = stats_of(plain, NULL);
         attached = stat_get(st, "rings.attached");
         free(st);
@@ -469,7 +469,7 @@ static void test_ring_refusals(void **state)
     /* Its connection closed, the ring is gone. */
     close(sock);
     int status = TSDF_OK;
-    for (int i = 0; i < 200 && status != TSDF_ENOT_FOUND; i++) {
+    for (int i = 0; i < 6000 && status != TSDF_ENOT_FOUND; i++) {
         status = ring_request(s, "r", &u16, rep.token, 0, TSDF_MSG_INTEGRATE, msg, sizeof msg);
         if (status != TSDF_ENOT_FOUND)
             sleep_ms(10);

@@ -61,7 +61,7 @@ ok() { echo "ok: $*"; }
 # Root has no sandbox for Chromium here; software WebGL (SwiftShader)
 # stands in for a GPU. A profile of its own keeps parallel runs apart.
 chrome() {
-    timeout 60 chromium --headless --no-sandbox --disable-gpu --use-angle=swiftshader \
+    timeout 300 chromium --headless --no-sandbox --disable-gpu --use-angle=swiftshader \
         --enable-unsafe-swiftshader --user-data-dir="$tmp/profile" --no-first-run \
         --enable-logging=stderr --v=0 --window-size=1000,700 "$@"
 }

@@ -99,8 +99,8 @@ check_families() { # what file [extra families]
     done
 }
 
-wait_port_file() { # file -> port on stdout
-    for _ in $(seq 1 100); do
+wait_port_file() { # file -> port on stdout (a minute at most)
+    for _ in $(seq 1 1200); do
         [ -s "$1" ] && { cat "$1"; return 0; }
         sleep 0.05
     done
@@ -159,7 +159,7 @@ if [ -n "$tsdfd" ]; then
             --set log.stats_period_s=0 >> "$tmp/tsdfd.log" 2>&1 &
         dpid=$!
         pids+=($dpid)
-        for _ in $(seq 1 100); do
+        for _ in $(seq 1 1200); do
             if curl -sS -o "$tmp/daemon.txt" "http://127.0.0.1:$mport/metrics" 2>/dev/null; then
                 ok=1; break
             fi

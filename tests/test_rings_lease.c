@@ -197,7 +197,7 @@ static void test_close_during_a_lease(void **state)
     close(f.sock);
     f.sock = -1;
     rings_stats st;
-    for (int i = 0; i < 500; i++) {
+    for (int i = 0; i < 6000; i++) {
         rings_get_stats(f.r, &st);
         if (st.attached == 0)
             break;

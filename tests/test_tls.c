@@ -188,7 +188,7 @@ static void test_writer_integrates_and_meshes(void **state)
     tsdf_rep_stats *st = malloc(sizeof *st);
     assert_non_null(st);
     int64_t integrated = 0;
-    for (int i = 0; i < 100 && integrated < 4; i++) {
+    for (int i = 0; i < 1200 && integrated < 4; i++) {
         assert_int_equal(tsdf_client_stats(c, NULL, st, 5000), TSDF_OK);
         integrated = stat_get(st, "frames.integrated");
         sleep_ms(50);
@@ -252,7 +252,7 @@ static void test_reader_reads_but_cannot_write(void **state)
         assert_int_equal(tsdf_client_send_frame(c, &f, 5000), TSDF_OK);
     }
     int64_t forbidden = forbidden0;
-    for (int i = 0; i < 100 && forbidden < forbidden0 + 4; i++) {
+    for (int i = 0; i < 1200 && forbidden < forbidden0 + 4; i++) {
         sleep_ms(50);
         assert_int_equal(tsdf_client_stats(c, NULL, st, 5000), TSDF_OK);
         forbidden = stat_get(st, "rejected.forbidden");

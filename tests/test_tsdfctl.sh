@@ -55,8 +55,6 @@ expect_error() { # what pattern command...
 }
 expect_error "an http:// URL" "an http:// URL is the metrics and the live view" \
     $CTL --url http://127.0.0.1:9464/ ping
-expect_error "the frames socket as --url" "is a frames socket (the daemon's \[server\] frames_listen)" \
-    $CTL --url "$PUSH" --timeout-ms 2000 ping
 expect_error "no daemon at --url" "is tsdfd running and listening there" \
     $CTL --url "ipc://$WORK/nothing.sock" ping
 expect_error "an unknown synthetic sequence" "no synthetic sequence of that name; the sequences are: sphere" \
@@ -69,8 +67,9 @@ import socket, sys
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)
 print(s.getsockname()[1], flush=True)
 sys.stdout.close()
-for _ in range(4):
-    c, _ = s.accept(); c.sendall(b"SSH-2.0-OpenSSH_9.2\r\n" * 4); c.close()
+held = []
+for _ in range(64):  # kept open: the client reads the bytes, not a close
+    c, _ = s.accept(); c.sendall(b"SSH-2.0-OpenSSH_9.2\r\n" * 4); held.append(c)
 ' >"$WORK/port" &
     junk=$!
     i=0
@@ -86,16 +85,6 @@ $C replay --synthetic sphere --ack --map s --size 160 120 >"$WORK/out" 2>&1 ||
     fail "replay --ack: $(cat "$WORK/out")"
 grep -q "frames sent 48, acked 48, failed 0" "$WORK/out" || fail "replay summary: $(cat "$WORK/out")"
 
-# Fire-and-forget frames to a socket that is not the daemon's frames socket
-# (its request socket): sent into nng's buffer, never received. The
-# daemon's counters say so, and replay fails with the figure (it used to
-# exit 0).
-$CTL --url "$REQ" --push-url "$REQ" --timeout-ms 2000 replay --synthetic box --map w \
-    --size 160 120 --max-frames 2 >"$WORK/out" 2>&1
-[ $? -eq 1 ] || fail "replay to the wrong socket should exit 1: $(cat "$WORK/out")"
-grep -q "received 0 of the 2 frames sent to $REQ" "$WORK/out" ||
-    fail "replay to the wrong socket: $(cat "$WORK/out")"
-
 # Fire-and-forget replay into another map; then wait for the integration.
 $C replay --synthetic box --map b --size 160 120 --rate 200 >"$WORK/out" 2>&1 ||
     fail "replay: $(cat "$WORK/out")"
@@ -104,7 +93,7 @@ grep -q "frames sent 48, received 48 and integrated" "$WORK/out" ||
 i=0
 until $C stats --map b --json | grep -q '"frames_integrated": 48'; do
     i=$((i + 1))
-    [ $i -le 100 ] || fail "the pushed frames were not integrated: $($C stats --map b)"
+    [ $i -le 1200 ] || fail "the pushed frames were not integrated: $($C stats --map b)"
     sleep 0.1
 done
 
@@ -235,4 +224,19 @@ after=$(ls "$WORK/state" | grep -c '\.tsdfsnap$')
 daemon_start
 $C stats --map s | grep -q "blocks_allocated *0$" && fail "load_on_start restored nothing"
 $C maps | grep -qx "s" || fail "load_on_start: map s missing: $($C maps)"
+
+# Last, since a peer of the wrong protocol is what makes nng 1.5 stop an
+# ipc:// listener until the daemon's watch listens again (RELIABILITY.md):
+# the frames socket given as --url (a request there is never answered) ...
+expect_error "the frames socket as --url" "is a frames socket (the daemon's \[server\] frames_listen)" \
+    $CTL --url "$PUSH" --timeout-ms 2000 ping
+# ... and fire-and-forget frames to a socket that is not the daemon's
+# frames socket (its request socket): sent into nng's buffer, never
+# received. The daemon's counters say so, and replay fails with the
+# figure (it used to exit 0).
+$CTL --url "$REQ" --push-url "$REQ" --timeout-ms 2000 replay --synthetic box --map w \
+    --size 160 120 --max-frames 2 >"$WORK/out" 2>&1
+[ $? -eq 1 ] || fail "replay to the wrong socket should exit 1: $(cat "$WORK/out")"
+grep -q "received 0 of the 2 frames sent to $REQ" "$WORK/out" ||
+    fail "replay to the wrong socket: $(cat "$WORK/out")"
 echo "OK"

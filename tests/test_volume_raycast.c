@@ -60,8 +60,9 @@ static tsdf_volume *wall_volume(void)
 
 /* Issue 8: a raycast of 16x16 pixels with fx = fy = 0.01 marched every ray
  * thousands of metres (and could stall on float steps for hours), wedging
- * the map. It must come back at once: refused as bad intrinsics, or
- * bounded by the ray-length caps. So must a legal but very wide camera
+ * the map. It must come back: refused as bad intrinsics, or bounded by
+ * the ray-length caps (whose step counts tests/test_raycast_march.c
+ * checks; the times here are printed, not checked). So must a legal but very wide camera
  * (160 degrees) asked for the longest depth allowed; a depth beyond the
  * cap is refused. */
 static void test_raycast_extreme_rays_are_bounded(void **state)
@@ -85,7 +86,6 @@ static void test_raycast_extreme_rays_are_bounded(void **state)
     double dt = mono_s() - t0;
     print_message("16x16 raycast of fx 0.01: %s in %.3f s\n", tsdf_errname(rc), dt);
     assert_true(rc == TSDF_OK || rc == TSDF_EBAD_INTRINSICS);
-    assert_true(dt < 2.0);
 
     /* 160 degrees across: fx = 7.5 / tan(80 degrees). */
     rp.K.fx = rp.K.fy = 7.5f / tanf(80.0f * 3.14159265f / 180.0f);
@@ -96,7 +96,6 @@ static void test_raycast_extreme_rays_are_bounded(void **state)
     print_message("16x16 raycast of 160 degrees to %g m: %s in %.3f s\n", (double)TSDF_MAX_RAY_M,
                   tsdf_errname(rc), dt);
     assert_int_equal(rc, TSDF_OK);
-    assert_true(dt < 2.0);
     /* The central rays still see the wall. */
     assert_true(fabsf(cast[8 * 16 + 8] - 1.0f) <= 0.01f);
 

@@ -98,7 +98,7 @@ static void test_abandoned_query_is_not_run(void **state)
     assert_non_null(j);
     j->abandoned = 1;
     assert_int_equal(queue_push_query(&m->queue, j), TSDF_OK);
-    for (int waited = 0; waited < 5000; waited += 10) {
+    for (int waited = 0; waited < 60000; waited += 10) {
         dstats_get_totals(&ds, &t);
         if (t.queries_abandoned > 0)
             break;
@@ -175,13 +175,16 @@ static void test_join_has_a_deadline(void **state)
     worker_drain(&m, worker_now_ns() + 100 * MS);
     assert_int_equal(worker_join(&m, worker_now_ns() + 300 * MS), TSDF_ETIMEOUT);
     double dt = now_s() - t0;
-    assert_true(dt >= 0.29 && dt < 2.0);
+    /* Not before the deadline, and not never (the fake worker is wedged
+     * until released): the upper bound is generous, not a speed. */
+    assert_true(dt >= 0.29 && dt < 60.0);
     assert_int_equal(m.stuck, 1);
     assert_int_equal(m.thread_started, 1);
-    /* Asked again (the failure path's second stop), it does not wait. */
+    /* Asked again (the failure path's second stop), it does not wait for
+     * its deadline: one an hour away would show. */
     t0 = now_s();
-    assert_int_equal(worker_join(&m, worker_now_ns() + 300 * MS), TSDF_ETIMEOUT);
-    assert_true(now_s() - t0 < 0.1);
+    assert_int_equal(worker_join(&m, worker_now_ns() + 3600000 * MS), TSDF_ETIMEOUT);
+    assert_true(now_s() - t0 < 600.0);
     atomic_store(&f.release, 1);
     pthread_join(m.thread, NULL);
     queue_fini(&m.queue);
@@ -190,8 +193,9 @@ static void test_join_has_a_deadline(void **state)
     start_fake(&m, &f, 1);
     t0 = now_s();
     worker_drain(&m, worker_now_ns() + 100 * MS);
-    assert_int_equal(worker_join(&m, worker_now_ns() + 2000 * MS), TSDF_OK);
-    assert_true(now_s() - t0 < 1.0);
+    /* Joined as soon as it finishes, not at the (hour-long) deadline. */
+    assert_int_equal(worker_join(&m, worker_now_ns() + 3600000 * MS), TSDF_OK);
+    assert_true(now_s() - t0 < 600.0);
     assert_int_equal(m.stuck, 0);
     assert_int_equal(m.thread_started, 0);
     queue_fini(&m.queue);

@@ -27,7 +27,7 @@ def engine(client, map_name):
     return client.stats(map_name).get("engine", {})
 
 
-def wait_integrated(client, map_name, count, timeout_s=20.0):
+def wait_integrated(client, map_name, count, timeout_s=120.0):
     """frames_integrated of map_name once it reaches count (or the deadline)."""
     deadline = time.monotonic() + timeout_s
     while True:

@@ -80,7 +80,7 @@ def tls_server(pki):
 
 def test_mutual_tls(pki, tls_server):
     with tsdf.Client(tls_server, tls_ca=pki / "ca.pem", tls_cert=pki / "client.pem",
-                     tls_key=pki / "client.key", timeout_ms=5000) as c:
+                     tls_key=pki / "client.key", timeout_ms=60000) as c:
         assert c.ping().server == "tls-test"
 
 
@@ -88,7 +88,7 @@ def test_server_name_override(pki, tls_server):
     url = tls_server.replace("localhost", "127.0.0.1")
     with tsdf.Client(url, tls_ca=pki / "ca.pem", tls_cert=pki / "client.pem",
                      tls_key=pki / "client.key", tls_server_name="localhost",
-                     timeout_ms=5000) as c:
+                     timeout_ms=60000) as c:
         assert c.ping().server == "tls-test"
 
 
