@@ -12,11 +12,14 @@ static const char save_help[] =
     "usage: tsdfctl save [--map NAME] [PATH]\n"
     "       tsdfctl load [--map NAME] [PATH]\n"
     "\n"
-    "save writes a snapshot of the daemon's maps; load replaces map NAME (default\n"
-    "\"default\") by its blocks from a snapshot. PATH is relative to the daemon's state\n"
-    "directory or absolute inside it, and is opened by the daemon on its machine.\n"
-    "Without PATH, save writes a new snapshot into the state directory and load reads\n"
-    "the newest valid one there.\n";
+    "save writes a snapshot of every one of the daemon's maps, whatever --map says;\n"
+    "--map NAME (default \"default\") only names the map whose version it prints.\n"
+    "load replaces map NAME (default \"default\") alone by its blocks from a\n"
+    "snapshot; the other maps stay as they are. PATH is relative to the daemon's\n"
+    "state directory or absolute inside it, and is opened by the daemon on its\n"
+    "machine. Without PATH, save writes a new snapshot into the state directory\n"
+    "(keeping the newest [snapshot] keep of them) and load reads the newest valid\n"
+    "one there.\n";
 
 int ctl_save_load(const global_opts *g, int argc, char **argv, int load)
 {

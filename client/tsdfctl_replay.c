@@ -27,7 +27,9 @@ static const char replay_help[] =
     "\n"
     "Sends the frames of a depth sequence to tsdfd.\n"
     "  DIR                 a 7-Scenes folder (frame-XXXXXX.depth.png + .pose.txt) or a\n"
-    "                      TUM RGB-D folder (depth.txt + groundtruth.txt)\n"
+    "                      TUM RGB-D folder (depth.txt + groundtruth.txt); the camera\n"
+    "                      from DIR/camera-intrinsics.txt (a 3x3 K, or \"fx fy cx cy\"),\n"
+    "                      else the format's default (printed at the start)\n"
     "  --synthetic NAME    a synthetic sequence rendered here: sphere, box, room, demo, plane\n"
     "  --rate HZ           frames per second (default: as fast as possible)\n"
     "  --ack               send `integrate` requests and wait for each result instead of\n"
@@ -330,6 +332,13 @@ int ctl_replay(const global_opts *g, int argc, char **argv)
         fprintf(stderr, "tsdfctl: %s: %s sequence, %u frames of %ux%u\n", o.dir,
                 info.kind == TSDF_DATASET_TUM ? "TUM RGB-D" : "7-Scenes", info.frame_count,
                 info.width, info.height);
+        /* Where the camera comes from, since a wrong one gives a wrong map
+         * and no error. */
+        const int has_file = has_entry(o.dir, "camera-intrinsics.txt");
+        fprintf(stderr, "tsdfctl: intrinsics fx %g fy %g cx %g cy %g, %s%s%s\n", (double)info.K.fx,
+                (double)info.K.fy, (double)info.K.cx, (double)info.K.cy,
+                has_file ? "from " : "the format's default (no ", o.dir,
+                has_file ? "/camera-intrinsics.txt" : "/camera-intrinsics.txt)");
     } else {
         seq = malloc(sizeof(*seq));
         if (seq == NULL)

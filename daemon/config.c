@@ -358,7 +358,7 @@ static int parse_list(const char *v, char *entries, size_t max, size_t entry_len
         }
         for (size_t i = 0; i < n; i++) {
             if (strcmp(entries + i * entry_len, tmp) == 0) {
-                snprintf(why, why_len, "'%s' is listed twice", tmp);
+                snprintf(why, why_len, "'%.128s' is listed twice", tmp);
                 return TSDF_EINVAL;
             }
         }

@@ -17,6 +17,11 @@
 #include "proto_write.h"
 #include "tsdf_pose.h"
 
+/* One limit for every name a client gives: a sensor's was 64 bytes where a
+ * map's is 63, for no reason. */
+_Static_assert(TSDF_PROTO_MAX_SENSOR_NAME_LEN == TSDF_PROTO_MAX_NAME_LEN,
+               "sensor and map names have the same limit");
+
 int proto_check_sensor_name(const char *name, size_t len)
 {
     if (len == 0)

@@ -331,7 +331,9 @@ int proto_get_number(const proto_reader *r, const char *key, int finite_code, do
 int proto_get_float(const proto_reader *r, const char *key, int finite_code, float *out,
                     int *present)
 {
-    double d;
+    /* Set by proto_get_number whenever p is; initialised for a compiler
+     * that cannot see that (a Release build warned). */
+    double d = 0.0;
     int p = 0;
     int rc = proto_get_number(r, key, finite_code, &d, &p);
     if (rc == TSDF_OK && p)
@@ -433,7 +435,7 @@ int proto_get_submap(const proto_reader *r, const char *key, proto_reader *sub, 
 
 int proto_read_size(const proto_reader *r, uint32_t *w, uint32_t *h)
 {
-    uint64_t w64, h64;
+    uint64_t w64 = 0, h64 = 0; /* both set, or an error returned */
     PROTO_TRY(proto_get_uint(r, "width", UINT32_MAX, &w64, NULL));
     PROTO_TRY(proto_get_uint(r, "height", UINT32_MAX, &h64, NULL));
     if (w64 == 0 || h64 == 0)

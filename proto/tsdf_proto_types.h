@@ -35,7 +35,7 @@ extern "C" {
 /* Sensor names: 1..64 printable ASCII bytes without spaces (0x21..0x7e).
  * They are labels in stats and metrics only, never stored in a file, so
  * they keep the limit they always had. */
-#define TSDF_PROTO_MAX_SENSOR_NAME_LEN 64u
+#define TSDF_PROTO_MAX_SENSOR_NAME_LEN 63u
 /* Paths in save/load: 1..1024 bytes of valid UTF-8, no NUL byte. */
 #define TSDF_PROTO_MAX_PATH_LEN 1024u
 /* Error messages in replies: longer ones are truncated on decode. */

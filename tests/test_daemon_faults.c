@@ -165,7 +165,7 @@ static int raw_ipc_connect(const char *url, uint16_t proto)
         return -1;
     memset(&sa, 0, sizeof sa);
     sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%.107s", path);
     struct timeval tv = {5, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     const unsigned char hdr[8] = {0, 'S', 'P', 0, (unsigned char)(proto >> 8), (unsigned char)proto,

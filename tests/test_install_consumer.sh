@@ -13,7 +13,8 @@
 #     header), each compiles on its own, and every function they declare
 #     carries TSDF_API;
 #   - libtsdf.so exports exactly the TSDF_API functions of those headers;
-#   - pkg-config and tsdfConfigVersion.cmake give the project's VERSION;
+#   - pkg-config and tsdfConfigVersion.cmake give the project's VERSION, and
+#     pkg-config no include path but libtsdf's;
 #   - the shared programs need libtsdf.so.N, the static ones do not;
 #   - the installed tsdfd, with no [metrics] web_dir, serves the live
 #     view's page it was installed with (found beside itself, so also
@@ -81,6 +82,12 @@ run() {
 export PKG_CONFIG_PATH="$LIBDIR/pkgconfig"
 v=$(pkg-config --modversion libtsdf) || fail "pkg-config finds no libtsdf"
 [ "$v" = "$VERSION" ] || fail "libtsdf.pc says version $v, the project $VERSION"
+# The public headers include no dependency's header: the only include
+# path a consumer gets is libtsdf's own.
+cflags=$(pkg-config --cflags libtsdf)
+set -- $cflags
+[ $# -eq 1 ] && [ "$(cd "${1#-I}" && pwd -P)" = "$(cd "$INC" && pwd -P)" ] ||
+    fail "pkg-config --cflags libtsdf is '$cflags', not just -I$INC"
 CFLAGS="-std=c11 -Wall -Wextra -Werror"
 # shellcheck disable=SC2046
 "$CC" $CFLAGS "$SRC/tests/consumer/consumer.c" $(pkg-config --cflags libtsdf) \

@@ -130,7 +130,9 @@ grep -q "view: off: no folder holds its page (looked in $tmp/nopage)" "$tmp/nopa
 stop_daemon
 
 # ---- the daemon of the build tree, with no web_dir -------------------------
-start_daemon "$tmp/tsdfd.log" --set metrics.web_dir=
+# Map "empty" comes first in the list and stays empty: the page must open
+# on "default", which the frames go to.
+start_daemon "$tmp/tsdfd.log" --set metrics.web_dir= --set volume.maps=empty,default
 url="http://127.0.0.1:$port"
 code=$(curl -sS -o "$tmp/index.html" -w '%{http_code}' "$url/")
 [ "$code" = 200 ] && cmp -s "$tmp/index.html" "$web/index.html" &&
@@ -202,6 +204,8 @@ check_page() { # label
     fi
     grep -q '<tr data-map="default"' "$tmp/dom.html" && ok "the map list shows map default ($1)" ||
         fail "the map list lacks map default ($1)"
+    case "$status" in *'>default: '*' blocks with surface'*) ok "the page opened on the map with data ($1)" ;;
+        *) fail "the page did not open on map default, which has the data ($1): $status" ;; esac
     case "$status" in *'data-mesh-updates="0"'*) fail "no mesh reached the page ($1)" ;;
         *) ok "a mesh reached the page ($1)" ;; esac
 }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto_check.h"
 #include "proto_testlib.h"
 #include "tsdf_proto.h"
 
@@ -535,10 +536,25 @@ static void test_validation_envelope_and_structure(void **state)
     msgpack_sbuffer_destroy(&sb);
 }
 
+/* Map and sensor names share one limit, 63 bytes: at it they are taken,
+ * one byte more is TOO_LARGE (a sensor's used to be 64). */
+static void test_name_limits_are_one(void **state)
+{
+    (void)state;
+    char name[TSDF_PROTO_MAX_NAME_LEN + 2];
+    memset(name, 'n', sizeof name);
+    assert_int_equal(TSDF_PROTO_MAX_NAME_LEN, 63);
+    assert_int_equal(tsdf_proto_check_name(name, TSDF_PROTO_MAX_NAME_LEN), TSDF_OK);
+    assert_int_equal(tsdf_proto_check_name(name, TSDF_PROTO_MAX_NAME_LEN + 1), TSDF_ETOO_LARGE);
+    assert_int_equal(proto_check_sensor_name(name, TSDF_PROTO_MAX_NAME_LEN), TSDF_OK);
+    assert_int_equal(proto_check_sensor_name(name, TSDF_PROTO_MAX_NAME_LEN + 1), TSDF_ETOO_LARGE);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validation_frame),
+        cmocka_unit_test(test_name_limits_are_one),
         cmocka_unit_test(test_depth_encoding_key),
         cmocka_unit_test(test_ring_keys),
         cmocka_unit_test(test_raycast_ring_keys),

@@ -87,6 +87,8 @@ mpx() { awk -v b="$max_msg" -v p="$1" 'BEGIN { printf "%.1f", (b - 4096) / p / 1
 grep -q "that is about $(mpx 16) Mpx, $(mpx 19) Mpx with colour" "$DOC" ||
     fail "PROTOCOL.md 6.2 does not say about $(mpx 16) Mpx with normals, $(mpx 19) with colour"
 says "1 to $(define proto/tsdf_proto_types.h TSDF_PROTO_MAX_NAME_LEN) bytes of"
+says "(\`sensor\` as str): 1 to $(define proto/tsdf_proto_types.h TSDF_PROTO_MAX_SENSOR_NAME_LEN) printable ASCII bytes"
+says "\`sensor\` longer than $(define proto/tsdf_proto_types.h TSDF_PROTO_MAX_SENSOR_NAME_LEN) bytes"
 says "At most $(define proto/tsdf_proto_types.h TSDF_PROTO_MAX_STATS_EXTRA) entries, keys 1..$(define proto/tsdf_proto_types.h TSDF_PROTO_MAX_STATS_KEY_LEN) bytes"
 says "at least $(define daemon/metrics.h METRICS_STATS_MIN_SENSORS) sensors always fit"
 

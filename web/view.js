@@ -190,7 +190,9 @@ function applyMesh(buf) {
   statusEl.dataset.triangles = String(triangles);
   statusEl.dataset.version = String(meshVersion);
   statusEl.dataset.meshUpdates = String(meshUpdates);
-  statusEl.textContent = chosenMap + ': ' + blocks.size + ' blocks, ' + triangles +
+  // The blocks that hold surface: fewer than the map list's, which counts
+  // every block the volume holds, observed empty space included.
+  statusEl.textContent = chosenMap + ': ' + blocks.size + ' blocks with surface, ' + triangles +
     ' triangles, version ' + meshVersion;
   if (!fitted) fitCamera();
   redraw();
@@ -222,7 +224,10 @@ function showMaps(state) {
     state.daemon.backend + ' backend, up ' + fmt(state.daemon.uptime_s, 0) + ' s, ' +
     state.daemon.frames_integrated + ' frames integrated';
   statusEl.dataset.maps = String(state.maps.length);
-  if (!chosenMap && state.maps.length) chosenMap = state.maps[0].name;
+  // Unless the URL named one: the map with the most blocks, not the first
+  // (an empty "default" beside the map the robots stream into).
+  if (!chosenMap && state.maps.length)
+    chosenMap = state.maps.reduce((a, b) => (b.blocks > a.blocks ? b : a)).name;
   const body = document.querySelector('#maps tbody');
   body.textContent = '';
   for (const m of state.maps) {
