@@ -80,7 +80,7 @@ if [ "$stress_rounds" -gt 0 ]; then
         done
         t0=$(date +%s)
         for tree in "$build" "$asan"; do
-            if ! (cd "$tree" && ctest --output-on-failure -j"$jobs" --timeout 600); then
+            if ! (cd "$tree" && ctest --output-on-failure -j"$jobs" --timeout 900); then
                 echo "test.sh: stress round $round of $stress_rounds failed in $tree" >&2
                 exit 1
             fi
@@ -94,8 +94,8 @@ if [ "$stress_rounds" -gt 0 ]; then
 fi
 
 configure_and_build
-(cd "$build" && ctest --output-on-failure -j2 --timeout 600)
+(cd "$build" && ctest --output-on-failure -j2 --timeout 900)
 configure_and_build_asan
-(cd "$asan" && ctest --output-on-failure -j2 --timeout 600)
+(cd "$asan" && ctest --output-on-failure -j2 --timeout 900)
 
 bash scripts/fuzz.sh --time 20
