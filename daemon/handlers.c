@@ -697,7 +697,9 @@ void handle_request(daemon_ctx *d, nng_msg *msg, handler_result *res)
     }
     if (rc != TSDF_OK) {
         tsdf_msg_type t = req->type;
-        if (t <= TSDF_MSG_NONE || t >= TSDF_MSG_ERROR)
+        /* Answered as what it claimed to be when that is a request (a
+         * malformed delete is a delete), as "error" otherwise. */
+        if (!tsdf_msg_type_is_request(t))
             t = TSDF_MSG_ERROR;
         /* A malformed integrate is a frame received and rejected. */
         if (t == TSDF_MSG_INTEGRATE)

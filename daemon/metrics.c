@@ -52,17 +52,19 @@ static uint64_t array_sum(const uint64_t *a, size_t n)
     return s;
 }
 
-/* The request type of label index i: every message type a client may send
- * (integrate .. delete), so that a type added later gets its series. */
+/* The request type of label index i: the i-th of every message type a
+ * client may send, in the order of TSDF_MSG_TYPES, so that a type added
+ * later gets its series. */
 static tsdf_msg_type request_type_at(size_t i)
 {
-    int ty = TSDF_MSG_INTEGRATE + (int)i;
-    if (ty >= TSDF_MSG_ERROR)
-        ty++; /* a reply type, never a request */
-    return (tsdf_msg_type)ty;
+    for (int ty = 0; ty < TSDF_MSG_TYPE_COUNT; ty++)
+        if (tsdf_msg_type_is_request((tsdf_msg_type)ty) && i-- == 0)
+            return (tsdf_msg_type)ty;
+    return TSDF_MSG_NONE;
 }
 
-#define REQUEST_TYPE_COUNT ((size_t)(TSDF_MSG_TYPE_COUNT - TSDF_MSG_INTEGRATE - 1))
+#define TSDF_MSG_COUNT_REQUEST_(name, value, wire, request) +(request)
+#define REQUEST_TYPE_COUNT ((size_t)(0 TSDF_MSG_TYPES(TSDF_MSG_COUNT_REQUEST_)))
 
 /* Frames and what became of them (ds_totals, and per sensor). */
 GET(get_in_flight,

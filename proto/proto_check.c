@@ -195,7 +195,7 @@ int tsdf_proto_check_request(const tsdf_request *q)
 {
     if (q == NULL)
         return TSDF_EINVAL;
-    if (q->type <= TSDF_MSG_NONE || q->type >= TSDF_MSG_TYPE_COUNT || q->type == TSDF_MSG_ERROR)
+    if (q->type != TSDF_MSG_FRAME && !tsdf_msg_type_is_request(q->type))
         return TSDF_EPROTO_TYPE;
     if (q->type != TSDF_MSG_MAPS && q->type != TSDF_MSG_PING) {
         if (!terminated(q->map, sizeof(q->map)))

@@ -22,17 +22,26 @@
 
 /* ---- names -------------------------------------------------------------- */
 
+/* The rows of TSDF_MSG_TYPES, by value. */
 static const char *const type_names[] = {
-    [TSDF_MSG_NONE] = "none",       [TSDF_MSG_FRAME] = "frame", [TSDF_MSG_INTEGRATE] = "integrate",
-    [TSDF_MSG_RAYCAST] = "raycast", [TSDF_MSG_MESH] = "mesh",   [TSDF_MSG_STATS] = "stats",
-    [TSDF_MSG_SAVE] = "save",       [TSDF_MSG_LOAD] = "load",   [TSDF_MSG_RESET] = "reset",
-    [TSDF_MSG_MAPS] = "maps",       [TSDF_MSG_PING] = "ping",   [TSDF_MSG_ERROR] = "error",
-    [TSDF_MSG_DELETE] = "delete",
+#define TYPE_NAME_(name, value, wire, request) [value] = wire,
+    TSDF_MSG_TYPES(TYPE_NAME_)
+#undef TYPE_NAME_
+};
+static const unsigned char type_is_request[] = {
+#define TYPE_REQUEST_(name, value, wire, request) [value] = request,
+    TSDF_MSG_TYPES(TYPE_REQUEST_)
+#undef TYPE_REQUEST_
 };
 #define TYPE_COUNT (sizeof(type_names) / sizeof(type_names[0]))
 
-/* Every type has its wire name. */
+/* Every type has its wire name: the values run 0 .. count - 1. */
 _Static_assert(TYPE_COUNT == TSDF_MSG_TYPE_COUNT, "type_names must name every tsdf_msg_type");
+
+int tsdf_msg_type_is_request(tsdf_msg_type t)
+{
+    return (unsigned)t < TYPE_COUNT && type_is_request[t];
+}
 
 const char *tsdf_msg_type_name(tsdf_msg_type t)
 {

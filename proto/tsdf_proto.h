@@ -55,23 +55,37 @@ extern "C" {
 
 /* ---- message types ------------------------------------------------------ */
 
+/* The one list of message types: X(NAME, value, wire name, is a request).
+ * A request travels REQ/REP and is answered with a reply of its own type;
+ * "frame" travels PUSH/PULL only and is never answered; "error" is
+ * reply-only, the answer to a request whose type could not be read.
+ * Requests added later take the next numbers. Whether a type is a request
+ * is read here (tsdf_msg_type_is_request), never from a range of values:
+ * "delete" comes after "error". */
+#define TSDF_MSG_TYPES(X)                                                                          \
+    X(NONE, 0, "none", 0)                                                                          \
+    X(FRAME, 1, "frame", 0)                                                                        \
+    X(INTEGRATE, 2, "integrate", 1)                                                                \
+    X(RAYCAST, 3, "raycast", 1)                                                                    \
+    X(MESH, 4, "mesh", 1)                                                                          \
+    X(STATS, 5, "stats", 1)                                                                        \
+    X(SAVE, 6, "save", 1)                                                                          \
+    X(LOAD, 7, "load", 1)                                                                          \
+    X(RESET, 8, "reset", 1)                                                                        \
+    X(MAPS, 9, "maps", 1)                                                                          \
+    X(PING, 10, "ping", 1)                                                                         \
+    X(ERROR, 11, "error", 0)                                                                       \
+    X(DELETE, 12, "delete", 1)
+
 typedef enum {
-    TSDF_MSG_NONE = 0,
-    TSDF_MSG_FRAME = 1,     /* PUSH/PULL only, never answered */
-    TSDF_MSG_INTEGRATE = 2, /* REQ/REP from here on */
-    TSDF_MSG_RAYCAST = 3,
-    TSDF_MSG_MESH = 4,
-    TSDF_MSG_STATS = 5,
-    TSDF_MSG_SAVE = 6,
-    TSDF_MSG_LOAD = 7,
-    TSDF_MSG_RESET = 8,
-    TSDF_MSG_MAPS = 9,
-    TSDF_MSG_PING = 10,
-    /* Reply-only: the answer to a request whose type could not be read. */
-    TSDF_MSG_ERROR = 11,
-    TSDF_MSG_DELETE = 12, /* requests added later take the next numbers */
-    TSDF_MSG_TYPE_COUNT
+#define TSDF_MSG_ENUM_(name, value, wire, request) TSDF_MSG_##name = value,
+    TSDF_MSG_TYPES(TSDF_MSG_ENUM_)
+#undef TSDF_MSG_ENUM_
+        TSDF_MSG_TYPE_COUNT
 } tsdf_msg_type;
+
+/* 1 when t is a request type (answered over REQ/REP), else 0. */
+int tsdf_msg_type_is_request(tsdf_msg_type t);
 
 /* The wire name ("frame", "integrate", ...); "none" for unknown values. */
 const char *tsdf_msg_type_name(tsdf_msg_type t);

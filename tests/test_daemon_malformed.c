@@ -87,6 +87,13 @@ static void test_malformed_messages(void **state)
     o = pk_defaults();
     o.type = "frame";                                          /* frames go to the PUSH socket */
     expect_error(s, &o, 14, TSDF_EPROTO_TYPE, TSDF_MSG_ERROR); /* frame has no reply type */
+    /* A malformed delete is answered as a delete: "delete" comes after
+     * "error" in the list of types, and a range check took it for no
+     * request (answered "error", counted as type 0). */
+    o = pk_defaults();
+    o.type = "delete";
+    o.id_as_string = 1;
+    expect_error(s, &o, 0, TSDF_EPROTO_KEY, TSDF_MSG_DELETE);
 
     /* Malformed integrates: each is a frame received and rejected. */
     o = pk_defaults();

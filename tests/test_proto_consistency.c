@@ -16,6 +16,30 @@
 #include "proto_testlib.h"
 #include "tsdf_proto.h"
 
+/* TSDF_MSG_TYPES is the one list: every type's wire name parses back to
+ * it, and the requests are exactly the types a client sends and gets an
+ * answer of its own type to, wherever they sit among the values (delete
+ * comes after the reply-only error). */
+static void test_message_types_are_one_list(void **state)
+{
+    (void)state;
+    int requests = 0;
+    for (int t = 0; t < TSDF_MSG_TYPE_COUNT; t++) {
+        const char *name = tsdf_msg_type_name((tsdf_msg_type)t);
+        tsdf_msg_type back = TSDF_MSG_NONE;
+        if (t != TSDF_MSG_NONE) {
+            assert_int_equal(tsdf_msg_type_parse(name, strlen(name), &back), TSDF_OK);
+            assert_int_equal(back, t);
+        }
+        const int request = t != TSDF_MSG_NONE && t != TSDF_MSG_FRAME && t != TSDF_MSG_ERROR;
+        assert_int_equal(tsdf_msg_type_is_request((tsdf_msg_type)t), request);
+        requests += request;
+    }
+    assert_true(tsdf_msg_type_is_request(TSDF_MSG_DELETE));
+    assert_false(tsdf_msg_type_is_request(TSDF_MSG_TYPE_COUNT));
+    assert_int_equal(requests, TSDF_MSG_TYPE_COUNT - 3);
+}
+
 static void test_encode_checks(void **state)
 {
     (void)state;
@@ -424,6 +448,7 @@ static void test_mesh_parts_validation(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_message_types_are_one_list),
         cmocka_unit_test(test_encode_checks),
         cmocka_unit_test(test_reply_validation),
         cmocka_unit_test(test_mesh_parts_validation),
