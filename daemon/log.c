@@ -65,20 +65,6 @@ int tsdf_log_parse_level(const char *name, int *level)
     return TSDF_OK;
 }
 
-const char *tsdf_log_level_name(int level)
-{
-    switch (level) {
-    case TSDF_LOG_ERROR:
-        return "error";
-    case TSDF_LOG_WARN:
-        return "warn";
-    case TSDF_LOG_INFO:
-        return "info";
-    default:
-        return "debug";
-    }
-}
-
 static int64_t log_now_ms(void)
 {
     struct timespec ts;

@@ -39,9 +39,6 @@ int tsdf_log_get_level(void);
  * TSDF_OK, or TSDF_EINVAL for any other string (then *level is unchanged). */
 int tsdf_log_parse_level(const char *name, int *level);
 
-/* The level's name ("error", "warn", "info", "debug"). */
-const char *tsdf_log_level_name(int level);
-
 /* Write one line unconditionally (the macros below filter by level first). */
 void tsdf_log_write(int level, const char *fmt, ...)
 #if defined(__GNUC__)

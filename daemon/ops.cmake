@@ -1,15 +1,8 @@
-# daemon/ops.cmake - the ops modules of the daemon (owned by the ops side):
+# daemon/ops.cmake - the daemon's modules that need nothing of its core:
 # latency windows, the Prometheus text builder, the /metrics HTTP server,
-# sd_notify and the snapshot files, in one static library, tsdf_ops.
-#
-# daemon/CMakeLists.txt must include this file:
-#
-#   include(${CMAKE_CURRENT_SOURCE_DIR}/ops.cmake)
-#
-# and link tsdf_ops into the daemon's core. The library carries the
-# TSDFD_HAVE_<MODULE>=1 definitions the core's call sites test, so it can
-# stand in for a locally defined tsdfd_ops (add_library(tsdfd_ops ALIAS
-# tsdf_ops) keeps the old name working).
+# sd_notify, the snapshot files and the spill store, in one static
+# library, tsdf_ops, which daemon/CMakeLists.txt includes and links into
+# tsdfd_core.
 #
 # Dependencies: libuv (PkgConfig::LIBUV), zlib (Debian zlib1g-dev, for the
 # snapshots' crc32), libsystemd when found (TSDF_HAVE_SYSTEMD; without it
@@ -27,9 +20,6 @@ if(NOT TARGET tsdf_ops)
     ${TSDF_OPS_DIR}/snapshot_format.c
     ${TSDF_OPS_DIR}/spill.c)
   target_include_directories(tsdf_ops PUBLIC ${TSDF_OPS_DIR})
-  target_compile_definitions(tsdf_ops PUBLIC
-    TSDFD_HAVE_LATENCY=1 TSDFD_HAVE_PROM=1 TSDFD_HAVE_METRICS_HTTP=1
-    TSDFD_HAVE_NOTIFY=1 TSDFD_HAVE_SNAPSHOT=1)
   target_link_libraries(tsdf_ops
     PUBLIC tsdfd_log tsdf_engine tsdf_common PkgConfig::LIBUV ZLIB::ZLIB Threads::Threads m
     PRIVATE tsdf_warnings)

@@ -245,11 +245,6 @@ int prom_histogram(prom_buf *b, const char *name, const char *help, const char *
     return sample(b, name, "_count", labels, NULL, (double)cumulative);
 }
 
-int prom_raw_line(prom_buf *b, const char *line)
-{
-    return appendf(b, "%s\n", line ? line : "");
-}
-
 int prom_label_escape(char *dst, size_t dst_len, const char *value)
 {
     if (!dst || dst_len == 0)

@@ -99,10 +99,6 @@ int prom_histogram(prom_buf *b, const char *name, const char *help, const char *
  * the same family may follow at once. Same returns as prom_counter. */
 int prom_family(prom_buf *b, const char *name, const char *type, const char *help);
 
-/* Appends a raw, already formatted line (a newline is added). For the rare
- * case the helpers above do not cover; no family bookkeeping. */
-int prom_raw_line(prom_buf *b, const char *line);
-
 /* Escapes a label value for use between double quotes (backslash, quote
  * and newline become \\, \" and \n). Writes at most dst_len bytes including
  * the NUL; returns TSDF_OK or TSDF_ETOO_LARGE (dst then holds a truncated,

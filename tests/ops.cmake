@@ -2,17 +2,8 @@
 # counter table behind the stats reply and /metrics, the /metrics server,
 # snapshots) and of the systemd unit.
 #
-# The modules come from daemon/ops.cmake as tsdf_ops; while the daemon's
-# CMakeLists does not include that file yet, the same sources built as its
-# tsdfd_ops stand in.
-if(TARGET tsdf_ops)
-  set(TSDF_OPS_LIB tsdf_ops)
-elseif(TARGET tsdfd_ops)
-  set(TSDF_OPS_LIB tsdfd_ops)
-else()
-  message(WARNING "tests/ops.cmake: no tsdf_ops target; the ops tests are not built")
-  return()
-endif()
+# The modules come from daemon/ops.cmake as tsdf_ops.
+set(TSDF_OPS_LIB tsdf_ops)
 
 tsdf_add_test(NAME latency SOURCES test_latency.c LIBS ${TSDF_OPS_LIB} Threads::Threads
   LABELS ops TIMEOUT 60)
