@@ -26,7 +26,7 @@ const consoleError = console.error.bind(console);
 console.error = (...args) => { reportError(args.join(' ')); consoleError(...args); };
 window.addEventListener('unhandledrejection', (e) => reportError(e.reason));
 
-// Options from the address's hash: map=NAME, eye=x,y,z, target=x,y,z
+// Options from the address's hash: map=NAME, eye=x,y,z, target=x,y,z, ray=off
 // (a fixed camera instead of one fitted to the first mesh).
 const hash = new URLSearchParams(location.hash.slice(1));
 function vec3Param(name) {
@@ -38,6 +38,8 @@ function vec3Param(name) {
 const client = Math.random().toString(36).slice(2, 12);
 let intervalMs = 250;
 let chosenMap = hash.get('map') || '';
+// ray=off: the live raycast starts unchecked.
+if (hash.get('ray') === 'off') document.getElementById('ray-on').checked = false;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
