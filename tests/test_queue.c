@@ -104,10 +104,13 @@ static void *popper(void *arg)
     void *item;
     int is_query;
     nanosleep(&ts, NULL);
-    for (queue_stats st;; nanosleep(&ts, NULL)) {
+    /* A deadline (a minute of slices) for a push that never blocks. */
+    for (int slice = 0; slice < 60000 / (a->delay_ms > 0 ? a->delay_ms : 1); slice++) {
+        queue_stats st;
         queue_get_stats(a->q, &st);
         if (st.blocked_waits >= a->after_blocked)
             break;
+        nanosleep(&ts, NULL);
     }
     if (queue_pop(a->q, &item, &is_query, 60000) == TSDF_OK)
         a->popped = VAL(item);
